@@ -1,0 +1,31 @@
+# llmao fleet: the entry points users and CI rely on (see README.md).
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.llmao-setup
+
+.PHONY: setup demo test lint bench clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@echo "==> creating $(VENV) and installing llmao fleet (editable) with its test tools"
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@$(BIN)/python -m pip install --quiet --upgrade pip
+	@$(BIN)/python -m pip install --quiet -e '.[test]'
+	@touch $@
+
+demo: setup
+	@$(BIN)/python -m rig.demo
+
+test: setup
+	@$(BIN)/python -m pytest
+
+lint: setup
+	@$(BIN)/ruff check .
+
+bench: setup
+	@$(BIN)/python -m bench
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -1,0 +1,231 @@
+# Copyright: llmao fleet contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""``config.yaml``: the fleet section and the settings of llmao's neighbours.
+
+This module reads and checks each key on its own; rules that join
+``config.yaml`` with ``models.yaml`` (a row's model, the salt a row needs) live
+in :mod:`fleet`, which is the only caller.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from .config_errors import Problems
+from .field_checks import Section, type_name
+from .hostnames import normalize_host
+from .yaml_source import read_yaml
+
+LISTEN_PORTS = (8001, 8002, 8003)
+MAX_SERVERS_PER_BOX = len(LISTEN_PORTS)
+DEFAULT_STATE_FILE = "llmao-state.sqlite3"
+
+
+@dataclass(frozen=True)
+class HostRow:
+    """One ``fleet.hosts`` row as written: ``[model_name, port, name?, public_port?]``."""
+
+    index: int
+    model_name: str
+    port: int
+    name: str
+    seed_public_port: int | None = None
+
+
+@dataclass(frozen=True)
+class Lifecycle:
+    """Knobs of the server lifecycle (SPEC §7), with the documented defaults."""
+
+    health_grace_s: float = 900.0
+    health_fail_threshold: int = 3
+    rejected_passes: int = 3
+    probe_connect_timeout_s: float = 3.0
+    probe_timeout_s: float = 10.0
+
+
+@dataclass(frozen=True)
+class Provider:
+    """A provider listing: its API key and, for tests and proxies, its base URL."""
+
+    api_key: str = field(repr=False)
+    url: str | None = None
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything ``config.yaml`` says, checked key by key."""
+
+    fleet_key: str | None = field(repr=False)
+    vllm_api_salt: str | None = field(repr=False)
+    selfhost_api_key: str | None = field(repr=False)
+    legacy_servers: frozenset[tuple[str, int]]
+    hosts: dict[str, tuple[HostRow, ...]]
+    lifecycle: Lifecycle
+    providers: dict[str, Provider]
+    litellm_url: str | None
+    litellm_master_key: str | None = field(repr=False)
+    server_url: str | None
+    server_state: str
+    admin_token: str | None = field(repr=False)
+
+
+def load_settings(path: str, problems: Problems, warnings: list[str]) -> Settings:
+    """Read ``config.yaml`` at ``path``; problems and deprecation warnings are collected."""
+    top = Section(problems, path, (), read_yaml(path), required=True)
+    fleet = top.sub("fleet", required=True)
+    fleet_key = fleet.text("key")
+    salt = fleet.text("vllm_api_salt")
+    selfhost = fleet.text("selfhost_api_key")
+    legacy = _read_legacy(fleet)
+    hosts = _read_hosts(fleet, warnings)
+    lifecycle = Lifecycle(
+        health_grace_s=fleet.number("health_grace_s", Lifecycle.health_grace_s),
+        health_fail_threshold=fleet.integer("health_fail_threshold",
+                                            Lifecycle.health_fail_threshold),
+        rejected_passes=fleet.integer("rejected_passes", Lifecycle.rejected_passes),
+        probe_connect_timeout_s=fleet.number("probe_connect_timeout_s",
+                                             Lifecycle.probe_connect_timeout_s),
+        probe_timeout_s=fleet.number("probe_timeout_s", Lifecycle.probe_timeout_s),
+    )
+    fleet.close()
+    providers = _read_providers(top.sub("providers"))
+    litellm = top.sub("litellm")
+    litellm_url, master_key = litellm.text("url"), litellm.text("master_key")
+    litellm.close()
+    server = top.sub("server")
+    server_url = server.text("url")
+    state = server.text("state", DEFAULT_STATE_FILE)
+    server.close()
+    admin = top.sub("admin")
+    admin_token = admin.text("token")
+    admin.close()
+    top.close()
+    return Settings(
+        fleet_key=fleet_key, vllm_api_salt=salt, selfhost_api_key=selfhost,
+        legacy_servers=legacy, hosts=hosts, lifecycle=lifecycle, providers=providers,
+        litellm_url=litellm_url, litellm_master_key=master_key, server_url=server_url,
+        server_state=_state_location(path, state), admin_token=admin_token,
+    )
+
+
+def _state_location(config_path: str, state: str) -> str:
+    """A database URL as given; a SQLite file relative to the config file's folder."""
+    if "://" in state or os.path.isabs(state):
+        return state
+    return os.path.join(os.path.dirname(os.path.abspath(config_path)), state)
+
+
+def _read_legacy(fleet: Section) -> frozenset[tuple[str, int]]:
+    value = fleet.raw("legacy_servers", None)
+    if value is None:
+        return frozenset()
+    if not isinstance(value, list):
+        fleet.problem("legacy_servers", f"must be a list of [host, port] pairs, "
+                                        f"not {type_name(value)}")
+        return frozenset()
+    pairs = set()
+    for index, pair in enumerate(value):
+        ok = (isinstance(pair, list) and len(pair) == 2 and isinstance(pair[0], str)
+              and normalize_host(pair[0]) and _is_port(pair[1]))
+        if not ok:
+            fleet.problem(f"legacy_servers[{index}]", "must be a [host, listen_port] pair")
+            continue
+        pairs.add((normalize_host(pair[0]), pair[1]))
+    return frozenset(pairs)
+
+
+def _read_hosts(fleet: Section, warnings: list[str]) -> dict[str, tuple[HostRow, ...]]:
+    value = fleet.raw("hosts", None)
+    if not isinstance(value, dict):
+        fleet.problem("hosts", "is required (write {} for an empty fleet)" if value is None
+                      else f"must be a mapping of box name to rows, not {type_name(value)}")
+        return {}
+    hosts: dict[str, tuple[HostRow, ...]] = {}
+    for raw_name, rows in value.items():
+        if not isinstance(raw_name, str) or not normalize_host(raw_name):
+            fleet.problem(f"hosts.{raw_name}", "a box name must be a non-empty string "
+                                               "(quote it in YAML)")
+            continue
+        name = normalize_host(raw_name)
+        if name in hosts:
+            fleet.problem(f"hosts.{raw_name}", f"names the same box as another key ({name})")
+            continue
+        hosts[name] = _read_rows(fleet, raw_name, rows, warnings)
+    return hosts
+
+
+def _read_rows(fleet: Section, raw_name: str, rows: Any,
+               warnings: list[str]) -> tuple[HostRow, ...]:
+    where = f"hosts.{raw_name}"
+    if rows is None:
+        return ()
+    if not isinstance(rows, list):
+        fleet.problem(where, f"must be a list of [model_name, port] rows, not {type_name(rows)}")
+        return ()
+    if len(rows) > MAX_SERVERS_PER_BOX:
+        fleet.problem(where, f"has {len(rows)} rows; a box runs at most {MAX_SERVERS_PER_BOX}")
+    parsed: list[HostRow] = []
+    for index, row in enumerate(rows):
+        parsed_row = _read_row(fleet, f"{where}[{index}]", index, row)
+        if parsed_row is None:
+            continue
+        if parsed_row.seed_public_port is not None:
+            warnings.append(f"{fleet.source}: fleet.{where}[{index}]: the fourth element "
+                            f"(public port) is deprecated; a provider listing replaces it")
+        for earlier in parsed:
+            if earlier.port == parsed_row.port:
+                fleet.problem(f"{where}[{index}]", f"duplicate port {parsed_row.port}")
+            if earlier.name == parsed_row.name:
+                fleet.problem(f"{where}[{index}]", f"duplicate name {parsed_row.name!r} "
+                              "(give one of the rows a third element)")
+        parsed.append(parsed_row)
+    return tuple(parsed)
+
+
+def _read_row(fleet: Section, where: str, index: int, row: Any) -> HostRow | None:
+    if not isinstance(row, list) or not 2 <= len(row) <= 4:
+        fleet.problem(where, "must be [model_name, port] or [model_name, port, name]")
+        return None
+    model_name, port = row[0], row[1]
+    name = row[2] if len(row) >= 3 else model_name
+    public = row[3] if len(row) == 4 else None
+    ok = True
+    if not isinstance(model_name, str) or not model_name:
+        fleet.problem(where, "the model name (first element) must be a non-empty string")
+        ok = False
+    if not _is_port(port):
+        fleet.problem(where, f"the port (second element) must be an integer port, not {port!r}")
+        ok = False
+    if not _is_program_name(name):
+        fleet.problem(where, f"the name {name!r} cannot name a Supervisor program; use letters, "
+                             "digits, '.', '_' or '-' (a third element sets it)")
+        ok = False
+    if public is not None and not _is_port(public):
+        fleet.problem(where, f"the public port (fourth element) must be a port, not {public!r}")
+        ok = False
+    return HostRow(index, model_name, port, name, public) if ok else None
+
+
+def _is_port(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 < value < 65536
+
+
+def _is_program_name(value: Any) -> bool:
+    return (isinstance(value, str) and bool(value) and len(value) <= 64
+            and all(ch.isascii() and (ch.isalnum() or ch in "._-") for ch in value))
+
+
+def _read_providers(section: Section) -> dict[str, Provider]:
+    providers = {}
+    for kind in ("vast", "runpod"):
+        sub = section.sub(kind)
+        api_key, url = sub.text("api_key"), sub.text("url")
+        sub.close()
+        if sub.mapping and not api_key:
+            sub.problem("api_key", "is required to enable this provider listing")
+        elif api_key:
+            providers[kind] = Provider(api_key, url)
+    section.close()
+    return providers

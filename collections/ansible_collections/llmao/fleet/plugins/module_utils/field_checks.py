@@ -1,0 +1,104 @@
+# Copyright: llmao fleet contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Typed reads of one YAML mapping, each failure recorded against its key path.
+
+Both loaders read through :class:`Section`, so every key of both files is
+checked, defaulted and reported the same way. A failed read records a problem
+and returns ``None``; the loader carries on so all problems surface together.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from .config_errors import Problems, key_path
+
+MISSING = object()
+
+
+def type_name(value: Any) -> str:
+    """The YAML word for a value's type, for messages."""
+    names = {bool: "a boolean", int: "an integer", float: "a number", str: "a string",
+             list: "a list", dict: "a mapping", type(None): "empty"}
+    return names.get(type(value), type(value).__name__)
+
+
+class Section:
+    """One mapping of one file, read key by key; unknown keys are reported on :meth:`close`."""
+
+    def __init__(self, problems: Problems, source: str, path: tuple, value: Any,
+                 *, required: bool = False):
+        self.problems = problems
+        self.source = source
+        self.path = path
+        self.seen: set[str] = set()
+        self.valid = isinstance(value, Mapping)
+        if value is None and not required:
+            value, self.valid = {}, True
+        if not self.valid:
+            self.problem("", "is required" if value is None
+                         else f"must be a mapping, not {type_name(value)}")
+            value = {}
+        self.mapping: Mapping = value
+
+    def problem(self, key: object, message: str) -> None:
+        parts = self.path + ((key,) if key != "" else ())
+        self.problems.add(self.source, key_path(*parts), message)
+
+    def raw(self, key: str, default: Any = MISSING) -> Any:
+        """The value as written, or ``default`` (``MISSING`` when absent and no default)."""
+        self.seen.add(key)
+        return self.mapping.get(key, default)
+
+    def sub(self, key: str, *, required: bool = False) -> Section:
+        return Section(self.problems, self.source, self.path + (key,), self.raw(key, None),
+                       required=required)
+
+    def text(self, key: str, default: str | None = None, *, required: bool = False) -> str | None:
+        value = self.raw(key)
+        if value is MISSING or value is None:
+            if required:
+                self.problem(key, "is required")
+            return default
+        if not isinstance(value, str):
+            self.problem(key, f"must be a string, not {type_name(value)}")
+            return default
+        return value
+
+    def integer(self, key: str, default: int | None = None, *, minimum: int = 1) -> int | None:
+        value = self.raw(key)
+        if value is MISSING or value is None:
+            return default
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            self.problem(key, f"must be an integer of at least {minimum}, not {value!r}")
+            return default
+        return value
+
+    def number(self, key: str, default: float | None = None, *,
+               maximum: float | None = None) -> float | None:
+        """A positive number (int or float), optionally capped."""
+        value = self.raw(key)
+        if value is MISSING or value is None:
+            return default
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0 \
+                or (maximum is not None and value > maximum):
+            bound = f" and at most {maximum}" if maximum is not None else ""
+            self.problem(key, f"must be a number above 0{bound}, not {value!r}")
+            return default
+        return value
+
+    def flag(self, key: str, default: bool = False) -> bool:
+        value = self.raw(key)
+        if value is MISSING or value is None:
+            return default
+        if not isinstance(value, bool):
+            self.problem(key, f"must be true or false, not {value!r}")
+            return default
+        return value
+
+    def close(self) -> None:
+        """Report keys nobody read: in a hand-written file they are typos."""
+        for key in self.mapping:
+            if key not in self.seen:
+                self.problem(key, "unknown key")

@@ -1,0 +1,157 @@
+# Copyright: llmao fleet contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The fleet: ``config.yaml`` joined with ``models.yaml``, checked whole, indexed once.
+
+:func:`load_fleet` is the single entry point of every face. It either returns a
+complete :class:`Fleet` or raises :class:`ConfigError` listing every problem:
+nothing is ever half-loaded. All per-box work (bearers, payload bytes,
+revisions) happens here, so serving a box costs one dictionary lookup whatever
+the fleet's size.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from .bearer import BearerError, derive_vllm_api_key, is_placeholder
+from .config_errors import ConfigError, Problems
+from .config_file import LISTEN_PORTS, HostRow, Settings, load_settings
+from .hostnames import normalize_host
+from .intent import BoxAssignment, IntendedServer, assign
+from .models_file import ModelEntry, load_models
+
+
+class ApprovalError(ValueError):
+    """An admin's approval of an unknown box cannot be honoured; says why."""
+
+
+@dataclass(frozen=True)
+class Fleet:
+    """The loaded, validated fleet. Immutable: a config change means a reload."""
+
+    config_path: str
+    models_path: str
+    settings: Settings = field(repr=False)
+    models: MappingProxyType = field(repr=False)
+    assignments: MappingProxyType = field(repr=False)
+    warnings: tuple[str, ...] = ()
+
+    def assignment(self, box: str) -> BoxAssignment | None:
+        """The configured assignment of a box name as a request gave it, or None."""
+        return self.assignments.get(normalize_host(box))
+
+    def servers(self) -> Iterator[IntendedServer]:
+        """Every intended server, box by box in file order, rows in row order."""
+        for assignment in self.assignments.values():
+            yield from assignment.servers
+
+    @property
+    def fleet_key_configured(self) -> bool:
+        return not is_placeholder(self.settings.fleet_key)
+
+    def approved_assignment(self, box: str, model_names: Sequence[str]) -> BoxAssignment:
+        """The assignment of an admin-approved unknown box: models on 8001, 8002, 8003."""
+        box = normalize_host(box)
+        reason = approval_refusal(self, box, model_names)
+        if reason:
+            raise ApprovalError(reason)
+        servers = []
+        for port, model_name in zip(LISTEN_PORTS, model_names, strict=False):
+            try:
+                key = derive_vllm_api_key(self.settings.vllm_api_salt, box, port)
+            except BearerError as exc:
+                raise ApprovalError(f"cannot derive a bearer: {exc}") from None
+            servers.append(IntendedServer(box, model_name, model_name, port,
+                                          self.models[model_name], key))
+        return assign(box, tuple(servers))
+
+
+def approval_refusal(fleet: Fleet, box: str, model_names: Sequence[str]) -> str | None:
+    """Why these models cannot be approved for this box, or None when they can."""
+    if not box:
+        return "the box name is empty"
+    if box in fleet.assignments:
+        return f"{box} is already in fleet.hosts; its rows decide what it runs"
+    if not model_names:
+        return "pick at least one model"
+    if len(model_names) > len(LISTEN_PORTS):
+        return f"a box runs at most {len(LISTEN_PORTS)} models, {len(model_names)} were picked"
+    if len(set(model_names)) != len(model_names):
+        return "each model can be picked once"
+    for name in model_names:
+        entry = fleet.models.get(name)
+        if entry is None:
+            return f"{name!r} is not in models.yaml"
+        if not entry.self_hosted:
+            return f"{name!r} is a commercial route, not a self-hosted model"
+    return None
+
+
+def load_fleet(config_path: str, models_path: str) -> Fleet:
+    """Load, validate and index both files; raises :class:`ConfigError` on any problem."""
+    problems = Problems()
+    warnings: list[str] = []
+    models = _models_or_problems(models_path, problems)
+    try:
+        settings = load_settings(config_path, problems, warnings)
+    except ConfigError as exc:  # unreadable or not YAML: nothing more to check
+        problems.items.extend(exc.problems)
+        problems.raise_if_any()
+        raise
+    _check_secrets(config_path, settings, problems)
+    assignments = {}
+    for box, rows in settings.hosts.items():
+        servers = tuple(_intend(config_path, settings, models, box, row, problems)
+                        for row in rows)
+        assignments[box] = servers
+    problems.raise_if_any()
+    built = {box: assign(box, servers) for box, servers in assignments.items()}
+    return Fleet(config_path, models_path, settings, MappingProxyType(models),
+                 MappingProxyType(built), tuple(warnings))
+
+
+def _models_or_problems(models_path: str, problems: Problems) -> dict[str, ModelEntry]:
+    try:
+        return load_models(models_path)
+    except ConfigError as exc:
+        problems.items.extend(exc.problems)
+        return {}
+
+
+def _check_secrets(source: str, settings: Settings, problems: Problems) -> None:
+    """A row can only be served with the secret its bearer comes from."""
+    rows = [(box, row) for box, box_rows in settings.hosts.items() for row in box_rows]
+    salted = sum(1 for box, row in rows if (box, row.port) not in settings.legacy_servers)
+    legacy = len(rows) - salted
+    if salted and is_placeholder(settings.vllm_api_salt):
+        problems.add(source, "fleet.vllm_api_salt",
+                     f"missing or CHANGE_ME, but {salted} host row(s) derive their bearer from it")
+    if legacy and is_placeholder(settings.selfhost_api_key):
+        problems.add(source, "fleet.selfhost_api_key",
+                     f"missing or CHANGE_ME, but {legacy} legacy server(s) use it")
+
+
+def _intend(source: str, settings: Settings, models: dict[str, ModelEntry], box: str,
+            row: HostRow, problems: Problems) -> IntendedServer | None:
+    """Join one row with its recipe and bearer, recording why it cannot be."""
+    where = f"fleet.hosts.{box}[{row.index}]"
+    legacy = (box, row.port) in settings.legacy_servers
+    entry = models.get(row.model_name)
+    if entry is None:
+        problems.add(source, where, f"model {row.model_name!r} is not in models.yaml")
+    elif not entry.self_hosted:
+        problems.add(source, where, f"model {row.model_name!r} is a commercial route "
+                                    "(model_info.self_hosted is not true)")
+    if row.port not in LISTEN_PORTS and not legacy:
+        problems.add(source, where, f"port {row.port} is not a listen port "
+                                    f"({', '.join(map(str, LISTEN_PORTS))}) nor a legacy pair")
+    if entry is None or not entry.self_hosted or problems.items:
+        return None
+    if legacy:
+        key = settings.selfhost_api_key
+    else:
+        key = derive_vllm_api_key(settings.vllm_api_salt, box, row.port)
+    return IntendedServer(box, row.name, row.model_name, row.port, entry, key, legacy,
+                          row.seed_public_port)

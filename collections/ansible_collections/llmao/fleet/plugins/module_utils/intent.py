@@ -1,0 +1,91 @@
+# Copyright: llmao fleet contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""What llmao intends a box to run, and the payload that tells the box.
+
+An :class:`IntendedServer` joins a ``fleet.hosts`` row with its recipe and
+bearer. A :class:`BoxAssignment` is one box's servers plus the exact bytes
+``GET /vllm/config`` answers and their ``revision``: built once at load, so a
+fetch is a lookup and the push path ships the very same content.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from .models_file import RECIPE_NUMBERS, ModelEntry
+
+REVISION_LENGTH = 16
+
+
+@dataclass(frozen=True)
+class IntendedServer:
+    """One vLLM process llmao wants on one box, on one listen port."""
+
+    box: str
+    name: str
+    model_name: str
+    listen_port: int
+    entry: ModelEntry = field(repr=False)
+    api_key: str = field(repr=False)
+    legacy: bool = False
+    seed_public_port: int | None = None
+
+    @property
+    def served_model_name(self) -> str:
+        return self.entry.vllm.served_model_name
+
+    def payload_entry(self) -> dict[str, Any]:
+        """This server as the seed's JSON shape (with the bearer: box-facing only)."""
+        recipe = self.entry.vllm
+        entry: dict[str, Any] = {
+            "name": self.name,
+            "model": recipe.model,
+            "served_model_name": recipe.served_model_name,
+            "host": self.box,
+            "port": self.listen_port,
+            "api_key": self.api_key,
+            "args": list(recipe.args),
+        }
+        entry.update((key, recipe.numbers[key]) for key in RECIPE_NUMBERS if key in recipe.numbers)
+        return entry
+
+    def public_view(self) -> dict[str, Any]:
+        """The same facts without the bearer: for inventories, dashboards and logs."""
+        entry = self.payload_entry()
+        del entry["api_key"]
+        entry["model_name"] = self.model_name
+        entry["legacy"] = self.legacy
+        return entry
+
+
+@dataclass(frozen=True)
+class BoxAssignment:
+    """A box's servers in row order, its revision and the encoded answer."""
+
+    box: str
+    servers: tuple[IntendedServer, ...]
+    revision: str
+    body: bytes = field(repr=False)
+
+
+def revision_of(box: str, entries: list[dict[str, Any]]) -> str:
+    """A stable content hash of what the box is told, secrets included in the input.
+
+    Including the bearer means a salt rotation shows up as a new revision the
+    box has not applied; the hash never reveals it.
+    """
+    canonical = json.dumps({"host": box, "servers": entries}, sort_keys=True,
+                           separators=(",", ":"), ensure_ascii=True)
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:REVISION_LENGTH]
+
+
+def assign(box: str, servers: tuple[IntendedServer, ...]) -> BoxAssignment:
+    """Build the payload once: ``{"host", "servers", "revision"}`` as bytes."""
+    entries = [server.payload_entry() for server in servers]
+    revision = revision_of(box, entries)
+    body = json.dumps({"host": box, "servers": entries, "revision": revision},
+                      separators=(",", ":")).encode("utf-8")
+    return BoxAssignment(box, servers, revision, body)

@@ -1,0 +1,61 @@
+# Copyright: llmao fleet contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Reading a YAML file for the loaders: safe types only, duplicate keys refused.
+
+PyYAML keeps the last of two equal keys without a word; in ``fleet.hosts`` that
+would silently drop a box, so a duplicate is an error that names its line.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+from .config_errors import ConfigError
+
+_BaseLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class _StrictLoader(_BaseLoader):  # type: ignore[misc, valid-type]
+    """Safe loader that refuses a mapping with the same key twice."""
+
+
+def _construct_unique_mapping(loader: _StrictLoader, node: yaml.MappingNode) -> dict:
+    loader.flatten_mapping(node)
+    mapping: dict = {}
+    for key_node, value_node in node.value:
+        key = loader.construct_object(key_node, deep=True)
+        try:
+            duplicate = key in mapping
+        except TypeError:
+            raise yaml.constructor.ConstructorError(
+                None, None, "a mapping key must be a plain value", key_node.start_mark
+            ) from None
+        if duplicate:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"duplicate key {key!r}", key_node.start_mark
+            )
+        mapping[key] = loader.construct_object(value_node, deep=True)
+    return mapping
+
+
+_StrictLoader.add_constructor(
+    yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_unique_mapping
+)
+
+
+def read_yaml(path: str) -> Any:
+    """Parse ``path``; any read or syntax error becomes a :class:`ConfigError` naming it."""
+    try:
+        with open(path, encoding="utf-8") as stream:
+            return yaml.load(stream, Loader=_StrictLoader)  # noqa: S506 - a safe loader
+    except OSError as exc:
+        raise ConfigError([f"{path}: cannot be read: {exc.strerror}"]) from None
+    except UnicodeDecodeError:
+        raise ConfigError([f"{path}: is not UTF-8 text"]) from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        what = getattr(exc, "problem", None) or "not valid YAML"
+        raise ConfigError([f"{path}: {where}{what}"]) from None
