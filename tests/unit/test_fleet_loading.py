@@ -1,0 +1,246 @@
+"""Loading config.yaml + models.yaml: every rule, every message names file, key path and row."""
+
+from __future__ import annotations
+
+import pytest
+
+from ansible_collections.llmao.fleet.plugins.module_utils.config_errors import ConfigError
+from ansible_collections.llmao.fleet.plugins.module_utils.fleet import load_fleet
+from tests.unit.fleet_files import (
+    FLEET_KEY,
+    SALT,
+    SHARED_BEARER,
+    base_config,
+    base_models,
+    write_pair,
+)
+
+
+def load(tmp_path, config=None, models=None, **raw):
+    return load_fleet(*write_pair(tmp_path, config, models, **raw))
+
+
+def refused(tmp_path, config=None, models=None, **raw) -> str:
+    with pytest.raises(ConfigError) as caught:
+        load(tmp_path, config, models, **raw)
+    return str(caught.value)
+
+
+def test_base_fleet_loads(tmp_path):
+    fleet = load(tmp_path)
+    assert list(fleet.assignments) == ["203.0.113.10", "198.51.100.7"]
+    assert [s.name for s in fleet.assignment("203.0.113.10").servers] == ["gemma", "qwen"]
+    assert fleet.fleet_key_configured
+    assert fleet.warnings == ()
+
+
+def with_config(change):
+    config = base_config()
+    change(config)
+    return config
+
+
+def with_models(change):
+    models = base_models()
+    change(models)
+    return models
+
+
+def _hosts(config):
+    return config["fleet"]["hosts"]
+
+
+CONFIG_CASES = [
+    ("duplicate port",
+     lambda c: _hosts(c).update({"203.0.113.10": [["gemma", 8001], ["qwen", 8001, "q2"]]}),
+     "config.yaml: fleet.hosts.203.0.113.10[1]: duplicate port 8001"),
+    ("duplicate name",
+     lambda c: _hosts(c).update({"203.0.113.10": [["gemma", 8001], ["gemma", 8002]]}),
+     "fleet.hosts.203.0.113.10[1]: duplicate name 'gemma'"),
+    ("four rows",
+     lambda c: _hosts(c).update({"203.0.113.10": [["gemma", 8001], ["qwen", 8002],
+                                                   ["gemma", 8003, "g2"], ["qwen", 8004, "q2"]]}),
+     "fleet.hosts.203.0.113.10: has 4 rows; a box runs at most 3"),
+    ("port outside the listen ports",
+     lambda c: _hosts(c).update({"203.0.113.10": [["gemma", 9000]]}),
+     "fleet.hosts.203.0.113.10[0]: port 9000 is not a listen port"),
+    ("unknown model",
+     lambda c: _hosts(c).update({"203.0.113.10": [["nope", 8001]]}),
+     "fleet.hosts.203.0.113.10[0]: model 'nope' is not in models.yaml"),
+    ("commercial model on a box",
+     lambda c: _hosts(c).update({"203.0.113.10": [["gpt", 8001]]}),
+     "fleet.hosts.203.0.113.10[0]: model 'gpt' is a commercial route"),
+    ("row too short",
+     lambda c: _hosts(c).update({"203.0.113.10": [["gemma"]]}),
+     "fleet.hosts.203.0.113.10[0]: must be [model_name, port]"),
+    ("row not a list",
+     lambda c: _hosts(c).update({"203.0.113.10": ["gemma:8001"]}),
+     "fleet.hosts.203.0.113.10[0]: must be [model_name, port]"),
+    ("port as string",
+     lambda c: _hosts(c).update({"203.0.113.10": [["gemma", "8001"]]}),
+     "fleet.hosts.203.0.113.10[0]: the port (second element) must be an integer port"),
+    ("port as boolean",
+     lambda c: _hosts(c).update({"203.0.113.10": [["gemma", True]]}),
+     "the port (second element) must be an integer port"),
+    ("name unfit for supervisor",
+     lambda c: _hosts(c).update({"203.0.113.10": [["gemma", 8001, "a b:c"]]}),
+     "fleet.hosts.203.0.113.10[0]: the name 'a b:c' cannot name a Supervisor program"),
+    ("bad public port",
+     lambda c: _hosts(c).update({"203.0.113.10": [["gemma", 8001, "gemma", "x"]]}),
+     "the public port (fourth element) must be a port"),
+    ("hosts missing", lambda c: c["fleet"].pop("hosts"),
+     "config.yaml: fleet.hosts: is required (write {} for an empty fleet)"),
+    ("hosts a list", lambda c: c["fleet"].update(hosts=[]),
+     "fleet.hosts: must be a mapping of box name to rows, not a list"),
+    ("rows a mapping", lambda c: _hosts(c).update({"203.0.113.10": {"gemma": 8001}}),
+     "fleet.hosts.203.0.113.10: must be a list of [model_name, port] rows"),
+    ("two keys, one box", lambda c: _hosts(c).update({"::ffff:203.0.113.10": [["gemma", 8001]]}),
+     "fleet.hosts.::ffff:203.0.113.10: names the same box as another key (203.0.113.10)"),
+    ("box name not a string", lambda c: _hosts(c).update({8080: [["gemma", 8001]]}),
+     "fleet.hosts.8080: a box name must be a non-empty string"),
+    ("salt missing", lambda c: c["fleet"].pop("vllm_api_salt"),
+     "config.yaml: fleet.vllm_api_salt: missing or CHANGE_ME, but 2 host row(s)"),
+    ("salt placeholder", lambda c: c["fleet"].update(vllm_api_salt="CHANGE_ME_SALT"),
+     "fleet.vllm_api_salt: missing or CHANGE_ME"),
+    ("shared bearer missing for a legacy pair", lambda c: c["fleet"].pop("selfhost_api_key"),
+     "fleet.selfhost_api_key: missing or CHANGE_ME, but 1 legacy server(s) use it"),
+    ("legacy pair malformed", lambda c: c["fleet"].update(legacy_servers=[["198.51.100.7"]]),
+     "fleet.legacy_servers[0]: must be a [host, listen_port] pair"),
+    ("unknown fleet key", lambda c: c["fleet"].update(helth_grace_s=10),
+     "config.yaml: fleet.helth_grace_s: unknown key"),
+    ("unknown section", lambda c: c.update(litelm={"url": "x"}),
+     "config.yaml: litelm: unknown key"),
+    ("grace not a number", lambda c: c["fleet"].update(health_grace_s="10m"),
+     "fleet.health_grace_s: must be a number above 0"),
+    ("threshold zero", lambda c: c["fleet"].update(health_fail_threshold=0),
+     "fleet.health_fail_threshold: must be an integer of at least 1"),
+    ("fleet key not a string", lambda c: c["fleet"].update(key=12345),
+     "fleet.key: must be a string, not an integer"),
+    ("fleet missing", lambda c: c.pop("fleet"), "config.yaml: fleet: is required"),
+    ("provider without key", lambda c: c.update(providers={"vast": {"url": "http://x"}}),
+     "providers.vast.api_key: is required to enable this provider listing"),
+]
+
+
+@pytest.mark.parametrize(("change", "message"), [c[1:] for c in CONFIG_CASES],
+                         ids=[c[0] for c in CONFIG_CASES])
+def test_config_rule(tmp_path, change, message):
+    assert message in refused(tmp_path, config=with_config(change))
+
+
+def _gemma(models):
+    return models["models"][0]
+
+
+MODELS_CASES = [
+    ("models missing", lambda m: m.pop("models"), "models.yaml: models: is required"),
+    ("models a mapping", lambda m: m.update(models={}), "models.yaml: models: must be a list"),
+    ("no model_name", lambda m: _gemma(m).pop("model_name"),
+     "models.yaml: models[0].model_name: is required"),
+    ("no litellm_params", lambda m: _gemma(m).pop("litellm_params"),
+     "models[0].litellm_params: is required"),
+    ("no litellm model", lambda m: _gemma(m)["litellm_params"].pop("model"),
+     "models[0].litellm_params.model: is required"),
+    ("self-hosted without recipe", lambda m: _gemma(m)["model_info"].pop("vllm"),
+     "models[0].model_info.vllm: is required when self_hosted is true"),
+    ("recipe without weights", lambda m: _gemma(m)["model_info"]["vllm"].pop("model"),
+     "models[0].model_info.vllm.model: is required"),
+    ("args with a number", lambda m: _gemma(m)["model_info"]["vllm"].update(args=["--x", 3]),
+     "models[0].model_info.vllm.args: must be a list of strings or one string"),
+    ("args unbalanced quote", lambda m: _gemma(m)["model_info"]["vllm"].update(args="--x 'a"),
+     "models[0].model_info.vllm.args: cannot be split like a shell line"),
+    ("utilisation above one",
+     lambda m: _gemma(m)["model_info"]["vllm"].update(gpu_memory_utilization=1.5),
+     "vllm.gpu_memory_utilization: must be a number above 0 and at most 1"),
+    ("max_model_len a float", lambda m: _gemma(m)["model_info"]["vllm"].update(max_model_len=1.5),
+     "vllm.max_model_len: must be an integer of at least 1"),
+    ("vram negative", lambda m: _gemma(m)["model_info"]["vllm"].update(vram_gb=-1),
+     "vllm.vram_gb: must be a number above 0"),
+    ("unknown recipe key", lambda m: _gemma(m)["model_info"]["vllm"].update(max_len=1),
+     "models[0].model_info.vllm.max_len: unknown key"),
+    ("self_hosted not a boolean", lambda m: _gemma(m)["model_info"].update(self_hosted="yes"),
+     "models[0].model_info.self_hosted: must be true or false"),
+    ("duplicate self-hosted name", lambda m: m["models"].append(_gemma(base_models())),
+     "models.yaml: models[3].model_name: 'gemma' is already defined"),
+    ("entry not a mapping", lambda m: m["models"].append("gemma"),
+     "models.yaml: models[3]: must be a mapping, not a string"),
+    ("unknown entry key", lambda m: _gemma(m).update(modle_info={}),
+     "models[0].modle_info: unknown key"),
+]
+
+
+@pytest.mark.parametrize(("change", "message"), [c[1:] for c in MODELS_CASES],
+                         ids=[c[0] for c in MODELS_CASES])
+def test_models_rule(tmp_path, change, message):
+    assert message in refused(tmp_path, models=with_models(change))
+
+
+@pytest.mark.parametrize(("raw", "message"), [
+    ("fleet: [", "config.yaml: line"),
+    ("fleet:\n  hosts: {}\n  hosts: {}\n", "duplicate key 'hosts'"),
+    ("- just\n- a list\n", "config.yaml: must be a mapping, not a list"),
+    ("", "config.yaml: is required"),
+])
+def test_config_file_unreadable(tmp_path, raw, message):
+    assert message in refused(tmp_path, raw_config=raw)
+
+
+def test_missing_file_is_named(tmp_path):
+    config, _ = write_pair(tmp_path)
+    with pytest.raises(ConfigError, match="nowhere.yaml: cannot be read"):
+        load_fleet(config, str(tmp_path / "nowhere.yaml"))
+
+
+def test_every_problem_is_reported_at_once(tmp_path):
+    config = base_config()
+    _hosts(config)["203.0.113.10"] = [["nope", 8001], ["gemma", 9000]]
+    config["fleet"]["rejected_passes"] = 0
+    models = base_models()
+    models["models"][1]["model_info"]["vllm"]["vram_gb"] = "big"
+    problems = refused(tmp_path, config, models).splitlines()
+    assert len(problems) >= 4
+
+
+def test_no_secret_in_any_message(tmp_path):
+    config = base_config()
+    _hosts(config)["203.0.113.10"] = [["nope", 8001]]
+    config["fleet"]["key"] = 12345  # wrong type, but the others are real secrets
+    message = refused(tmp_path, config)
+    for secret in (SALT, FLEET_KEY, SHARED_BEARER):
+        assert secret not in message
+
+
+def test_fourth_element_loads_with_a_warning(tmp_path):
+    config = base_config()
+    _hosts(config)["203.0.113.10"] = [["gemma", 8001, "gemma", 40123]]
+    fleet = load(tmp_path, config)
+    (server,) = fleet.assignment("203.0.113.10").servers
+    assert server.seed_public_port == 40123
+    assert "fleet.hosts.203.0.113.10[0]: the fourth element (public port) is deprecated" \
+        in fleet.warnings[0]
+
+
+def test_empty_fleet_needs_no_salt(tmp_path):
+    config = {"fleet": {"key": FLEET_KEY, "hosts": {}}}
+    fleet = load(tmp_path, config)
+    assert dict(fleet.assignments) == {}
+
+
+@pytest.mark.parametrize("key", [None, "", "CHANGE_ME", "CHANGE_ME_FLEET_KEY"])
+def test_placeholder_fleet_key_loads_but_is_not_configured(tmp_path, key):
+    config = base_config()
+    config["fleet"]["key"] = key
+    assert not load(tmp_path, config).fleet_key_configured
+
+
+def test_keys_are_normalised(tmp_path):
+    config = base_config()
+    _hosts(config)[" ::ffff:192.0.2.5 "] = [["gemma", 8001]]
+    fleet = load(tmp_path, config)
+    assert fleet.assignment("192.0.2.5").box == "192.0.2.5"
+    assert fleet.assignment("::ffff:192.0.2.5") is not None
+
+
+def test_state_defaults_beside_the_config(tmp_path):
+    fleet = load(tmp_path)
+    assert fleet.settings.server_state == str(tmp_path / "llmao-state.sqlite3")

@@ -1,0 +1,96 @@
+"""The payload a box receives, its revision, and approved assignments."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ansible_collections.llmao.fleet.plugins.module_utils.bearer import derive_vllm_api_key
+from ansible_collections.llmao.fleet.plugins.module_utils.fleet import ApprovalError, load_fleet
+from tests.unit.fleet_files import SALT, SHARED_BEARER, base_config, base_models, write_pair
+
+
+@pytest.fixture
+def fleet(tmp_path):
+    return load_fleet(*write_pair(tmp_path))
+
+
+def test_payload_matches_the_seed_shape(fleet):
+    payload = json.loads(fleet.assignment("203.0.113.10").body)
+    assert list(payload) == ["host", "servers", "revision"]
+    gemma, qwen = payload["servers"]
+    assert gemma == {
+        "name": "gemma", "model": "google/gemma", "served_model_name": "gemma",
+        "host": "203.0.113.10", "port": 8001,
+        "api_key": derive_vllm_api_key(SALT, "203.0.113.10", 8001),
+        "args": ["--reasoning-parser", "gemma"],
+        "max_model_len": 32768, "vram_gb": 18, "disk_gb": 60,
+    }
+    assert list(gemma) == ["name", "model", "served_model_name", "host", "port", "api_key",
+                           "args", "max_model_len", "vram_gb", "disk_gb"]
+    # A string of args is split like a shell would; unset numbers are absent.
+    assert qwen["args"] == ["--tool-call-parser", "hermes x"]
+    assert qwen["served_model_name"] == "qwen-served"
+    assert "vram_gb" not in qwen and "gpu_memory_utilization" not in qwen
+
+
+def test_legacy_pair_carries_the_shared_bearer(fleet):
+    (server,) = json.loads(fleet.assignment("198.51.100.7").body)["servers"]
+    assert server["port"] == 8000 and server["api_key"] == SHARED_BEARER
+
+
+def test_revision_is_stable_and_follows_the_assignment(tmp_path):
+    first = load_fleet(*write_pair(tmp_path)).assignment("203.0.113.10").revision
+    again = load_fleet(*write_pair(tmp_path)).assignment("203.0.113.10").revision
+    models = base_models()
+    models["models"][0]["model_info"]["vllm"]["max_model_len"] = 16384
+    changed = load_fleet(*write_pair(tmp_path, models=models)).assignment("203.0.113.10")
+    config = base_config()
+    config["fleet"]["vllm_api_salt"] = "another-salt"
+    rotated = load_fleet(*write_pair(tmp_path, config=config)).assignment("203.0.113.10")
+    assert first == again
+    assert len({first, changed.revision, rotated.revision}) == 3
+    assert "another-salt" not in rotated.revision
+
+
+def test_public_view_has_no_bearer(fleet):
+    for server in fleet.servers():
+        view = server.public_view()
+        assert "api_key" not in view
+        assert server.api_key not in json.dumps(view)
+        assert view["model_name"] == server.model_name
+
+
+def test_servers_in_file_and_row_order(fleet):
+    assert [(s.box, s.listen_port) for s in fleet.servers()] == [
+        ("203.0.113.10", 8001), ("203.0.113.10", 8002), ("198.51.100.7", 8000)]
+
+
+def test_repr_hides_secrets(fleet):
+    text = repr(list(fleet.servers())) + repr(fleet)
+    assert SALT not in text and SHARED_BEARER not in text
+    assert all(s.api_key not in text for s in fleet.servers())
+
+
+def test_approved_box_gets_listen_ports_in_order(fleet):
+    assignment = fleet.approved_assignment(" ::ffff:192.0.2.77", ["qwen", "gemma"])
+    payload = json.loads(assignment.body)
+    assert payload["host"] == "192.0.2.77"
+    assert [(s["name"], s["port"]) for s in payload["servers"]] == [("qwen", 8001), ("gemma", 8002)]
+    assert payload["servers"][1]["api_key"] == derive_vllm_api_key(SALT, "192.0.2.77", 8002)
+    assert payload["revision"] == assignment.revision
+
+
+@pytest.mark.parametrize(("box", "models", "reason"), [
+    ("192.0.2.77", [], "pick at least one model"),
+    ("192.0.2.77", ["gemma", "qwen", "gemma", "qwen"], "at most 3 models"),
+    ("192.0.2.77", ["gemma", "gemma"], "each model can be picked once"),
+    ("192.0.2.77", ["nope"], "'nope' is not in models.yaml"),
+    ("192.0.2.77", ["gpt"], "'gpt' is a commercial route"),
+    ("203.0.113.10", ["gemma"], "already in fleet.hosts"),
+    ("  ", ["gemma"], "the box name is empty"),
+])
+def test_approval_refusals(fleet, box, models, reason):
+    with pytest.raises(ApprovalError, match=reason):
+        fleet.approved_assignment(box, models)
