@@ -1,0 +1,186 @@
+# Copyright: llmao fleet contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The lifecycle of one intended server: observations in, a state and an action out.
+
+Pure and deterministic, so every boundary is a table-driven test. The rules
+(SPEC §7) are written to fail safe: one bad probe below the threshold keeps a
+deployment, a listing that could not be read never makes a box "unlisted",
+and only a server that is serving and is ours is ever registered.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from enum import StrEnum
+
+from .config_file import Lifecycle
+
+
+class State(StrEnum):
+    AWAITING = "Awaiting"
+    LOADING = "Loading"
+    STALLED = "Stalled"
+    HEALTHY = "Healthy"
+    UNHEALTHY = "Unhealthy"
+    REJECTED = "Rejected"
+    FOREIGN = "Foreign"
+    UNLISTED = "Unlisted"
+
+
+class Action(StrEnum):
+    """What reconcile does to the server's LiteLLM deployment."""
+
+    ENSURE = "ensure"   # register it when missing (or when it differs)
+    DELETE = "delete"   # remove it when present
+    KEEP = "keep"       # leave LiteLLM as it is
+
+
+ACTIONS = {
+    State.AWAITING: Action.KEEP,
+    State.LOADING: Action.KEEP,
+    State.STALLED: Action.DELETE,
+    State.HEALTHY: Action.ENSURE,
+    State.UNHEALTHY: Action.DELETE,
+    State.REJECTED: Action.DELETE,
+    State.FOREIGN: Action.DELETE,
+    State.UNLISTED: Action.DELETE,
+}
+
+
+class Models(StrEnum):
+    """Outcome of ``GET /v1/models`` with our bearer."""
+
+    LISTS = "lists"          # 200 and the served name is there
+    OTHER = "other"          # 200 but the served name is not (another model, still loading)
+    REJECTED = "rejected"    # 401: something answers, and it is not ours
+    FAILED = "failed"        # refused, timed out, 5xx, garbage
+    SKIPPED = "skipped"      # not asked: /health did not answer
+
+
+class Listed(StrEnum):
+    """What the provider listings say of the box's address."""
+
+    NAMED = "named"            # a listing names it
+    NOT_NAMED = "not_named"    # every configured listing was read, none names it
+    UNKNOWN = "unknown"        # a listing could not be read and none that was read names it
+    NO_PROVIDERS = "no_providers"  # a local fleet: nothing to ask
+
+
+@dataclass(frozen=True)
+class Probe:
+    """One pass's probe of a server at its public address."""
+
+    health_ok: bool
+    models: Models
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class Memory:
+    """What the previous pass left behind (stored by the server between runs)."""
+
+    state: State | None = None
+    consecutive_failures: int = 0
+    rejected_passes: int = 0
+    last_healthy_at: float | None = None
+
+
+@dataclass(frozen=True)
+class Verdict:
+    state: State
+    reason: str
+    memory: Memory
+
+    @property
+    def action(self) -> Action:
+        return ACTIONS[self.state]
+
+    @property
+    def outlives_instance(self) -> bool:
+        """The ``fleet.hosts`` row points at nothing a provider runs: flag it, never retire it."""
+        return self.state is State.UNLISTED
+
+
+def classify(now: float, last_fetch: float | None, probe: Probe, listed: Listed,
+             memory: Memory, knobs: Lifecycle) -> Verdict:
+    """The state of one server after this pass's probe."""
+    if probe.health_ok and probe.models is Models.LISTS:
+        return Verdict(State.HEALTHY, "serving its model with our bearer",
+                       Memory(State.HEALTHY, 0, 0, now))
+    if probe.models is Models.REJECTED:
+        return _rejected(probe, listed, memory, knobs)
+    answering = probe.health_ok or probe.models is Models.OTHER
+    gone = listed is Listed.NOT_NAMED and not answering
+    if _was_serving_since_last_boot(last_fetch, memory):
+        verdict = _failing(probe, memory, knobs)
+        if gone and verdict.state is State.UNHEALTHY:
+            return _unlisted(verdict.memory)
+        return verdict
+    if gone:
+        return _unlisted(memory)
+    return _starting(now, last_fetch, probe, memory, knobs)
+
+
+def _unlisted(memory: Memory) -> Verdict:
+    return Verdict(State.UNLISTED, "no provider listing names this box and it does not answer: "
+                   "the fleet.hosts row may outlive its instance",
+                   replace(memory, state=State.UNLISTED, rejected_passes=0))
+
+
+def _rejected(probe: Probe, listed: Listed, memory: Memory, knobs: Lifecycle) -> Verdict:
+    passes = memory.rejected_passes + 1
+    remembered = replace(memory, state=State.REJECTED, rejected_passes=passes,
+                         consecutive_failures=0)
+    unnamed = listed in (Listed.NOT_NAMED, Listed.NO_PROVIDERS)
+    if passes >= knobs.rejected_passes and unnamed:
+        return Verdict(State.FOREIGN, f"401 to our bearer on {passes} passes at an address no "
+                       "provider listing names: not ours", replace(remembered,
+                                                                   state=State.FOREIGN))
+    return Verdict(State.REJECTED, f"401 to our bearer ({passes} pass(es))", remembered)
+
+
+def _was_serving_since_last_boot(last_fetch: float | None, memory: Memory) -> bool:
+    """Healthy before, and no config fetch since: a failure now is a fault, not a boot."""
+    if memory.last_healthy_at is None:
+        return False
+    return last_fetch is None or last_fetch <= memory.last_healthy_at
+
+
+def _failing(probe: Probe, memory: Memory, knobs: Lifecycle) -> Verdict:
+    failures = memory.consecutive_failures + 1
+    what = _failure_text(probe)
+    if failures >= knobs.health_fail_threshold:
+        return Verdict(State.UNHEALTHY, f"{what} on {failures} consecutive probes",
+                       replace(memory, state=State.UNHEALTHY, consecutive_failures=failures,
+                               rejected_passes=0))
+    return Verdict(State.HEALTHY, f"{what} ({failures} of {knobs.health_fail_threshold} "
+                   "failures before it is Unhealthy)",
+                   replace(memory, state=State.HEALTHY, consecutive_failures=failures,
+                           rejected_passes=0))
+
+
+def _starting(now: float, last_fetch: float | None, probe: Probe, memory: Memory,
+              knobs: Lifecycle) -> Verdict:
+    remembered = replace(memory, consecutive_failures=0, rejected_passes=0)
+    if last_fetch is None:
+        return Verdict(State.AWAITING, "has not fetched its config yet; " + _failure_text(probe),
+                       replace(remembered, state=State.AWAITING))
+    age = now - last_fetch
+    minutes = f"{age / 60:.0f} min" if age >= 60 else f"{age:.0f} s"
+    if age <= knobs.health_grace_s:
+        what = "vLLM up, model loading" if probe.health_ok else "not answering yet"
+        return Verdict(State.LOADING, f"fetched its config {minutes} ago; {what}",
+                       replace(remembered, state=State.LOADING))
+    return Verdict(State.STALLED, f"fetched its config {minutes} ago, "
+                   f"{_failure_text(probe)} after the {knobs.health_grace_s:.0f} s grace",
+                   replace(remembered, state=State.STALLED))
+
+
+def _failure_text(probe: Probe) -> str:
+    if not probe.health_ok and probe.models is Models.SKIPPED:
+        return "not answering" + (f" ({probe.detail})" if probe.detail else "")
+    if probe.models is Models.OTHER:
+        return "answering without its served model"
+    if not probe.health_ok:
+        return "/health failing" + (f" ({probe.detail})" if probe.detail else "")
+    return "/v1/models failing" + (f" ({probe.detail})" if probe.detail else "")
