@@ -47,10 +47,12 @@ class Lifecycle:
 
 @dataclass(frozen=True)
 class Provider:
-    """A provider listing: its API key and, for tests and proxies, its base URL."""
+    """A provider listing to read: its API key and base URL, or the local engine's label."""
 
-    api_key: str = field(repr=False)
+    kind: str
+    api_key: str | None = field(default=None, repr=False)
     url: str | None = None
+    label: str | None = None
 
 
 @dataclass(frozen=True)
@@ -218,6 +220,7 @@ def _is_program_name(value: Any) -> bool:
 
 
 def _read_providers(section: Section) -> dict[str, Provider]:
+    """Vast and RunPod need an API key; ``docker`` (the local engine) names its label."""
     providers = {}
     for kind in ("vast", "runpod"):
         sub = section.sub(kind)
@@ -226,6 +229,10 @@ def _read_providers(section: Section) -> dict[str, Provider]:
         if sub.mapping and not api_key:
             sub.problem("api_key", "is required to enable this provider listing")
         elif api_key:
-            providers[kind] = Provider(api_key, url)
+            providers[kind] = Provider(kind, api_key=api_key, url=url)
+    if section.raw("docker", None) is not None:
+        docker = section.sub("docker")
+        providers["docker"] = Provider("docker", label=docker.text("label", "llmao.box"))
+        docker.close()
     section.close()
     return providers
