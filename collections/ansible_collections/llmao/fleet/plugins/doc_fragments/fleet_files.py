@@ -1,0 +1,31 @@
+# Copyright: llmao fleet contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Options of every module that reads llmao's config.yaml and models.yaml."""
+
+from __future__ import annotations
+
+
+class ModuleDocFragment:
+    """``extends_documentation_fragment: llmao.fleet.fleet_files``."""
+
+    DOCUMENTATION = r"""
+options:
+  config:
+    description:
+      - Path of llmao's C(config.yaml) on the controller.
+      - The inventory plugin P(llmao.fleet.fleet#inventory) sets the group variable
+        C(llmao_config_file) to the path it read; C(config: "{{ llmao_config_file }}") keeps a
+        play on the same files as its inventory.
+      - A relative path is taken from the working directory of the C(ansible-playbook) process.
+    type: path
+  models:
+    description:
+      - Path of llmao's C(models.yaml) on the controller, the companion of O(config).
+      - The inventory plugin sets the group variable C(llmao_models_file).
+    type: path
+notes:
+  - Both files are loaded and validated together, exactly as the config server loads them; any
+    problem fails the task with a message naming the file, the key path and the row.
+requirements:
+  - PyYAML on the controller (ansible-core's own dependency).
+"""
