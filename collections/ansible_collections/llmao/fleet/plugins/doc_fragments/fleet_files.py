@@ -13,9 +13,9 @@ options:
   config:
     description:
       - Path of llmao's C(config.yaml) on the controller.
-      - The inventory plugin P(llmao.fleet.fleet#inventory) sets the group variable
+      - 'The inventory plugin P(llmao.fleet.fleet#inventory) sets the group variable
         C(llmao_config_file) to the path it read; C(config: "{{ llmao_config_file }}") keeps a
-        play on the same files as its inventory.
+        play on the same files as its inventory.'
       - A relative path is taken from the working directory of the C(ansible-playbook) process.
     type: path
   models:
