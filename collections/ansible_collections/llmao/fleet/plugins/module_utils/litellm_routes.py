@@ -1,0 +1,80 @@
+# Copyright: llmao fleet contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""LiteLLM deployments: the body llmao registers, how it knows its own, what differs.
+
+LiteLLM stores ``litellm_params`` encrypted and never gives ``api_key`` back,
+so ownership and matching rest on ``model_info``: a deterministic ``id`` per
+box, listen port and server name, and a plaintext copy of the public base.
+Deployments without llmao's marks are never touched, only reported.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .intent import IntendedServer
+from .listings import Endpoint
+
+ID_PREFIX = "llmao:"
+PUBLIC_BASE_KEY = "llmao_public_base"
+
+
+def deployment_id(box: str, listen_port: int, name: str) -> str:
+    """The ``model_info.id`` of a server's deployment: stable across runs and restarts."""
+    return f"{ID_PREFIX}{box}:{listen_port}:{name}"
+
+
+def deployment_body(server: IntendedServer, endpoint: Endpoint) -> dict[str, Any]:
+    """The ``/model/new`` body: the models.yaml entry plus this server's base and bearer."""
+    params = dict(server.entry.litellm_params)
+    params.update(api_base=endpoint.base_url, api_key=server.api_key)
+    info = dict(server.entry.model_info)
+    info.update({
+        "id": deployment_id(server.box, server.listen_port, server.name),
+        PUBLIC_BASE_KEY: endpoint.base_url,
+        "llmao_box": server.box,
+        "llmao_listen_port": server.listen_port,
+        "llmao_server": server.name,
+    })
+    return {"model_name": server.model_name, "litellm_params": params, "model_info": info}
+
+
+@dataclass(frozen=True)
+class Route:
+    """One deployment as ``/model/info`` shows it (never with a key)."""
+
+    id: str
+    model_name: str
+    api_base: str | None
+    public_base: str | None
+
+    @property
+    def owned(self) -> bool:
+        return self.id.startswith(ID_PREFIX) and self.public_base is not None
+
+
+def parse_model_info(document: Any) -> list[Route]:
+    """``{"data": [{"model_name", "litellm_params", "model_info"}]}`` → routes.
+
+    Raises ValueError on another shape: a misread listing must not look empty,
+    or every deployment would seem missing and be registered again.
+    """
+    if not isinstance(document, dict) or not isinstance(document.get("data"), list):
+        raise ValueError("LiteLLM /model/info did not answer a 'data' list")
+    routes = []
+    for entry in document["data"]:
+        info = entry.get("model_info") or {}
+        params = entry.get("litellm_params") or {}
+        routes.append(Route(str(info.get("id") or ""), str(entry.get("model_name") or ""),
+                            params.get("api_base"), info.get(PUBLIC_BASE_KEY)))
+    return routes
+
+
+def route_differs(route: Route, server: IntendedServer, endpoint: Endpoint) -> str | None:
+    """Why an owned route no longer fits its server (a re-registration fixes it), or None."""
+    if route.model_name != server.model_name:
+        return f"LiteLLM has model {route.model_name!r}, config says {server.model_name!r}"
+    if route.public_base != endpoint.base_url:
+        return f"public address moved from {route.public_base} to {endpoint.base_url}"
+    return None

@@ -1,0 +1,98 @@
+# Copyright: llmao fleet contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Probing vLLM servers at their public addresses, many at once.
+
+``/health`` takes no key and only says something answers; ``/v1/models`` with
+the bearer says it is ours and serving the model. A 401 is kept apart from
+every other failure because it means "someone else is here", not "down".
+Probes run in a thread pool: a pass over 300 slow servers costs a few slow
+answers, not 300 of them.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from .lifecycle import Models, Probe
+from .listings import Endpoint
+
+DEFAULT_CONCURRENCY = 64
+
+
+@dataclass(frozen=True)
+class Target:
+    """One server to probe: where, with which bearer, expecting which served name."""
+
+    key: str
+    endpoint: Endpoint | None
+    served_model_name: str
+    api_key: str = field(repr=False)
+
+
+def _get(endpoint: Endpoint, path: str, headers: dict[str, str], connect_timeout: float,
+         timeout: float) -> tuple[int, bytes]:
+    connection = http.client.HTTPConnection(endpoint.host, endpoint.port, timeout=connect_timeout)
+    try:
+        connection.connect()
+        connection.sock.settimeout(timeout)
+        connection.request("GET", path, headers=headers)
+        answer = connection.getresponse()
+        return answer.status, answer.read(1 << 20)
+    finally:
+        connection.close()
+
+
+def _lists(body: bytes, served_model_name: str) -> bool:
+    try:
+        data = json.loads(body).get("data") or []
+        return any(isinstance(m, dict) and m.get("id") == served_model_name for m in data)
+    except (ValueError, AttributeError):
+        return False
+
+
+def probe_one(target: Target, connect_timeout: float, timeout: float) -> Probe:
+    """``/health`` then, if it answers, ``/v1/models`` with the bearer."""
+    if target.endpoint is None:
+        return Probe(False, Models.SKIPPED, "no public address known")
+    try:
+        status, _ = _get(target.endpoint, "/health", {}, connect_timeout, timeout)
+    except (OSError, http.client.HTTPException) as exc:
+        return Probe(False, Models.SKIPPED, _describe(exc))
+    health_ok = status == 200
+    try:
+        status, body = _get(target.endpoint, "/v1/models",
+                            {"Authorization": f"Bearer {target.api_key}"}, connect_timeout,
+                            timeout)
+    except (OSError, http.client.HTTPException) as exc:
+        return Probe(health_ok, Models.FAILED, _describe(exc))
+    if status == 401:
+        return Probe(health_ok, Models.REJECTED, "HTTP 401 from /v1/models")
+    if status != 200:
+        return Probe(health_ok, Models.FAILED, f"HTTP {status} from /v1/models")
+    if _lists(body, target.served_model_name):
+        return Probe(health_ok, Models.LISTS, "" if health_ok else "/health not 200")
+    return Probe(health_ok, Models.OTHER, f"{target.served_model_name!r} not listed")
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, TimeoutError):
+        return "timed out"
+    if isinstance(exc, ConnectionRefusedError):
+        return "connection refused"
+    return type(exc).__name__ if not str(exc) else f"{type(exc).__name__}: {exc}"
+
+
+def probe_many(targets: Iterable[Target], connect_timeout: float, timeout: float,
+               concurrency: int = DEFAULT_CONCURRENCY) -> dict[str, Probe]:
+    """Probe every target concurrently; the answer maps each target's key to its probe."""
+    targets = list(targets)
+    if not targets:
+        return {}
+    workers = max(1, min(concurrency, len(targets)))
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="llmao-probe") as pool:
+        probes = pool.map(lambda t: probe_one(t, connect_timeout, timeout), targets)
+        return {target.key: result for target, result in zip(targets, probes, strict=True)}

@@ -1,0 +1,137 @@
+"""A reconcile pass as data: registrations, deletions, orphans and drift."""
+
+from __future__ import annotations
+
+import pytest
+
+from ansible_collections.llmao.fleet.plugins.module_utils.fleet import load_fleet
+from ansible_collections.llmao.fleet.plugins.module_utils.intent import IntendedServer
+from ansible_collections.llmao.fleet.plugins.module_utils.lifecycle import (
+    Memory,
+    Models,
+    Probe,
+    State,
+)
+from ansible_collections.llmao.fleet.plugins.module_utils.listings import Endpoint, index_listings
+from ansible_collections.llmao.fleet.plugins.module_utils.litellm_routes import (
+    Route,
+    deployment_body,
+    deployment_id,
+    parse_model_info,
+)
+from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_plan import (
+    memory_from,
+    memory_record,
+    plan_pass,
+    probe_targets,
+)
+from tests.unit.fleet_files import write_pair
+
+NOW = 50_000.0
+SERVING = Probe(True, Models.LISTS)
+DOWN = Probe(False, Models.SKIPPED, "connection refused")
+GEMMA, QWEN, LEGACY = ("llmao:203.0.113.10:8001:gemma", "llmao:203.0.113.10:8002:qwen",
+                       "llmao:198.51.100.7:8000:gemma")
+
+
+@pytest.fixture
+def fleet(tmp_path):
+    return load_fleet(*write_pair(tmp_path))
+
+
+LOCAL = index_listings([], [], {})
+
+
+def owned(id_, model_name, port):
+    base = f"http://{id_.split(':')[1]}:{port}/v1"
+    return Route(id_, model_name, base, base)
+
+
+def plan(fleet, probes, routes=(), memories=None, fetches=None, applied=None):
+    return plan_pass(fleet, NOW, fetches or {}, memories or {}, LOCAL, probes, list(routes),
+                     applied or {})
+
+
+def test_healthy_servers_are_registered_and_kept(fleet):
+    first = plan(fleet, {GEMMA: SERVING, QWEN: SERVING, LEGACY: DOWN},
+                 fetches={"203.0.113.10": NOW - 30})
+    assert [(c["id"], c["change"]) for c in first.changes()] == [(GEMMA, "register"),
+                                                               (QWEN, "register")]
+    routes = [owned(GEMMA, "gemma", 8001), owned(QWEN, "qwen", 8002)]
+    second = plan(fleet, {GEMMA: SERVING, QWEN: SERVING, LEGACY: DOWN}, routes,
+                  memories=first.memories)
+    assert second.changes() == []
+
+
+def test_failure_below_threshold_deletes_nothing(fleet):
+    healthy = Memory(State.HEALTHY, 0, 0, NOW - 100)
+    routes = [owned(GEMMA, "gemma", 8001)]
+    one = plan(fleet, {GEMMA: DOWN, QWEN: DOWN, LEGACY: DOWN}, routes, {GEMMA: healthy})
+    assert one.changes() == []
+    at = plan(fleet, {GEMMA: DOWN, QWEN: DOWN, LEGACY: DOWN}, routes,
+              {GEMMA: Memory(State.HEALTHY, 2, 0, NOW - 100)})
+    assert [(c["id"], c["change"], c["state"]) for c in at.changes()] == [
+        (GEMMA, "delete", "Unhealthy")]
+
+
+def test_address_move_replaces_the_route(fleet):
+    moved = Route(GEMMA, "gemma", "http://203.0.113.10:9999/v1", "http://203.0.113.10:9999/v1")
+    result = plan(fleet, {GEMMA: SERVING, QWEN: DOWN, LEGACY: DOWN}, [moved])
+    (change,) = result.changes()
+    assert change["change"] == "replace" and "moved" in change["why"]
+
+
+def test_orphans_and_drift(fleet):
+    routes = [
+        owned("llmao:192.0.2.50:8001:gemma", "gemma", 8001),          # ours, no longer intended
+        Route("hand-made", "gemma", "http://192.0.2.60:8001/v1", None),  # not ours
+        Route("openai-1", "gpt", "https://api.example/v1", None),        # a commercial route
+        owned(QWEN, "gemma", 8002),                                     # model changed
+    ]
+    result = plan(fleet, {GEMMA: DOWN, QWEN: SERVING, LEGACY: DOWN}, routes,
+                  applied={"203.0.113.10": "0123456789abcdef"})
+    changes = {(c["id"], c["change"]) for c in result.changes()}
+    assert ("llmao:192.0.2.50:8001:gemma", "delete") in changes
+    assert (QWEN, "replace") in changes
+    assert not any(c[0] in ("hand-made", "openai-1") for c in changes)
+    kinds = sorted(d["kind"] for d in result.drift)
+    assert kinds == ["model_mismatch", "orphan_route", "revision_behind", "unmanaged_route"]
+
+
+def test_probe_targets_carry_the_bearer_and_address(fleet):
+    targets = {t.key: t for t in probe_targets(fleet, LOCAL)}
+    assert targets[GEMMA].endpoint.port == 8001
+    assert targets[LEGACY].api_key == fleet.settings.selfhost_api_key
+
+
+def test_summary_has_no_secret(fleet):
+    result = plan(fleet, {GEMMA: SERVING, QWEN: SERVING, LEGACY: SERVING})
+    text = repr([p.summary() for p in result.servers]) + repr(result.changes())
+    assert all(s.api_key not in text for s in fleet.servers())
+
+
+def test_memory_round_trip():
+    memory = Memory(State.REJECTED, 0, 2, 12.5)
+    assert memory_from(memory_record(memory)) == memory
+    assert memory_from(None) == Memory()
+    assert memory_from({"state": "Bogus"}).state is None
+
+
+def test_body_and_model_info(fleet):
+    server: IntendedServer = fleet.assignment("203.0.113.10").servers[0]
+    body = deployment_body(server, Endpoint("203.0.113.10", 41001, "listing:vast"))
+    assert body["model_name"] == "gemma"
+    assert body["litellm_params"] == {"model": "hosted_vllm/gemma",
+                                      "api_base": "http://203.0.113.10:41001/v1",
+                                      "api_key": server.api_key}
+    assert body["model_info"]["id"] == deployment_id("203.0.113.10", 8001, "gemma") == GEMMA
+    assert body["model_info"]["llmao_public_base"] == "http://203.0.113.10:41001/v1"
+    (route,) = parse_model_info({"data": [{**body, "litellm_params": {
+        "model": "hosted_vllm/gemma", "api_base": "http://203.0.113.10:41001/v1"}}]})
+    assert route.owned and route.id == GEMMA
+
+
+@pytest.mark.parametrize("document", [None, [], {"data": "x"}, {"models": []}])
+def test_misread_model_info_is_an_error(document):
+    with pytest.raises(ValueError):
+        parse_model_info(document)
