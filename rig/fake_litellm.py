@@ -43,6 +43,8 @@ from urllib.parse import parse_qs, urlsplit
 UPSTREAM_TIMEOUT_S = 60.0
 INFO_PATHS = ("/model/info", "/v1/model/info")
 CHAT_PATHS = ("/v1/chat/completions", "/chat/completions")
+# LiteLLM takes the key from `Authorization` after any of these (Basic is for Langfuse clients).
+AUTH_SCHEMES = ("Bearer ", "bearer ", "Basic ")
 
 
 class ApiError(Exception):
@@ -227,7 +229,7 @@ class FakeLiteLLM(ThreadingHTTPServer):
 
     def __init__(self, address: tuple[str, int], master_key: str) -> None:
         super().__init__(address, Handler)
-        self.expected_auth = f"Bearer {master_key}".encode()
+        self.master_key = master_key.encode()
         self.deployments = Deployments()
 
     def authorize(self, header: str | None) -> None:
@@ -237,15 +239,24 @@ class FakeLiteLLM(ThreadingHTTPServer):
                 HTTPStatus.UNAUTHORIZED,
                 "Authentication Error, No api key passed in.", "auth_error", "None",
             )
-        if not header.startswith("Bearer ") or not header[len("Bearer "):].strip():
+        key = presented_key(header)
+        if not key:
             raise proxy_error(
                 HTTPStatus.UNAUTHORIZED,
                 "Authentication Error, Malformed API Key passed in. "
                 "Ensure Key has `Bearer ` prefix.",
                 "auth_error", "None",
             )
-        if not hmac.compare_digest(header.encode(), self.expected_auth):
+        if not hmac.compare_digest(key.encode(), self.master_key):
             raise proxy_error(HTTPStatus.BAD_REQUEST, "No connected db.", "no_db_connection")
+
+
+def presented_key(header: str) -> str:
+    """The key after one of the schemes LiteLLM strips; empty for any other scheme."""
+    for scheme in AUTH_SCHEMES:
+        if header.startswith(scheme):
+            return header[len(scheme):]
+    return ""
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -331,7 +342,11 @@ def main(argv: list[str] | None = None) -> int:
     if not master_key:
         print("fake-litellm: set LITELLM_MASTER_KEY in the environment", file=sys.stderr)
         return 2
-    server = FakeLiteLLM((args.host, args.port), master_key)
+    try:
+        server = FakeLiteLLM((args.host, args.port), master_key)
+    except OSError as exc:
+        print(f"fake-litellm: cannot listen on {args.host}:{args.port}: {exc}", file=sys.stderr)
+        return 1
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     print(f"fake-litellm: serving on {args.host}:{args.port}", file=sys.stderr, flush=True)
     try:

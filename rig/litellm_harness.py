@@ -34,7 +34,9 @@ OFFLINE_ENVIRONMENT = {
 
 # With a config file LiteLLM always builds its Router at start-up, even for an
 # empty model list, so the write handlers below always have one to change.
-EMPTY_PROXY_CONFIG = "model_list: []\n"
+# Clients connect directly (no proxy in front), which is what an empty
+# trusted_proxy_ranges tells LiteLLM's login throttle.
+EMPTY_PROXY_CONFIG = "model_list: []\ngeneral_settings:\n  trusted_proxy_ranges: []\n"
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:

@@ -112,9 +112,9 @@ def answers(url: str) -> bool:
 
 
 def wait_ready(proxy: LiteLLMProcess, timeout: float) -> None:
-    """Poll until the proxy answers; fail early, with its log, if it exits."""
+    """Poll until the proxy answers while its process lives; fail, with its log, if it exits."""
     started = time.monotonic()
-    while not answers(proxy.url):
+    while not answers(proxy.url) or proxy.process.poll() is not None:
         if proxy.process.poll() is not None:
             raise LiteLLMStartError(
                 f"{proxy.kind} LiteLLM exited with {proxy.process.returncode}; "
@@ -151,6 +151,9 @@ def start_litellm(
         raise ValueError("a LiteLLM master key is required")
     port = port or free_port(host)
     argv = command_for(kind, host, port)
+    if answers(f"http://{host}:{port}"):
+        # Readiness would be read from whoever holds the port, not from our process.
+        raise LiteLLMStartError(f"{host}:{port} is already served by another process")
     log_path = (log_dir or cache_dir()) / f"litellm-{kind}-{port}.log"
     env = {**os.environ, "LITELLM_MASTER_KEY": master_key}
     began = time.monotonic()
