@@ -3,7 +3,7 @@
 Two layers, each built only when missing:
 
 - the base, `llmao-box-base:bookworm`: a minimal Debian made by debootstrap from the mirror apt
-  already uses on this machine, then `docker import`ed (about 40 s, done once per engine);
+  already uses on this machine, then `docker import`ed (a minute or two, once per engine);
 - the box layer, `llmao-box:<hash>`: the vLLM and nvidia-smi doubles on the paths the real tools
   have, with supervisord as PID 1. The tag is a hash of the layer's content and of the base, so
   editing a stub rebuilds only this layer (about a second). It is also tagged `llmao-box:latest`
@@ -141,6 +141,7 @@ def ensure_box_image() -> str:
         tag = box_tag()
         if not image_exists(tag):
             build_box_layer(tag)
+            _untag_older_layers(tag)
         docker("tag", tag, f"{BOX_REPO}:latest")
         return tag
 
@@ -161,7 +162,7 @@ def build_base_image() -> None:
     log = cache_dir() / "debootstrap.log"
     _remove_rootfs(root)
     print(
-        f"rig: building {BASE_TAG} with debootstrap from {mirror} (about 40 s, log {log})",
+        f"rig: building {BASE_TAG} with debootstrap from {mirror} (a minute or two, log {log})",
         file=sys.stderr,
         flush=True,
     )
@@ -253,6 +254,14 @@ def build_box_layer(tag: str) -> None:
         )
     finally:
         docker("rm", "-f", container, check=False)
+
+
+def _untag_older_layers(current: str) -> None:
+    """Drop tags of box layers built from older stubs; a layer a container still uses stays."""
+    listed = docker("image", "ls", "--format", "{{.Repository}}:{{.Tag}}", BOX_REPO).stdout
+    for tag in listed.decode().split():
+        if tag not in (current, f"{BOX_REPO}:latest"):
+            docker("image", "rm", tag, check=False)
 
 
 if __name__ == "__main__":
