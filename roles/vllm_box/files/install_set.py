@@ -1,0 +1,1069 @@
+#!/usr/bin/env python3
+"""Turn a box's assignment from llmao into Supervisor programs that run vLLM.
+
+The box program of llmao fleet. A box boots from a template that knows only the
+fleet key and llmao's URL; this program asks llmao what the box should serve,
+checks that it fits, divides the card between the servers, writes one
+Supervisor program per server, hands over to supervisord and exits. Restarts
+are Supervisor's job, not ours. The push path (role ``vllm_box``) copies an
+assignment to the box and runs this same program with ``--payload``, so both
+paths leave byte-identical programs.
+
+Standard library only: it runs with the ``python3`` of a stock vLLM container.
+
+Steps
+  1. fetch   ``GET $LLMAO_URL/vllm/config`` with the fleet key and the box name,
+             TLS verified with the default context (``SSL_CERT_FILE`` works);
+             network errors and 5xx are retried with capped exponential backoff,
+             4xx are not. ``--payload FILE`` (``-`` = stdin) applies a given
+             assignment instead: no URL, no key, nothing reported.
+  2. preflight  the sum of ``vram_gb`` against the free memory of the first GPU
+             (``nvidia-smi``; a multi-GPU box is judged by GPU 0) and the sum of
+             ``disk_gb`` against the free space of DATA_DIRECTORY. Sizes are GiB.
+             It runs only when the programs would change: an unchanged
+             assignment is already running and holds what it once checked for.
+             No ``nvidia-smi`` or nothing to check is not a failure.
+  3. divide  servers that pin ``gpu_memory_utilization`` keep it; the others
+             share ``0.9 - pinned``: each its weights (``vram_gb`` / card) plus a
+             share of the rest, weighted by ``max_model_len`` when all have one.
+  4. write   ``$SUPERVISOR_CONF_DIR/llmao-<name>.conf`` (0600, atomic), remove the
+             ``llmao-*.conf`` of an earlier assignment, then ``supervisorctl reread``
+             and ``update`` when anything changed. Only files whose first line is
+             the marker are ever touched.
+  5. record  ``$DATA_DIRECTORY/llmao/applied.json`` (no secret) and, when fetched,
+             ``POST $LLMAO_URL/vllm/applied``; a failed report is only a warning.
+
+Environment
+  LLMAO_URL            llmao's base URL, https (http only to a loopback address)
+  FLEET_KEY            the shared fleet key (never printed)
+  LLMAO_HOST           the box's name in fleet.hosts, sent as X-LLMAO-Host;
+                       unset: llmao goes by the address it sees
+  DATA_DIRECTORY       logs, HF cache and the applied record (default /data)
+  SUPERVISOR_CONF_DIR  where the programs go (default /etc/supervisor/conf.d)
+  VLLM_BIN             the vLLM executable the programs run (default vllm)
+  LLMAO_FETCH_ATTEMPTS     attempts per request (default 8)
+  LLMAO_FETCH_BACKOFF_S    first retry delay, doubled each time up to 60 s (default 2)
+  LLMAO_FETCH_TIMEOUT_S    timeout of one request (default 30)
+
+Exit codes
+  0  done, or nothing to change
+  1  the assignment does not fit this box; nothing written
+  2  refused: llmao answered 403, 404 or another 4xx, the assignment is
+     malformed, an existing file is not ours, or the environment is wrong
+  3  llmao unreachable after the retries (network errors, 5xx)
+  4  programs written but the supervisorctl handover failed; the applied
+     record is not written, so the next run hands over again
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import ipaddress
+import json
+import math
+import os
+import re
+import shlex
+import ssl
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from decimal import Decimal
+from fractions import Fraction
+from http.client import HTTPException
+from pathlib import Path
+from typing import Any
+
+MARKER = "; managed by llmao install_set.py: changes are overwritten"
+PROGRAM_GLOB = "llmao-*.conf"
+MEMORY_CAP = Decimal("0.9")
+BACKOFF_CAP_S = 60.0
+MAX_ANSWER_BYTES = 4 * 2**20
+USER_AGENT = "llmao-install-set/1"
+MASK = "***"
+
+NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
+# What a bearer may hold so it survives Supervisor's environment= parser intact.
+API_KEY_RE = re.compile(r"[!#-&(-~]+\Z")
+# DATA_DIRECTORY lands in environment= and stdout_logfile=: keep it plain.
+DATA_DIRECTORY_RE = re.compile(r"/[A-Za-z0-9._/@+-]*\Z")
+CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
+API_KEY_FLAG_RE = re.compile(r"--api[-_]key(=.*)?\Z")
+ENV_BEARER_RE = re.compile(r'VLLM_API_KEY="[^"]*"')
+OPTIONAL_NUMBERS = ("gpu_memory_utilization", "max_model_len", "vram_gb", "disk_gb",
+                    "kv_bytes_per_token")
+
+EXIT_DOC = """exit codes:
+  0  done, or nothing to change
+  1  the assignment does not fit this box (GPU memory or disk); nothing written
+  2  refused: 403/404/other 4xx, malformed assignment, foreign file, bad environment
+  3  llmao unreachable after the retries (network errors, 5xx)
+  4  programs written but supervisorctl reread/update failed"""
+
+
+class InstallError(Exception):
+    """A reason to stop; its exit code tells the caller which kind."""
+
+    exit_code = 2
+
+
+class DoesNotFit(InstallError):
+    exit_code = 1
+
+
+class Refused(InstallError):
+    exit_code = 2
+
+
+class Unreachable(InstallError):
+    exit_code = 3
+
+
+class HandoverFailed(InstallError):
+    exit_code = 4
+
+
+# --------------------------------------------------------------------------- settings
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything the environment decides, checked once before any work."""
+
+    url: str | None
+    fleet_key: str | None = field(repr=False)
+    host: str | None
+    data_dir: Path
+    conf_dir: Path
+    vllm_bin: str
+    attempts: int = 8
+    backoff_s: float = 2.0
+    timeout_s: float = 30.0
+
+    @property
+    def record_path(self) -> Path:
+        return self.data_dir / "llmao" / "applied.json"
+
+
+def read_settings(environ: Mapping[str, str], fetching: bool) -> Settings:
+    """Read and check the environment; the URL and key are needed only to fetch."""
+    url = environ.get("LLMAO_URL", "").strip() or None
+    fleet_key = environ.get("FLEET_KEY") or None
+    if fetching:
+        if url is None:
+            raise Refused("LLMAO_URL is not set: it is llmao's base URL, "
+                          "e.g. https://llmao.example:8443")
+        check_base_url(url)
+        if fleet_key is None:
+            raise Refused("FLEET_KEY is not set: the box template must carry llmao's fleet.key")
+        if CONTROL_RE.search(fleet_key) or fleet_key != fleet_key.strip():
+            raise Refused("FLEET_KEY holds whitespace or control characters")
+    host = environ.get("LLMAO_HOST", "").strip() or None
+    if host is not None and CONTROL_RE.search(host):
+        raise Refused("LLMAO_HOST holds control characters")
+    data_dir = environ.get("DATA_DIRECTORY", "").strip() or "/data"
+    if not DATA_DIRECTORY_RE.match(data_dir):
+        raise Refused(f"DATA_DIRECTORY {data_dir!r} must be an absolute path of letters, "
+                      "digits and . _ / @ + -")
+    conf_dir = environ.get("SUPERVISOR_CONF_DIR", "").strip() or "/etc/supervisor/conf.d"
+    if not os.path.isabs(conf_dir):
+        raise Refused(f"SUPERVISOR_CONF_DIR {conf_dir!r} must be an absolute path")
+    vllm_bin = environ.get("VLLM_BIN", "").strip() or "vllm"
+    if CONTROL_RE.search(vllm_bin):
+        raise Refused("VLLM_BIN holds control characters")
+    return Settings(
+        url=url.rstrip("/") if url else None,
+        fleet_key=fleet_key,
+        host=host,
+        data_dir=Path(data_dir.rstrip("/") or "/"),
+        conf_dir=Path(conf_dir),
+        vllm_bin=vllm_bin,
+        attempts=env_number(environ, "LLMAO_FETCH_ATTEMPTS", 8, int, minimum=1),
+        backoff_s=env_number(environ, "LLMAO_FETCH_BACKOFF_S", 2.0, float, minimum=0),
+        timeout_s=env_number(environ, "LLMAO_FETCH_TIMEOUT_S", 30.0, float, minimum=0.001),
+    )
+
+
+def env_number(environ: Mapping[str, str], name: str, default: Any, kind: type,
+               minimum: float) -> Any:
+    """A numeric tuning knob from the environment, with its default when unset."""
+    raw = environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = kind(raw)
+    except ValueError:
+        raise Refused(f"{name}={raw!r} is not a {kind.__name__}") from None
+    if value < minimum or (kind is float and not math.isfinite(value)):
+        raise Refused(f"{name}={raw!r} must be at least {minimum}")
+    return value
+
+
+def check_base_url(url: str) -> None:
+    """https anywhere; plain http only to loopback, so the key never crosses a network bare."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("https", "http") or not parts.hostname:
+        raise Refused(f"LLMAO_URL {url!r} must be an https:// URL")
+    if parts.username or parts.password or parts.query or parts.fragment:
+        raise Refused("LLMAO_URL must be a plain base URL (no user, query or fragment)")
+    if parts.scheme == "http" and not is_loopback(parts.hostname):
+        raise Refused("LLMAO_URL must use https: plain http is allowed only to a loopback "
+                      "address, the fleet key would travel in clear text")
+
+
+def is_loopback(hostname: str) -> bool:
+    if hostname == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(hostname).is_loopback
+    except ValueError:
+        return False
+
+
+# --------------------------------------------------------------------------- fetch
+
+
+class NoRedirects(urllib.request.HTTPRedirectHandler):
+    """A redirect would carry the Authorization header to another address: refuse it."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):  # noqa: ANN001
+        return None
+
+
+def build_opener() -> urllib.request.OpenerDirector:
+    context = ssl.create_default_context()
+    return urllib.request.build_opener(
+        urllib.request.HTTPSHandler(context=context), NoRedirects())
+
+
+def http_request(method: str, url: str, headers: Mapping[str, str], body: bytes | None,
+                 timeout: float) -> tuple[int, bytes]:
+    """One request. Any HTTP answer is returned as (status, body); network faults raise."""
+    request = urllib.request.Request(url, data=body, method=method, headers=dict(headers))
+    try:
+        with build_opener().open(request, timeout=timeout) as answer:
+            return answer.status, answer.read(MAX_ANSWER_BYTES)
+    except urllib.error.HTTPError as answer:
+        with answer:
+            return answer.code, answer.read(MAX_ANSWER_BYTES)
+
+
+def auth_headers(settings: Settings) -> dict[str, str]:
+    headers = {"Authorization": f"Bearer {settings.fleet_key}",
+               "Accept": "application/json", "User-Agent": USER_AGENT}
+    if settings.host is not None:
+        headers["X-LLMAO-Host"] = settings.host
+    return headers
+
+
+def is_tls_verification_error(exc: BaseException) -> bool:
+    reason = getattr(exc, "reason", exc)
+    return isinstance(reason, ssl.SSLCertVerificationError)
+
+
+def describe_network_error(exc: BaseException) -> str:
+    reason = getattr(exc, "reason", None)
+    return str(reason if reason is not None else exc) or type(exc).__name__
+
+
+def with_retries(send: Callable[[], tuple[int, bytes]], attempts: int, backoff_s: float,
+                 what: str, say: Callable[[str], None],
+                 sleep: Callable[[float], None] = time.sleep) -> tuple[int, bytes]:
+    """Call ``send`` until it gets an answer below 500, backing off in between.
+
+    A TLS verification failure is not retried: waiting does not fix a CA.
+    """
+    last_status: int | None = None
+    problem = ""
+    for attempt in range(1, attempts + 1):
+        try:
+            status, body = send()
+        except (OSError, HTTPException) as exc:
+            if is_tls_verification_error(exc):
+                raise Refused(f"{what}: TLS verification failed ({describe_network_error(exc)}); "
+                              "give the CA that signs llmao's certificate in SSL_CERT_FILE"
+                              ) from None
+            last_status, problem = None, describe_network_error(exc)
+        else:
+            if status < 500:
+                return status, body
+            last_status, problem = status, f"HTTP {status}"
+        if attempt < attempts:
+            delay = min(backoff_s * 2 ** (attempt - 1), BACKOFF_CAP_S)
+            say(f"{what}: {problem}; attempt {attempt} of {attempts}, retrying in {delay:g} s")
+            sleep(delay)
+    if last_status == 503:
+        raise Unreachable(f"{what}: llmao answered 503 on all {attempts} attempts: fleet.key is "
+                          "probably not configured on the server (config.yaml fleet.key empty "
+                          "or CHANGE_ME)")
+    raise Unreachable(f"{what}: no answer after {attempts} attempts: {problem}")
+
+
+def refusal(status: int, body: bytes, host: str | None) -> Refused:
+    """What a 3xx/4xx from llmao means for the operator, in one message."""
+    if status == 403:
+        return Refused("llmao refused the fleet key (403): the template's FLEET_KEY does not "
+                       "match llmao's fleet.key")
+    if status == 404:
+        name = repr(host) if host else "the address llmao sees (LLMAO_HOST is unset)"
+        return Refused(f"llmao does not know this box (404): {name} is not in fleet.hosts; "
+                       "ask an admin to add it, or to approve it on the dashboard")
+    if 300 <= status < 400:
+        return Refused(f"llmao answered a redirect ({status}); set LLMAO_URL to the final "
+                       "address: the fleet key is not sent on to another one")
+    return Refused(f"llmao refused the request ({status}): {server_message(body)}")
+
+
+def server_message(body: bytes) -> str:
+    """The ``error.message`` of llmao's JSON error, else a short excerpt of the body."""
+    text = body.decode("utf-8", "replace")
+    try:
+        message = json.loads(text)["error"]["message"]
+    except (ValueError, KeyError, TypeError):
+        message = text
+    return CONTROL_RE.sub(" ", str(message)).strip()[:200] or "(empty answer)"
+
+
+def fetch_assignment(settings: Settings, say: Callable[[str], None]) -> Any:
+    """GET the box's assignment from llmao and return the decoded JSON."""
+    url = f"{settings.url}/vllm/config"
+    status, body = with_retries(
+        lambda: http_request("GET", url, auth_headers(settings), None, settings.timeout_s),
+        settings.attempts, settings.backoff_s, f"GET {url}", say)
+    if status != 200:
+        raise refusal(status, body, settings.host)
+    return decode_json(body, f"llmao's answer from {url}")
+
+
+def decode_json(raw: bytes, source: str) -> Any:
+    """JSON with decimals kept exact, so pinned values render as they were written."""
+    try:
+        return json.loads(raw.decode("utf-8"), parse_float=Decimal)
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise Refused(f"{source} is not valid JSON: {exc}") from None
+
+
+def load_payload(path: str) -> Any:
+    """Read an assignment given with --payload (``-`` reads standard input)."""
+    try:
+        raw = sys.stdin.buffer.read() if path == "-" else Path(path).read_bytes()
+    except OSError as exc:
+        raise Refused(f"cannot read the payload {path}: {exc.strerror}") from None
+    return decode_json(raw, f"payload {path}")
+
+
+# --------------------------------------------------------------------------- validate
+
+
+@dataclass(frozen=True)
+class Server:
+    """One vLLM process of the assignment, checked."""
+
+    name: str
+    model: str
+    served_model_name: str
+    port: int
+    api_key: str = field(repr=False)
+    args: tuple[str, ...] = ()
+    gpu_memory_utilization: Decimal | None = None
+    max_model_len: int | None = None
+    vram_gb: Decimal | None = None
+    disk_gb: Decimal | None = None
+
+
+@dataclass(frozen=True)
+class Assignment:
+    host: str
+    revision: str | None
+    servers: tuple[Server, ...]
+
+
+def validate_assignment(doc: Any) -> Assignment:
+    """Check the JSON shape of an assignment; refuse it whole with the path of the fault."""
+    if not isinstance(doc, dict):
+        raise Refused("assignment: must be a JSON object with host and servers")
+    host = text_field(doc, "host", "assignment")
+    revision = doc.get("revision")
+    if revision is not None and not (isinstance(revision, str) and revision
+                                     and not CONTROL_RE.search(revision)):
+        raise Refused("assignment.revision: must be a non-empty string")
+    entries = doc.get("servers")
+    if not isinstance(entries, list):
+        raise Refused("assignment.servers: must be a list")
+    servers = tuple(validate_server(entry, f"servers[{i}]") for i, entry in enumerate(entries))
+    for key in ("name", "port"):
+        seen: set[Any] = set()
+        for i, server in enumerate(servers):
+            value = getattr(server, key)
+            if value in seen:
+                raise Refused(f"servers[{i}].{key}: {value!r} appears twice")
+            seen.add(value)
+    return Assignment(host=host, revision=revision, servers=servers)
+
+
+def validate_server(entry: Any, where: str) -> Server:
+    if not isinstance(entry, dict):
+        raise Refused(f"{where}: must be an object")
+    name = text_field(entry, "name", where)
+    if not NAME_RE.match(name):
+        raise Refused(f"{where}.name: {name!r} must be letters, digits, . _ - (at most 64, "
+                      "not starting with . _ -): it names a Supervisor program and a log file")
+    text_field(entry, "host", where)
+    port = entry.get("port")
+    if not (isinstance(port, int) and not isinstance(port, bool) and 0 < port < 65536):
+        raise Refused(f"{where}.port: must be an integer from 1 to 65535")
+    api_key = entry.get("api_key")
+    if not (isinstance(api_key, str) and API_KEY_RE.match(api_key)):
+        raise Refused(f"{where}.api_key: must be a non-empty string of printable characters "
+                      "without spaces or quotes")
+    numbers = {key: number_field(entry, key, where) for key in OPTIONAL_NUMBERS}
+    utilization = numbers["gpu_memory_utilization"]
+    if utilization is not None and not 0 < utilization <= 1:
+        raise Refused(f"{where}.gpu_memory_utilization: must be above 0 and at most 1")
+    max_model_len = numbers["max_model_len"]
+    if max_model_len is not None and (max_model_len != int(max_model_len) or max_model_len < 1):
+        raise Refused(f"{where}.max_model_len: must be a positive integer")
+    return Server(
+        name=name,
+        model=text_field(entry, "model", where),
+        served_model_name=text_field(entry, "served_model_name", where),
+        port=port,
+        api_key=api_key,
+        args=normalize_args(entry.get("args", []), f"{where}.args"),
+        gpu_memory_utilization=utilization,
+        max_model_len=None if max_model_len is None else int(max_model_len),
+        vram_gb=numbers["vram_gb"],
+        disk_gb=numbers["disk_gb"],
+    )
+
+
+def text_field(entry: dict, key: str, where: str) -> str:
+    value = entry.get(key)
+    if not isinstance(value, str) or not value.strip():
+        raise Refused(f"{where}.{key}: must be a non-empty string")
+    if CONTROL_RE.search(value):
+        raise Refused(f"{where}.{key}: holds control characters")
+    return value
+
+
+def number_field(entry: dict, key: str, where: str) -> Decimal | None:
+    """An optional non-negative number, as an exact Decimal."""
+    value = entry.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float, Decimal)):
+        raise Refused(f"{where}.{key}: must be a number")
+    number = Decimal(str(value)) if isinstance(value, float) else Decimal(value)
+    if not number.is_finite() or number < 0:
+        raise Refused(f"{where}.{key}: must be a finite number, not negative")
+    return number
+
+
+def normalize_args(value: Any, where: str) -> tuple[str, ...]:
+    """Extra ``vllm serve`` arguments: a list of strings, or one string split like a shell."""
+    if isinstance(value, str):
+        try:
+            args = shlex.split(value)
+        except ValueError as exc:
+            raise Refused(f"{where}: cannot split {value!r}: {exc}") from None
+    elif isinstance(value, list) and all(isinstance(arg, str) for arg in value):
+        args = list(value)
+    else:
+        raise Refused(f"{where}: must be a list of strings or one string")
+    for arg in args:
+        if CONTROL_RE.search(arg):
+            raise Refused(f"{where}: {arg!r} holds control characters")
+        if API_KEY_FLAG_RE.match(arg):
+            raise Refused(f"{where}: --api-key would put the bearer on the command line; "
+                          "the program passes it as VLLM_API_KEY")
+    return tuple(args)
+
+
+# --------------------------------------------------------------------------- preflight
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """The first GPU's memory, in GiB."""
+
+    total_gb: Decimal
+    free_gb: Decimal
+
+
+def query_gpu(timeout_s: float = 30.0) -> tuple[Gpu | None, str]:
+    """Ask nvidia-smi about GPU 0; (None, why) when the hardware is unknown."""
+    command = ["nvidia-smi", "--query-gpu=memory.total,memory.free",
+               "--format=csv,noheader,nounits"]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s,
+                              check=False)
+    except FileNotFoundError:
+        return None, "no nvidia-smi: GPU memory unknown"
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return None, f"nvidia-smi did not run ({exc}): GPU memory unknown"
+    if done.returncode != 0:
+        return None, f"nvidia-smi failed (exit {done.returncode}): GPU memory unknown"
+    return parse_gpu(done.stdout)
+
+
+def parse_gpu(output: str) -> tuple[Gpu | None, str]:
+    lines = [line for line in output.splitlines() if line.strip()]
+    try:
+        total_mib, free_mib = (int(part.strip()) for part in lines[0].split(","))
+    except (IndexError, ValueError):
+        return None, f"nvidia-smi said {output.strip()[:80]!r}: GPU memory unknown"
+    gpu = Gpu(total_gb=Decimal(total_mib) / 1024, free_gb=Decimal(free_mib) / 1024)
+    count = f" (of {len(lines)}; only GPU 0 is used)" if len(lines) > 1 else ""
+    return gpu, f"GPU 0{count}: {gib(gpu.total_gb)} GiB total, {gib(gpu.free_gb)} GiB free"
+
+
+def disk_free_gb(path: Path) -> Decimal | None:
+    """Free space for the data directory, measured at its nearest existing ancestor."""
+    probe = path
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    try:
+        stat = os.statvfs(probe)
+    except OSError:
+        return None
+    return Decimal(stat.f_bavail * stat.f_frsize) / 2**30
+
+
+def gib(value: Decimal) -> str:
+    return f"{value.quantize(Decimal('0.1')):f}"
+
+
+def shortfall(servers: Iterable[Server], attr: str, free: Decimal, where: str) -> str | None:
+    """Say what does not fit on one resource, naming every server that asks for it."""
+    asks = [(server.name, getattr(server, attr)) for server in servers]
+    needed = sum((size for _, size in asks), Decimal(0))
+    if needed <= free:
+        return None
+    parts = " + ".join(f"{name} {size:f} GiB" for name, size in asks)
+    return f"{where}: {parts} = {needed:f} GiB of {attr} needed, {gib(free)} GiB free"
+
+
+def applied_models(record: Mapping[str, Any]) -> set[str]:
+    servers = record.get("servers")
+    return {entry.get("model") for entry in servers if isinstance(entry, dict)} \
+        if isinstance(servers, list) else set()
+
+
+def preflight(servers: tuple[Server, ...], gpu: Gpu | None, disk_free: Decimal | None,
+              data_dir: Path, applied: Mapping[str, Any] | None) -> list[str]:
+    """Check vram_gb and disk_gb against the box; notes for the log, DoesNotFit if short.
+
+    Free memory means something only on a box that runs none of our servers:
+    once an assignment is applied, its vLLM processes hold the card (until
+    supervisorctl update restarts them) and the division alone checks the
+    weights against the card total. Their weights are on disk too, so disk_gb
+    then counts only the models the applied record does not list.
+    """
+    gpu_free = gpu.free_gb if gpu else None
+    gpu_unknown = "free memory unknown"
+    disk_servers = servers
+    if applied is not None:
+        gpu_free = None
+        gpu_unknown = ("the applied servers hold its memory, the division checks the weights "
+                       "against the card total instead")
+        present = applied_models(applied)
+        disk_servers = tuple(s for s in servers if s.model not in present)
+    notes: list[str] = []
+    problems: list[str] = []
+    checks = (("vram_gb", servers, gpu_free, "GPU 0", gpu_unknown),
+              ("disk_gb", disk_servers, disk_free, f"disk {data_dir}", "free space unknown"))
+    for attr, subset, free, where, unknown in checks:
+        asking = [server for server in subset if getattr(server, attr) is not None]
+        if not asking:
+            notes.append(f"{where}: no {attr} to check")
+        elif free is None:
+            notes.append(f"{where}: {unknown}; {attr} not checked")
+        else:
+            problem = shortfall(asking, attr, free, where)
+            if problem:
+                problems.append(problem)
+            else:
+                notes.append(f"{where}: {attr} fits ({gib(free)} GiB free)")
+    if problems:
+        raise DoesNotFit("the assignment does not fit this box; nothing written:\n  "
+                         + "\n  ".join(problems))
+    return notes
+
+
+# --------------------------------------------------------------------------- divide
+
+
+def divide_memory(servers: tuple[Server, ...], card_total_gb: Decimal | None
+                  ) -> dict[str, Decimal]:
+    """Each server's --gpu-memory-utilization, never over-committing the card.
+
+    Pinned servers keep their value. The others share ``0.9 - pinned``: each
+    first gets its weights (``vram_gb / card``), then a share of what is left,
+    weighted by ``max_model_len`` when every one of them has it, else equal.
+    Values are rounded down to 0.001, so their sum stays within the budget.
+    Exact fractions throughout: the same inputs give the same bytes everywhere.
+    """
+    result = {s.name: s.gpu_memory_utilization for s in servers
+              if s.gpu_memory_utilization is not None}
+    pinned = sum(result.values(), Decimal(0))
+    if pinned > 1:
+        raise DoesNotFit(f"pinned gpu_memory_utilization values add up to {pinned:f}, more "
+                         "than the whole card")
+    shared = [s for s in servers if s.gpu_memory_utilization is None]
+    if not shared:
+        return result
+    names = ", ".join(s.name for s in shared)
+    budget = Fraction(MEMORY_CAP - pinned)
+    if budget <= 0:
+        raise DoesNotFit(f"pinned servers take {pinned:f} of the card, leaving nothing of the "
+                         f"{MEMORY_CAP} budget for {names}")
+    weights = {s.name: weight_fraction(s, card_total_gb) for s in shared}
+    rest = budget - sum(weights.values())
+    if rest < 0:
+        sizes = " + ".join(f"{s.name} {s.vram_gb:f} GiB" for s in shared if weights[s.name])
+        raise DoesNotFit(f"the weights do not fit: {sizes} is {float(budget - rest):.3f} of "
+                         f"the card ({gib(card_total_gb or Decimal(0))} GiB), the budget for "
+                         f"{names} is {float(budget):.3f} (0.9 minus pinned {pinned:f})")
+    if all(s.max_model_len for s in shared):
+        total_len = sum(s.max_model_len or 0 for s in shared)
+        shares = {s.name: Fraction(s.max_model_len or 0, total_len) for s in shared}
+    else:
+        shares = {s.name: Fraction(1, len(shared)) for s in shared}
+    for server in shared:
+        thousandths = math.floor((weights[server.name] + rest * shares[server.name]) * 1000)
+        if thousandths <= 0:
+            raise DoesNotFit(f"{server.name} would get no GPU memory: the weights of the "
+                             "others fill the budget")
+        result[server.name] = Decimal(thousandths) / 1000
+    return result
+
+
+def weight_fraction(server: Server, card_total_gb: Decimal | None) -> Fraction:
+    """The share of the card the weights take; 0 when either size is unknown."""
+    if not server.vram_gb or not card_total_gb:
+        return Fraction(0)
+    return Fraction(server.vram_gb) / Fraction(card_total_gb)
+
+
+# --------------------------------------------------------------------------- render
+
+
+def supervisor_quote(arg: str) -> str:
+    """Quote one argument so Supervisor's parser gives it back unchanged.
+
+    Supervisor splits ``command=`` like a POSIX shell, but its ini reader first
+    cuts a ``;`` or ``#`` that follows whitespace as a comment; so those two
+    characters are written outside the quotes, backslash-escaped.
+    """
+    if not arg:
+        return "''"
+    pieces = re.split(r"([;#])", arg)
+    return "".join("\\" + piece if piece in (";", "#") else shlex.quote(piece)
+                   for piece in pieces if piece)
+
+
+def supervisor_value(text: str) -> str:
+    """Supervisor %-expands its values: a literal % is written %%."""
+    return text.replace("%", "%%")
+
+
+def vllm_argv(server: Server, utilization: Decimal | None, vllm_bin: str) -> list[str]:
+    argv = [vllm_bin, "serve", server.model, "--host", "0.0.0.0", "--port", str(server.port),
+            "--served-model-name", server.served_model_name]
+    if utilization is not None:
+        argv += ["--gpu-memory-utilization", f"{utilization:f}"]
+    if server.max_model_len is not None:
+        argv += ["--max-model-len", str(server.max_model_len)]
+    return argv + list(server.args)
+
+
+def render_program(server: Server, utilization: Decimal | None, settings: Settings) -> str:
+    """The Supervisor program for one server: deterministic text, bearer in the environment."""
+    command = " ".join(supervisor_quote(arg)
+                       for arg in vllm_argv(server, utilization, settings.vllm_bin))
+    data = settings.data_dir
+    lines = [
+        MARKER,
+        f"[program:{server.name}]",
+        f"command={supervisor_value(command)}",
+        "environment=" + supervisor_value(
+            f'VLLM_API_KEY="{server.api_key}",HF_HOME="{data / "hf"}"'),
+        "autostart=true",
+        "autorestart=true",
+        "startsecs=10",
+        "startretries=5",
+        "stopsignal=TERM",
+        "stopwaitsecs=60",
+        "stopasgroup=true",
+        "killasgroup=true",
+        f"stdout_logfile={supervisor_value(str(data / 'logs' / (server.name + '.log')))}",
+        "stdout_logfile_maxbytes=50MB",
+        "stdout_logfile_backups=5",
+        "redirect_stderr=true",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def program_path(conf_dir: Path, name: str) -> Path:
+    return conf_dir / f"llmao-{name}.conf"
+
+
+# --------------------------------------------------------------------------- plan
+
+
+@dataclass(frozen=True)
+class FileChange:
+    """One file to write (``after``) or remove (``after`` is None)."""
+
+    path: Path
+    before: str | None
+    after: str | None
+    mode: int = 0o600
+
+
+@dataclass
+class Plan:
+    programs: list[FileChange] = field(default_factory=list)
+    record: FileChange | None = None
+    unchanged: list[Path] = field(default_factory=list)
+    applied_at: str = ""
+    previous: dict[str, Any] | None = None
+
+    @property
+    def changes(self) -> list[FileChange]:
+        return self.programs + ([self.record] if self.record else [])
+
+
+def is_ours(text: str) -> bool:
+    return text.split("\n", 1)[0] == MARKER
+
+
+def read_ours(conf_dir: Path) -> dict[Path, str]:
+    """The program files an earlier run wrote (marker on the first line), by path."""
+    ours = {}
+    if conf_dir.is_dir():
+        for path in sorted(conf_dir.glob(PROGRAM_GLOB)):
+            text = path.read_text(encoding="utf-8", errors="replace")
+            if is_ours(text):
+                ours[path] = text
+    return ours
+
+
+def plan_programs(conf_dir: Path, wanted: dict[Path, str]) -> tuple[list[FileChange], list[Path]]:
+    """Compare the wanted programs with ours on disk; a foreign file in the way is refused."""
+    ours = read_ours(conf_dir)
+    for path in wanted:
+        if path.exists() and path not in ours:
+            raise Refused(f"{path} exists and was not written by install_set.py (no marker "
+                          "line); move it away or rename the server")
+    changes = [FileChange(path, ours.get(path), text)
+               for path, text in wanted.items() if ours.get(path) != text]
+    changes += [FileChange(path, text, None) for path, text in ours.items() if path not in wanted]
+    unchanged = [path for path, text in wanted.items() if ours.get(path) == text]
+    return changes, unchanged
+
+
+def build_record(assignment: Assignment, memory: Mapping[str, Decimal],
+                 applied_at: str) -> dict[str, Any]:
+    """What the box applied, without any secret: for operators and for drift checks."""
+    servers = []
+    for server in assignment.servers:
+        entry: dict[str, Any] = {"name": server.name, "model": server.model,
+                                 "served_model_name": server.served_model_name,
+                                 "port": server.port}
+        if memory.get(server.name) is not None:
+            entry["gpu_memory_utilization"] = float(memory[server.name])
+        servers.append(entry)
+    return {"revision": assignment.revision, "host": assignment.host,
+            "applied_at": applied_at, "servers": servers}
+
+
+def record_text(record: Mapping[str, Any]) -> str:
+    return json.dumps(record, indent=2, sort_keys=True) + "\n"
+
+
+def read_record(path: Path) -> tuple[str | None, dict[str, Any] | None]:
+    """The applied record on disk as (text, data); (None, None) when absent or unreadable."""
+    try:
+        text = path.read_text(encoding="utf-8")
+        data = json.loads(text)
+    except (OSError, ValueError):
+        return None, None
+    return text, data if isinstance(data, dict) else None
+
+
+def plan_record(path: Path, previous: tuple[str | None, dict[str, Any] | None],
+                assignment: Assignment, memory: Mapping[str, Decimal], now: str,
+                programs_changed: bool) -> tuple[FileChange | None, str]:
+    """The record to write, if any, and the applied_at it carries.
+
+    Unchanged programs and the same content keep the first applied_at, so a
+    re-run rewrites nothing.
+    """
+    before, existing = previous
+    if existing is not None and not programs_changed:
+        kept = build_record(assignment, memory, existing.get("applied_at", ""))
+        if kept == existing:
+            return None, kept["applied_at"]
+    after = record_text(build_record(assignment, memory, now))
+    return FileChange(path, before, after, mode=0o644), now
+
+
+def make_plan(assignment: Assignment, memory: Mapping[str, Decimal], settings: Settings,
+              now: str) -> Plan:
+    """Every file this assignment needs written or removed, touching nothing yet."""
+    wanted = {program_path(settings.conf_dir, s.name): render_program(s, memory.get(s.name),
+                                                                       settings)
+              for s in assignment.servers}
+    programs, unchanged = plan_programs(settings.conf_dir, wanted)
+    previous = read_record(settings.record_path)
+    record, applied_at = plan_record(settings.record_path, previous, assignment, memory, now,
+                                     bool(programs))
+    if record is None:
+        unchanged.append(settings.record_path)
+    return Plan(programs=programs, record=record, unchanged=unchanged, applied_at=applied_at,
+                previous=previous[1])
+
+
+# --------------------------------------------------------------------------- apply
+
+
+def atomic_write(path: Path, text: str, mode: int) -> None:
+    """Write through a temp file in the same folder, created with the final mode, then rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        os.fchmod(fd, mode)
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(text)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(temp, path)
+    except BaseException:
+        Path(temp).unlink(missing_ok=True)
+        raise
+
+
+def apply_changes(changes: Iterable[FileChange]) -> None:
+    for change in changes:
+        if change.after is None:
+            change.path.unlink(missing_ok=True)
+        else:
+            atomic_write(change.path, change.after, change.mode)
+
+
+def prepare_directories(settings: Settings) -> None:
+    """The folders the programs log to and cache weights in must exist before they start."""
+    for folder in (settings.conf_dir, settings.data_dir / "logs", settings.data_dir / "hf"):
+        folder.mkdir(parents=True, exist_ok=True)
+
+
+def hand_over(timeout_s: float = 300.0) -> list[str]:
+    """``supervisorctl reread`` then ``update``: supervisord starts, restarts or stops programs."""
+    said: list[str] = []
+    for verb in ("reread", "update"):
+        try:
+            done = subprocess.run(["supervisorctl", verb], capture_output=True, text=True,
+                                  timeout=timeout_s, check=False)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise HandoverFailed(f"programs written, but supervisorctl {verb} did not run: "
+                                 f"{exc}") from None
+        output = (done.stdout + done.stderr).strip()
+        if done.returncode != 0:
+            raise HandoverFailed(f"programs written, but supervisorctl {verb} failed (exit "
+                                 f"{done.returncode}): {output}")
+        said.append(f"supervisorctl {verb}: {output or 'ok'}")
+    return said
+
+
+# --------------------------------------------------------------------------- report
+
+
+def report_applied(settings: Settings, assignment: Assignment, applied_at: str,
+                   say: Callable[[str], None]) -> str | None:
+    """POST the applied revision to llmao; returns a warning instead of raising."""
+    url = f"{settings.url}/vllm/applied"
+    body = json.dumps({
+        "revision": assignment.revision,
+        "applied_at": applied_at,
+        "servers": [{"name": s.name, "port": s.port, "served_model_name": s.served_model_name}
+                    for s in assignment.servers],
+    }).encode("utf-8")
+    headers = {**auth_headers(settings), "Content-Type": "application/json"}
+    try:
+        status, answer = with_retries(
+            lambda: http_request("POST", url, headers, body, settings.timeout_s),
+            min(settings.attempts, 3), settings.backoff_s, f"POST {url}", say)
+    except InstallError as exc:
+        return f"could not report the applied revision: {exc}"
+    if not 200 <= status < 300:
+        return f"llmao did not take the applied revision ({status}): {server_message(answer)}"
+    return None
+
+
+# --------------------------------------------------------------------------- output
+
+
+def mask_text(text: str, secrets: Iterable[str]) -> str:
+    """Hide every secret we know of, and any bearer in a program's environment line."""
+    text = ENV_BEARER_RE.sub(f'VLLM_API_KEY="{MASK}"', text)
+    for secret in sorted(set(secrets), key=len, reverse=True):
+        if secret:
+            text = text.replace(secret, MASK)
+    return text
+
+
+def unified_diff(change: FileChange) -> str:
+    before = (change.before or "").splitlines(keepends=True)
+    after = (change.after or "").splitlines(keepends=True)
+    return "".join(difflib.unified_diff(
+        before, after,
+        fromfile=str(change.path) if change.before is not None else "/dev/null",
+        tofile=str(change.path) if change.after is not None else "/dev/null"))
+
+
+class Console:
+    """Where the program talks: prose on stdout, or stderr when --json owns stdout.
+
+    Every line goes through the mask, so no secret reaches a terminal or a log.
+    """
+
+    def __init__(self, json_mode: bool) -> None:
+        self.json_mode = json_mode
+        self.secrets: set[str] = set()
+
+    def mask(self, text: str) -> str:
+        return mask_text(text, self.secrets)
+
+    def say(self, text: str) -> None:
+        print(self.mask(text), file=sys.stderr if self.json_mode else sys.stdout, flush=True)
+
+    def warn(self, text: str) -> None:
+        print(self.mask(f"warning: {text}"), file=sys.stderr, flush=True)
+
+    def fail(self, error: InstallError) -> None:
+        message = self.mask(str(error))
+        print(f"install_set: {message}", file=sys.stderr, flush=True)
+        if self.json_mode:
+            print(json.dumps({"failed": True, "rc": error.exit_code, "msg": message}))
+
+    def summary(self, plan: Plan, revision: str | None, dry_run: bool) -> None:
+        written = [str(c.path) for c in plan.changes if c.after is not None]
+        removed = [str(c.path) for c in plan.changes if c.after is None]
+        if self.json_mode:
+            print(json.dumps({
+                "changed": bool(plan.changes), "dry_run": dry_run,
+                "written": written, "removed": removed,
+                "unchanged": [str(path) for path in plan.unchanged],
+                "revision": revision,
+                "diff": [{"path": str(c.path), "before": self.mask(c.before or ""),
+                          "after": self.mask(c.after or "")} for c in plan.changes],
+            }, indent=2))
+            return
+        for change in plan.changes:
+            if dry_run:
+                self.say(f"would {'remove' if change.after is None else 'write'} {change.path}")
+                self.say(unified_diff(change).rstrip("\n"))
+            else:
+                self.say(f"{'removed' if change.after is None else 'wrote'} {change.path}")
+        if not plan.changes:
+            self.say(f"unchanged: revision {revision} is applied, nothing to do")
+
+
+# --------------------------------------------------------------------------- main
+
+
+def utc_now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="install_set.py",
+        description="Fetch this box's assignment from llmao (or take --payload) and write\n"
+                    "one Supervisor program per vLLM server.\n\n"
+                    "environment: LLMAO_URL, FLEET_KEY, LLMAO_HOST, DATA_DIRECTORY,\n"
+                    "SUPERVISOR_CONF_DIR, VLLM_BIN; LLMAO_FETCH_ATTEMPTS, LLMAO_FETCH_BACKOFF_S,\n"
+                    "LLMAO_FETCH_TIMEOUT_S tune the retries.",
+        epilog=EXIT_DOC, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--payload", metavar="FILE",
+                        help="apply this assignment (JSON; - for stdin) instead of fetching it; "
+                             "nothing is reported to llmao")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="write nothing, run no supervisorctl, report nothing: print what "
+                             "would change, with diffs (secrets masked). Without --payload the "
+                             "assignment is still fetched")
+    parser.add_argument("--json", action="store_true",
+                        help="print one JSON object (changed, written, removed, unchanged, "
+                             "revision, diff) instead of prose")
+    parser.add_argument("--no-handover", action="store_true",
+                        help="do not run supervisorctl reread/update (the caller drives "
+                             "supervisord itself)")
+    return parser.parse_args(argv)
+
+
+def run(args: argparse.Namespace, environ: Mapping[str, str], console: Console) -> None:
+    fetching = args.payload is None
+    settings = read_settings(environ, fetching)
+    if settings.fleet_key:
+        console.secrets.add(settings.fleet_key)
+    doc = fetch_assignment(settings, console.say) if fetching else load_payload(args.payload)
+    assignment = validate_assignment(doc)
+    console.secrets.update(server.api_key for server in assignment.servers)
+    console.say(f"assignment for {assignment.host}: revision {assignment.revision}, "
+                f"{len(assignment.servers)} server(s)")
+
+    gpu, gpu_note = query_gpu()
+    console.say(gpu_note)
+    memory = divide_memory(assignment.servers, gpu.total_gb if gpu else None)
+    if memory:
+        console.say("gpu memory: " + ", ".join(f"{name} {value:f}"
+                                               for name, value in memory.items()))
+    plan = make_plan(assignment, memory, settings, utc_now())
+    if plan.programs:
+        for note in preflight(assignment.servers, gpu, disk_free_gb(settings.data_dir),
+                              settings.data_dir, plan.previous):
+            console.say(note)
+
+    handover = bool(plan.changes) and not args.no_handover
+    if args.dry_run:
+        console.summary(plan, assignment.revision, dry_run=True)
+        if handover:
+            console.say("would run supervisorctl reread and update")
+        return
+
+    prepare_directories(settings)
+    apply_changes(plan.programs)
+    if handover:
+        for line in hand_over():
+            console.say(line)
+    apply_changes([plan.record] if plan.record else [])
+    console.summary(plan, assignment.revision, dry_run=False)
+    if fetching:
+        warning = report_applied(settings, assignment, plan.applied_at, console.say)
+        if warning:
+            console.warn(warning)
+        else:
+            console.say(f"reported revision {assignment.revision} to llmao")
+
+
+def main(argv: list[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
+    args = parse_args(argv)
+    console = Console(json_mode=args.json)
+    try:
+        run(args, os.environ if environ is None else environ, console)
+    except InstallError as error:
+        console.fail(error)
+        return error.exit_code
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
