@@ -76,10 +76,20 @@ def validation_error(*problems: tuple[str, list, str]) -> ApiError:
     )
 
 
-INTERNAL_ERROR = ApiError(
-    HTTPStatus.INTERNAL_SERVER_ERROR,
-    {"error": {"message": "Internal server error", "type": "internal_server_error"}},
-)
+def not_an_object() -> ApiError:
+    """FastAPI's answer when a model route's body is not a JSON object (or not sent as JSON)."""
+    return validation_error(
+        ("model_attributes_type", ["body"],
+         "Input should be a valid dictionary or object to extract fields from")
+    )
+
+
+def internal_error() -> ApiError:
+    """LiteLLM's bare 500, for bodies that crash its request types."""
+    return ApiError(
+        HTTPStatus.INTERNAL_SERVER_ERROR,
+        {"error": {"message": "Internal server error", "type": "internal_server_error"}},
+    )
 
 
 def check_string(value: object, loc: list, problems: list, required: bool = True) -> None:
@@ -110,12 +120,9 @@ def validate_deployment(body: object) -> dict:
     crashes its constructor and answers a bare 500, not a 422.
     """
     if not isinstance(body, dict):
-        raise validation_error(
-            ("model_attributes_type", ["body"],
-             "Input should be a valid dictionary or object to extract fields from")
-        )
+        raise not_an_object()
     if "model_name" not in body or "litellm_params" not in body:
-        raise INTERNAL_ERROR
+        raise internal_error()
     problems: list[tuple[str, list, str]] = []
     check_string(body["model_name"], ["body", "model_name"], problems)
     params = body["litellm_params"]
@@ -178,7 +185,7 @@ class Deployments:
                 )
         return [public_view(entry) for entry in entries]
 
-    def pick(self, model_name: str) -> dict:
+    def pick(self, model_name: str | None) -> dict:
         """One deployment of the group, taking turns like a router spreading load."""
         with self._lock:
             group = [e for e in self._by_id.values() if e["model_name"] == model_name]
@@ -279,37 +286,63 @@ class Handler(BaseHTTPRequestHandler):
         raise ApiError(HTTPStatus.NOT_FOUND, {"detail": "Not Found"})
 
     def route_post(self, path: str, query: dict[str, list[str]]) -> object:
-        if path not in ("/model/new", "/model/delete", *CHAT_PATHS):
+        routes = {"/model/new": self.model_new, "/model/delete": self.model_delete}
+        routes.update(dict.fromkeys(CHAT_PATHS, self.chat))
+        if path not in routes:
             raise ApiError(HTTPStatus.NOT_FOUND, {"detail": "Not Found"})
+        sent_as_json, body = self.read_body(path)
         self.server.authorize(self.headers.get("Authorization"))
-        body = self.read_json()
-        deployments = self.server.deployments
-        if path == "/model/new":
-            return deployments.add(validate_deployment(body))
-        if path == "/model/delete":
-            model_id = body.get("id") if isinstance(body, dict) else None
-            problems: list[tuple[str, list, str]] = []
-            check_string(model_id, ["body", "id"], problems)
-            if problems:
-                raise validation_error(*problems)
-            deployments.delete(model_id)
-            return {"message": f"Model: {model_id} deleted successfully"}
-        if not isinstance(body, dict) or not isinstance(body.get("model"), str):
-            raise proxy_error(HTTPStatus.BAD_REQUEST, "model is required", "invalid_request_error")
-        return forward_chat(deployments.pick(body["model"]), body)
+        return routes[path](sent_as_json, body)
 
-    def read_json(self) -> object:
-        """The body as JSON; FastAPI's 422 when it is not JSON or not sent as JSON."""
+    def model_new(self, sent_as_json: bool, body: object) -> dict:
+        if not sent_as_json:
+            raise not_an_object()
+        return self.server.deployments.add(validate_deployment(body))
+
+    def model_delete(self, sent_as_json: bool, body: object) -> dict:
+        if not sent_as_json:
+            raise not_an_object()
+        model_id = body.get("id") if isinstance(body, dict) else None
+        problems: list[tuple[str, list, str]] = []
+        check_string(model_id, ["body", "id"], problems)
+        if problems:
+            raise validation_error(*problems)
+        self.server.deployments.delete(model_id)
+        return {"message": f"Model: {model_id} deleted successfully"}
+
+    def chat(self, sent_as_json: bool, body: object) -> dict:
+        """LiteLLM reads a chat body only when it is sent as JSON, and checks it in this order."""
+        request = body if sent_as_json else {}
+        if not isinstance(request, dict):
+            raise internal_error()
+        if "messages" not in request:
+            raise proxy_error(
+                HTTPStatus.BAD_REQUEST,
+                "/chat/completions: Missing required parameter: 'messages'.",
+                "invalid_request_error", "messages",
+            )
+        model = request.get("model")
+        if model is not None and not isinstance(model, str):
+            raise proxy_error(
+                HTTPStatus.BAD_REQUEST, "'model' must be a string.", "bad_request_error", "model"
+            )
+        return forward_chat(self.server.deployments.pick(model), request)
+
+    def read_body(self, path: str) -> tuple[bool, object]:
+        """(sent as JSON, parsed body). Broken JSON is refused before auth, as LiteLLM does."""
         raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
         if not (self.headers.get("Content-Type") or "").startswith("application/json"):
-            raise validation_error(
-                ("model_attributes_type", ["body"],
-                 "Input should be a valid dictionary or object to extract fields from")
-            )
+            return False, None
         try:
-            return json.loads(raw)
-        except ValueError:
-            raise validation_error(("json_invalid", ["body", 0], "JSON decode error")) from None
+            return True, json.loads(raw)
+        except json.JSONDecodeError as error:
+            if path in CHAT_PATHS:
+                raise proxy_error(
+                    HTTPStatus.BAD_REQUEST, f"Invalid JSON payload: {error}",
+                    "invalid_request_error", "request_body",
+                ) from None
+            problem = ("json_invalid", ["body", error.pos], "JSON decode error")
+            raise validation_error(problem) from None
 
     def answer(self, route) -> None:  # noqa: ANN001 - one of the route_* methods
         split = urlsplit(self.path)

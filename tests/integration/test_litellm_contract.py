@@ -241,13 +241,15 @@ def test_authorization_without_bearer_is_a_401(litellm_proxy, litellm_master_key
 # --- malformed bodies -------------------------------------------------------------------------
 
 BAD_BODIES = {
-    "new-not-json": ("/model/new", b"{not json", 422),
     "new-no-model": ("/model/new", {"model_name": "m", "litellm_params": {}}, 422),
     "new-name-not-string": (
         "/model/new", {"model_name": 5, "litellm_params": {"model": "hosted_vllm/m"}}, 422),
     "new-no-params": ("/model/new", {"model_name": "m"}, 500),
     "delete-no-id": ("/model/delete", {}, 422),
     "delete-id-not-string": ("/model/delete", {"id": 5}, 422),
+    "chat-no-messages": ("/v1/chat/completions", {"model": MODEL}, 400),
+    "chat-model-not-string": (
+        "/v1/chat/completions", {"model": 5, "messages": [{"role": "user", "content": "x"}]}, 400),
 }
 
 
@@ -255,10 +257,29 @@ BAD_BODIES = {
 def test_malformed_bodies_get_litellms_status(
     litellm_proxy, litellm_master_key, path, body, expected
 ):
-    raw = body if isinstance(body, bytes) else None
-    status, text = call(litellm_proxy, "POST", path, None if raw else body,
-                        key=litellm_master_key, raw=raw)
+    status, text = call(litellm_proxy, "POST", path, body, key=litellm_master_key)
     assert status == expected, text
+
+
+BROKEN_JSON_ANSWERS = {
+    "/model/new": (422, "json_invalid"),
+    "/model/delete": (422, "json_invalid"),
+    "/v1/chat/completions": (400, "invalid_request_error"),
+}
+
+
+@pytest.mark.parametrize("path", BROKEN_JSON_ANSWERS)
+@pytest.mark.parametrize("wrong_key", [False, True], ids=["master-key", "wrong-key"])
+def test_broken_json_is_refused_before_the_key_is_checked(
+    litellm_proxy, litellm_master_key, path, wrong_key
+):
+    key = litellm_master_key + ("x" if wrong_key else "")
+    status, text = call(litellm_proxy, "POST", path, key=key, raw=b"{not json")
+    expected_status, expected_type = BROKEN_JSON_ANSWERS[path]
+    assert status == expected_status, text
+    answer = json.loads(text)
+    kind = answer["detail"][0]["type"] if "detail" in answer else answer["error"]["type"]
+    assert kind == expected_type
 
 
 # --- secrets stay out of the proxy's log --------------------------------------------------------
