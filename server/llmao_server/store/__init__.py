@@ -1,0 +1,27 @@
+"""The fleet's observed state, shared by every worker: pick a store by its location."""
+
+from __future__ import annotations
+
+from .base import (
+    UNKNOWN_LIMIT,
+    AppliedReport,
+    AppliedServer,
+    Approval,
+    StateStore,
+    StoreError,
+    UnknownBox,
+)
+from .sqlite import SqliteStore
+
+__all__ = ["UNKNOWN_LIMIT", "AppliedReport", "AppliedServer", "Approval", "SqliteStore",
+           "StateStore", "StoreError", "UnknownBox", "open_store"]
+
+POSTGRES_SCHEMES = ("postgresql://", "postgres://")
+
+
+def open_store(location: str) -> StateStore:
+    """A SQLite path (the default), or a ``postgresql://`` URL once that store exists."""
+    if location.startswith(POSTGRES_SCHEMES):
+        raise StoreError("server.state: the PostgreSQL state store is not available yet; "
+                         "give a SQLite file path")
+    return SqliteStore(location)

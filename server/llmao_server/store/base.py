@@ -1,0 +1,112 @@
+"""What the server remembers about the fleet, and the one interface every store implements.
+
+The box API writes (fetch times, unknown boxes, applied revisions); the
+dashboard and reconcile read. Every worker of a server, and later every
+server behind a load balancer, must see the same state, so it lives in a
+database rather than in a process. The interface is kept narrow so that a
+PostgreSQL store can stand beside the SQLite one without the callers knowing.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass
+
+UNKNOWN_LIMIT = 50
+
+
+class StoreError(RuntimeError):
+    """The store cannot be opened or used; the message names it, never a secret."""
+
+
+@dataclass(frozen=True)
+class UnknownBox:
+    """A name that presented the fleet key but is not in ``fleet.hosts``."""
+
+    name: str
+    first_seen: float
+    last_seen: float
+    count: int
+
+
+@dataclass(frozen=True)
+class Approval:
+    """An admin's word that an unknown box may run these models (in port order)."""
+
+    box: str
+    models: tuple[str, ...]
+    approved_by: str
+    approved_at: float
+
+
+@dataclass(frozen=True)
+class AppliedServer:
+    """One server as the box says it started it: no secret."""
+
+    name: str
+    port: int
+    served_model_name: str
+
+
+@dataclass(frozen=True)
+class AppliedReport:
+    """The revision a box says it applied, and when it said so."""
+
+    box: str
+    revision: str
+    applied_at: str
+    servers: tuple[AppliedServer, ...]
+    reported_at: float
+
+
+class StateStore(ABC):
+    """The fleet's observed state. Times are seconds since the epoch (``time.time()``)."""
+
+    @abstractmethod
+    def note_fetches(self, fetches: Mapping[str, float]) -> None:
+        """Remember the latest config fetch of each box (box name → time)."""
+
+    @abstractmethod
+    def note_unknown(self, sightings: Iterable[UnknownBox]) -> None:
+        """Merge sightings of unknown names; only the newest :data:`UNKNOWN_LIMIT` are kept."""
+
+    @abstractmethod
+    def forget_unknown(self, names: Collection[str]) -> None:
+        """Drop these names from the unknown list (they joined ``fleet.hosts``)."""
+
+    @abstractmethod
+    def record_applied(self, report: AppliedReport) -> None:
+        """Keep a box's latest applied report, replacing the one before."""
+
+    @abstractmethod
+    def approve(self, approval: Approval) -> None:
+        """Store (or replace) the approval of one box."""
+
+    @abstractmethod
+    def approval(self, box: str) -> Approval | None:
+        """The approval of one box, if an admin gave one since the server started."""
+
+    @abstractmethod
+    def clear_approvals(self) -> None:
+        """Forget every approval: approvals do not survive a restart, by design."""
+
+    @abstractmethod
+    def fetch_times(self) -> dict[str, float]:
+        """Box name → time of its latest config fetch."""
+
+    @abstractmethod
+    def unknown_boxes(self) -> list[UnknownBox]:
+        """The remembered unknown names, most recently seen first."""
+
+    @abstractmethod
+    def approvals(self) -> list[Approval]:
+        """Every current approval, oldest first."""
+
+    @abstractmethod
+    def applied_reports(self) -> dict[str, AppliedReport]:
+        """Box name → its latest applied report."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release this process's connections (before a fork, at exit)."""

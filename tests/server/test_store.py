@@ -1,0 +1,116 @@
+"""The SQLite state store: what it keeps, what it bounds, and that processes share it."""
+
+from __future__ import annotations
+
+import multiprocessing
+from pathlib import Path
+
+import pytest
+
+from llmao_server.store import (
+    UNKNOWN_LIMIT,
+    AppliedReport,
+    AppliedServer,
+    Approval,
+    SqliteStore,
+    StoreError,
+    UnknownBox,
+    open_store,
+)
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> SqliteStore:
+    opened = SqliteStore(str(tmp_path / "state.sqlite3"))
+    yield opened
+    opened.close()
+
+
+def test_a_fetch_time_only_moves_forward(store: SqliteStore) -> None:
+    store.note_fetches({"a": 10.0, "b": 20.0})
+    store.note_fetches({"a": 30.0, "b": 5.0})
+    assert store.fetch_times() == {"a": 30.0, "b": 20.0}
+
+
+def test_sightings_of_one_name_merge(store: SqliteStore) -> None:
+    store.note_unknown([UnknownBox("x", 10.0, 12.0, 2)])
+    store.note_unknown([UnknownBox("x", 5.0, 11.0, 3), UnknownBox("y", 1.0, 1.0, 1)])
+    assert store.unknown_boxes() == [UnknownBox("x", 5.0, 12.0, 5), UnknownBox("y", 1.0, 1.0, 1)]
+
+
+def test_the_unknown_list_is_bounded_to_the_most_recently_seen(store: SqliteStore) -> None:
+    for index in range(UNKNOWN_LIMIT + 15):
+        store.note_unknown([UnknownBox(f"n{index}", index, index, 1)])
+    store.note_unknown([UnknownBox("n0", 1000.0, 1000.0, 1)])  # seen again: newest now
+    names = [u.name for u in store.unknown_boxes()]
+    assert len(names) == UNKNOWN_LIMIT
+    assert names[0] == "n0"
+    assert names[-1] == f"n{UNKNOWN_LIMIT + 15 - UNKNOWN_LIMIT + 1}"
+
+
+def test_one_batch_larger_than_the_limit_is_bounded_too(store: SqliteStore) -> None:
+    store.note_unknown([UnknownBox(f"n{i}", i, i, 1) for i in range(3 * UNKNOWN_LIMIT)])
+    assert len(store.unknown_boxes()) == UNKNOWN_LIMIT
+
+
+def test_forgotten_names_leave_the_list(store: SqliteStore) -> None:
+    store.note_unknown([UnknownBox("a", 1, 1, 1), UnknownBox("b", 2, 2, 1)])
+    store.forget_unknown(["a", "not-there"])
+    assert [u.name for u in store.unknown_boxes()] == ["b"]
+
+
+def test_the_latest_applied_report_of_a_box_replaces_the_one_before(store: SqliteStore) -> None:
+    servers = (AppliedServer("gemma", 8001, "gemma"), AppliedServer("qwen", 8002, "qwen-s"))
+    store.record_applied(AppliedReport("a", "r1", "2026-01-01T00:00:00Z", servers, 1.0))
+    store.record_applied(AppliedReport("a", "r2", "2026-01-02T00:00:00Z", servers[:1], 2.0))
+    store.record_applied(AppliedReport("b", "r9", "2026-01-03T00:00:00+00:00", (), 3.0))
+    assert store.applied_reports() == {
+        "a": AppliedReport("a", "r2", "2026-01-02T00:00:00Z", servers[:1], 2.0),
+        "b": AppliedReport("b", "r9", "2026-01-03T00:00:00+00:00", (), 3.0),
+    }
+
+
+def test_approvals_are_kept_replaced_and_cleared(store: SqliteStore) -> None:
+    store.approve(Approval("a", ("gemma", "qwen"), "alice", 2.0))
+    store.approve(Approval("b", ("qwen",), "bob", 1.0))
+    store.approve(Approval("a", ("qwen",), "carol", 3.0))
+    assert store.approval("a") == Approval("a", ("qwen",), "carol", 3.0)
+    assert store.approval("c") is None
+    assert [a.box for a in store.approvals()] == ["b", "a"]
+    store.clear_approvals()
+    assert store.approvals() == []
+
+
+def _note_from_another_process(path: str, box: str) -> None:
+    other = SqliteStore(path)
+    other.note_fetches({box: 42.0})
+    other.note_unknown([UnknownBox(f"unknown-{box}", 1.0, 1.0, 1)])
+    other.close()
+
+
+def test_processes_on_one_file_share_the_state(tmp_path: Path) -> None:
+    path = str(tmp_path / "shared.sqlite3")
+    SqliteStore(path).close()
+    context = multiprocessing.get_context("fork")
+    workers = [context.Process(target=_note_from_another_process, args=(path, f"box{i}"))
+               for i in range(3)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(30)
+        assert worker.exitcode == 0
+    reader = SqliteStore(path)
+    assert reader.fetch_times() == {"box0": 42.0, "box1": 42.0, "box2": 42.0}
+    assert len(reader.unknown_boxes()) == 3
+
+
+def test_a_store_in_a_missing_folder_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(StoreError, match="cannot open the state store"):
+        SqliteStore(str(tmp_path / "missing" / "state.sqlite3"))
+
+
+def test_a_postgresql_url_is_refused_without_echoing_it() -> None:
+    url = "postgresql://llmao:pg-secret-pass@127.0.0.1/llmao"
+    with pytest.raises(StoreError) as refused:
+        open_store(url)
+    assert "pg-secret-pass" not in str(refused.value)
