@@ -233,7 +233,7 @@ def is_loopback(hostname: str) -> bool:
 class NoRedirects(urllib.request.HTTPRedirectHandler):
     """A redirect would carry the Authorization header to another address: refuse it."""
 
-    def redirect_request(self, req, fp, code, msg, headers, newurl):  # noqa: ANN001
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
         return None
 
 
@@ -954,26 +954,30 @@ class Console:
         if self.json_mode:
             print(json.dumps({"failed": True, "rc": error.exit_code, "msg": message}))
 
-    def summary(self, plan: Plan, revision: str | None, dry_run: bool) -> None:
-        written = [str(c.path) for c in plan.changes if c.after is not None]
-        removed = [str(c.path) for c in plan.changes if c.after is None]
+    def changes(self, changes: Iterable[FileChange], dry_run: bool) -> None:
+        """One line per file; a dry run in prose adds its diff (the JSON object carries it)."""
+        for change in changes:
+            removing = change.after is None
+            if dry_run:
+                self.say(f"would {'remove' if removing else 'write'} {change.path}")
+                if not self.json_mode:
+                    self.say(unified_diff(change).rstrip("\n"))
+            else:
+                self.say(f"{'removed' if removing else 'wrote'} {change.path}")
+
+    def result(self, plan: Plan, revision: str | None, dry_run: bool) -> None:
+        """The closing word: the JSON object for the push role, or a line when nothing changed."""
         if self.json_mode:
             print(json.dumps({
                 "changed": bool(plan.changes), "dry_run": dry_run,
-                "written": written, "removed": removed,
+                "written": [str(c.path) for c in plan.changes if c.after is not None],
+                "removed": [str(c.path) for c in plan.changes if c.after is None],
                 "unchanged": [str(path) for path in plan.unchanged],
                 "revision": revision,
                 "diff": [{"path": str(c.path), "before": self.mask(c.before or ""),
                           "after": self.mask(c.after or "")} for c in plan.changes],
             }, indent=2))
-            return
-        for change in plan.changes:
-            if dry_run:
-                self.say(f"would {'remove' if change.after is None else 'write'} {change.path}")
-                self.say(unified_diff(change).rstrip("\n"))
-            else:
-                self.say(f"{'removed' if change.after is None else 'wrote'} {change.path}")
-        if not plan.changes:
+        elif not plan.changes:
             self.say(f"unchanged: revision {revision} is applied, nothing to do")
 
 
@@ -1034,24 +1038,28 @@ def run(args: argparse.Namespace, environ: Mapping[str, str], console: Console) 
 
     handover = bool(plan.changes) and not args.no_handover
     if args.dry_run:
-        console.summary(plan, assignment.revision, dry_run=True)
+        console.changes(plan.changes, dry_run=True)
         if handover:
             console.say("would run supervisorctl reread and update")
+        console.result(plan, assignment.revision, dry_run=True)
         return
 
     prepare_directories(settings)
     apply_changes(plan.programs)
+    console.changes(plan.programs, dry_run=False)
     if handover:
         for line in hand_over():
             console.say(line)
-    apply_changes([plan.record] if plan.record else [])
-    console.summary(plan, assignment.revision, dry_run=False)
+    if plan.record:
+        apply_changes([plan.record])
+        console.changes([plan.record], dry_run=False)
     if fetching:
         warning = report_applied(settings, assignment, plan.applied_at, console.say)
         if warning:
             console.warn(warning)
         else:
             console.say(f"reported revision {assignment.revision} to llmao")
+    console.result(plan, assignment.revision, dry_run=False)
 
 
 def main(argv: list[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
