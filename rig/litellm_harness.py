@@ -89,12 +89,6 @@ def install_deployment_routes(app) -> None:  # noqa: ANN001 - FastAPI is only in
                 "User does not have permission to make this model call.",
             )
 
-    def live_router():
-        """The proxy's Router; start-up with a config file always creates it."""
-        if proxy_server.llm_router is None:
-            raise refuse(status.HTTP_500_INTERNAL_SERVER_ERROR, "LiteLLM router is not loaded")
-        return proxy_server.llm_router
-
     def publish_model_list(router) -> None:
         """Refresh the proxy's model list (what /health probes) as its database sync does."""
         proxy_server.llm_model_list = router.get_model_list()
@@ -102,7 +96,7 @@ def install_deployment_routes(app) -> None:  # noqa: ANN001 - FastAPI is only in
     async def add_model(deployment: Deployment, caller: Caller) -> dict:
         require_proxy_admin(caller)
         deployment.model_info.db_model = True  # what a database-backed proxy marks it as
-        router = live_router()
+        router = proxy_server.llm_router  # built at start-up from the config
         added = router.add_deployment(deployment)
         if added is None:
             # A database-backed proxy fails the insert on the duplicate id the same way.
@@ -119,7 +113,7 @@ def install_deployment_routes(app) -> None:  # noqa: ANN001 - FastAPI is only in
 
     async def delete_model(body: ModelInfoDelete, caller: Caller) -> dict:
         require_proxy_admin(caller)
-        router = live_router()
+        router = proxy_server.llm_router  # built at start-up from the config
         if router.delete_deployment(id=body.id) is None:
             raise refuse(status.HTTP_400_BAD_REQUEST, f"Model with id={body.id} not found in db")
         publish_model_list(router)
