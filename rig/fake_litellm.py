@@ -199,6 +199,7 @@ class Deployments:
 
 
 def public_view(entry: dict) -> dict:
+    """A copy of a deployment as /model/info shows it: the bearer is stored, never read back."""
     params = {k: v for k, v in entry["litellm_params"].items() if k != "api_key"}
     return {**entry, "litellm_params": params, "model_info": dict(entry["model_info"])}
 
