@@ -4,9 +4,13 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.llmao-setup
 
-.PHONY: setup demo test lint bench clean
+.PHONY: setup litellm-venv demo test lint bench clean
 
-setup: $(STAMP)
+setup: $(STAMP) litellm-venv
+
+# The real LiteLLM proxy the tests and the demo run, in its own environment (~750 MB).
+litellm-venv:
+	@bash rig/litellm_venv.sh
 
 $(STAMP): pyproject.toml
 	@echo "==> creating $(VENV) and installing llmao fleet (editable) with its test tools"
@@ -28,4 +32,4 @@ bench: setup
 	@$(BIN)/python -m bench
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache
+	rm -rf $(VENV) .venv-litellm .pytest_cache .ruff_cache
