@@ -95,7 +95,10 @@ def test_percent_is_doubled_where_supervisor_expands(install_set, tmp_path):
 
 # --------------------------------------------------------------------------- Supervisor reads it
 
-supervisor_options = pytest.importorskip("supervisor.options")
+@pytest.fixture(scope="module")
+def supervisor_options():
+    """Supervisor's own config reader (a test dependency, not the box program's)."""
+    return pytest.importorskip("supervisor.options")
 
 
 @pytest.fixture(scope="module")
@@ -106,7 +109,7 @@ def data_settings(install_set, tmp_path_factory):
     return install_set.read_settings({"DATA_DIRECTORY": str(data)}, fetching=False)
 
 
-def read_back(text: str, name: str):
+def read_back(supervisor_options, text: str, name: str):
     """Parse a program as supervisord does and return its argv and environment."""
     parser = supervisor_options.UnhosedConfigParser()
     parser.read_string(text)
@@ -115,10 +118,10 @@ def read_back(text: str, name: str):
     return config, shlex.split(config.command)
 
 
-def test_supervisor_reads_the_program_as_meant(install_set, data_settings):
+def test_supervisor_reads_the_program_as_meant(install_set, supervisor_options, data_settings):
     server = one_server(install_set, name="gemma4-26b", args=["--reasoning-parser", "gemma"])
-    config, argv = read_back(install_set.render_program(server, Decimal("0.745"), data_settings),
-                             "gemma4-26b")
+    text = install_set.render_program(server, Decimal("0.745"), data_settings)
+    config, argv = read_back(supervisor_options, text, "gemma4-26b")
     data = data_settings.data_dir
     assert argv == install_set.vllm_argv(server, Decimal("0.745"), "vllm")
     assert config.environment == {"VLLM_API_KEY": BEARERS[0], "HF_HOME": f"{data}/hf"}
@@ -134,9 +137,11 @@ def test_supervisor_reads_the_program_as_meant(install_set, data_settings):
        st.sampled_from(["sk-vllm-abc_DEF-123", "legacy;key#%&!~", "k"]))
 @example(["a ;b", "#c", " # ", "%(here)s", "'\"", "\\", "", "--x=1;2", "\x85\u2028;\xa0#"],
          "sk-vllm-abc")
-def test_any_argument_survives_supervisor_unchanged(install_set, data_settings, args, api_key):
+def test_any_argument_survives_supervisor_unchanged(install_set, supervisor_options,
+                                                     data_settings, args, api_key):
     server = one_server(install_set, args=args, api_key=api_key)
-    config, argv = read_back(install_set.render_program(server, None, data_settings), "model-0")
+    text = install_set.render_program(server, None, data_settings)
+    config, argv = read_back(supervisor_options, text, "model-0")
     assert argv == install_set.vllm_argv(server, None, "vllm")
     assert config.environment["VLLM_API_KEY"] == api_key
 
