@@ -1,0 +1,65 @@
+"""Every error of the API as one JSON shape: ``{"error": {"message", "type", "code"}}``.
+
+A box (or curl) always gets a body it can parse and a message that says what
+to do. Faults of our own are logged with their traceback and answered with a
+generic 500: the details stay in the log, which is redacted like every line.
+:func:`error_answer` makes that decision once, for the box API and for the
+Flask routes alike.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import traceback
+from collections.abc import Callable
+
+from flask import Response, current_app
+from werkzeug.exceptions import HTTPException
+
+log = logging.getLogger(__name__)
+
+JSON = "application/json"
+ERROR_TYPES = {
+    400: "invalid_request_error",
+    403: "permission_error",
+    404: "not_found_error",
+    405: "invalid_request_error",
+    413: "invalid_request_error",
+    500: "server_error",
+    503: "unavailable_error",
+}
+
+
+class ApiError(Exception):
+    """An answer the API gives on purpose: status, a stable ``code`` and a message."""
+
+    def __init__(self, status: int, code: str, message: str):
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+
+
+def error_body(status: int, code: str, message: str) -> bytes:
+    error = {"message": message, "type": ERROR_TYPES.get(status, "invalid_request_error"),
+             "code": code}
+    return json.dumps({"error": error}).encode("utf-8")
+
+
+def error_answer(exc: BaseException, redact: Callable[[str], str]) -> tuple[int, bytes]:
+    """Status and body for any exception: deliberate errors, HTTP errors, and faults."""
+    if isinstance(exc, ApiError):
+        return exc.status, error_body(exc.status, exc.code, exc.message)
+    if isinstance(exc, HTTPException) and exc.code is not None and exc.code < 500:
+        code = (exc.name or "error").lower().replace(" ", "_")
+        return exc.code, error_body(exc.code, code, exc.description or exc.name)
+    trace = "".join(traceback.format_exception(exc)).rstrip()
+    log.error("%s", redact("unexpected fault:\n" + trace))
+    return 500, error_body(500, "internal_error", "internal error; the server log has the details")
+
+
+def flask_error_handler(exc: Exception) -> Response:
+    """The Flask app's one error handler, so its routes answer errors like the box API."""
+    status, body = error_answer(exc, current_app.extensions["llmao"].redact)
+    return Response(body, status, mimetype=JSON)

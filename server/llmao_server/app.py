@@ -1,0 +1,53 @@
+"""The Flask app of the config server, built by :func:`create_app` (nothing runs at import).
+
+Configuration comes from ``test_config`` or the environment: ``LLMAO_CONFIG``
+and ``LLMAO_MODELS`` (the two fleet files), ``LLMAO_STATE`` (overrides
+``server.state``). ``llmao-server`` passes the fleet it has already loaded and
+checked as ``LLMAO_FLEET``, so a large fleet is read once.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from flask import Flask
+
+from ansible_collections.llmao.fleet.plugins.module_utils.config_errors import ConfigError
+from ansible_collections.llmao.fleet.plugins.module_utils.fleet import Fleet, load_fleet
+
+from . import health
+from .api_errors import flask_error_handler
+from .box_api import BoxApi
+from .logs import SERVER_LOGGER, ensure_server_logging
+from .state import ServerState
+from .store import open_store
+
+SETTINGS_FROM_ENVIRONMENT = ("LLMAO_CONFIG", "LLMAO_MODELS", "LLMAO_STATE")
+
+
+def create_app(test_config: Mapping[str, Any] | None = None) -> Flask:
+    app = Flask(SERVER_LOGGER)
+    if test_config is not None:
+        app.config.from_mapping(test_config)
+    for key in SETTINGS_FROM_ENVIRONMENT:
+        app.config.setdefault(key, os.environ.get(key))
+    fleet = app.config.get("LLMAO_FLEET") or fleet_from_files(app.config)
+    store = open_store(app.config["LLMAO_STATE"] or fleet.settings.server_state)
+    state = ServerState(fleet, store)
+    state.forget_joined_unknowns()
+    store.close()  # a worker forked from this process opens its own connection
+    app.extensions["llmao"] = state
+    ensure_server_logging()
+    app.register_blueprint(health.bp)
+    # Flask's routes answer errors in the box API's JSON shape.
+    app.register_error_handler(Exception, flask_error_handler)
+    app.wsgi_app = BoxApi(state, app.wsgi_app)
+    return app
+
+
+def fleet_from_files(config: Mapping[str, Any]) -> Fleet:
+    if not config.get("LLMAO_CONFIG") or not config.get("LLMAO_MODELS"):
+        raise ConfigError(["LLMAO_CONFIG and LLMAO_MODELS must name config.yaml and models.yaml"])
+    return load_fleet(config["LLMAO_CONFIG"], config["LLMAO_MODELS"])

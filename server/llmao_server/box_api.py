@@ -1,0 +1,167 @@
+"""The box API: ``GET /vllm/config`` (the seed's protocol) and ``POST /vllm/applied``.
+
+The fleet key is the gate, checked in constant time; the box is who the
+request claims to be (``X-LLMAO-Host``, else the leftmost ``X-Forwarded-For``,
+else the peer, by the core's rule). A known box gets the bytes the core built
+at load. Every request is logged with the claim and where it came from, and
+nothing else a caller sent.
+
+This is a plain WSGI layer in front of the Flask app rather than a blueprint:
+a boot storm hits ``GET /vllm/config`` and nothing else, and Flask's request
+machinery alone costs more than the rest of the answer (a minimal Flask route
+under the same gunicorn reached 0.6-0.7 of a bare WSGI app, below DESIGN's
+0.8). Every other path goes on to Flask.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+import time
+from collections.abc import Callable, Iterable
+from functools import cached_property
+from http import HTTPStatus
+from typing import Any
+
+from werkzeug.datastructures import EnvironHeaders
+from werkzeug.wsgi import get_input_stream
+
+from ansible_collections.llmao.fleet.plugins.module_utils.hostnames import (
+    FORWARDED_HEADER,
+    claimed_box_name,
+)
+from ansible_collections.llmao.fleet.plugins.module_utils.intent import BoxAssignment
+
+from .api_errors import JSON, ApiError, error_answer
+from .applied_report import APPLIED_MAX_BYTES, read_applied_report
+from .state import ServerState
+
+PREFIX = "/vllm/"
+SHOWN_NAME_LENGTH = 100
+
+log = logging.getLogger(__name__)
+
+WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
+
+
+class BoxRequest:
+    """The parts of a WSGI request the box API reads, each worked out at most once."""
+
+    def __init__(self, environ: dict[str, Any]):
+        self.environ = environ
+        self.method: str = environ.get("REQUEST_METHOD", "")
+        self.path: str = environ.get("PATH_INFO", "")
+        self.peer: str | None = environ.get("REMOTE_ADDR")
+
+    @cached_property
+    def headers(self) -> EnvironHeaders:
+        return EnvironHeaders(self.environ)
+
+    @cached_property
+    def claim(self) -> tuple[str, str]:
+        """The box name the request claims, and how (``header``, ``forwarded``, ``peer``)."""
+        return claimed_box_name(self.headers, self.peer)
+
+    def json_body(self) -> Any:
+        """The body decoded as JSON (None when it is not JSON); 413 beyond the limit."""
+        data = get_input_stream(self.environ, max_content_length=APPLIED_MAX_BYTES).read()
+        try:
+            return json.loads(data)
+        except ValueError:
+            return None
+
+
+def check_fleet_key(state: ServerState, request: BoxRequest) -> None:
+    """503 when the server has no fleet key, 403 unless the request presents it."""
+    if not state.fleet.fleet_key_configured:
+        raise ApiError(503, "fleet_key_not_configured",
+                       "this server has no fleet key (fleet.key in config.yaml is missing, "
+                       "empty or CHANGE_ME); no box can be served until it is set")
+    scheme, _, presented = request.headers.get("Authorization", "").partition(" ")
+    presented = presented.strip()
+    if scheme.lower() != "bearer" or not presented:
+        raise ApiError(403, "fleet_key_required",
+                       "present the fleet key as 'Authorization: Bearer <fleet key>'")
+    if not hmac.compare_digest(presented.encode("utf-8"), state.fleet_key):
+        raise ApiError(403, "fleet_key_wrong", "the fleet key is not this fleet's")
+
+
+def resolve_box(state: ServerState, request: BoxRequest) -> BoxAssignment:
+    """The assignment of the box this request speaks for; an unknown box is remembered."""
+    check_fleet_key(state, request)
+    name, _ = request.claim
+    assignment = state.served_assignment(name)
+    if assignment is None:
+        state.note_unknown(name, time.time())
+        shown = name if len(name) <= SHOWN_NAME_LENGTH else name[:SHOWN_NAME_LENGTH] + "…"
+        raise ApiError(404, "unknown_host",
+                       f"box {shown!r} is not in fleet.hosts; add it there, or ask an admin "
+                       "to approve it")
+    return assignment
+
+
+def fetch_config(state: ServerState, request: BoxRequest) -> bytes:
+    """``GET /vllm/config``: the box's assignment as built at load; the fetch time is noted."""
+    assignment = resolve_box(state, request)
+    state.note_fetch(assignment.box, time.time())
+    return assignment.body
+
+
+def report_applied(state: ServerState, request: BoxRequest) -> bytes:
+    """``POST /vllm/applied``: keep what the box applied; say whether it is what we intend."""
+    assignment = resolve_box(state, request)
+    report = read_applied_report(request.json_body(), assignment.box, time.time())
+    state.store.record_applied(report)
+    return json.dumps({"host": assignment.box, "revision": report.revision,
+                       "intended_revision": assignment.revision,
+                       "current": report.revision == assignment.revision}).encode("utf-8")
+
+
+ROUTES: dict[str, tuple[str, Callable[[ServerState, BoxRequest], bytes]]] = {
+    "/vllm/config": ("GET", fetch_config),
+    "/vllm/applied": ("POST", report_applied),
+}
+
+
+class BoxApi:
+    """WSGI middleware: answers every ``/vllm/`` path, hands the rest to ``inner``."""
+
+    def __init__(self, state: ServerState, inner: WsgiApp):
+        self.state = state
+        self.inner = inner
+
+    def __call__(self, environ: dict[str, Any],
+                 start_response: Callable[..., Any]) -> Iterable[bytes]:
+        if not environ.get("PATH_INFO", "").startswith(PREFIX):
+            return self.inner(environ, start_response)
+        request = BoxRequest(environ)
+        status, body, headers = self.answer(request)
+        self.log_request(request, status)
+        start_response(f"{status} {HTTPStatus(status).phrase}",
+                       [("Content-Type", JSON), ("Content-Length", str(len(body))),
+                        ("Cache-Control", "no-store"), *headers])
+        return [body]
+
+    def answer(self, request: BoxRequest) -> tuple[int, bytes, list[tuple[str, str]]]:
+        """Status, body and extra headers; every exception becomes a JSON error."""
+        route = ROUTES.get(request.path)
+        try:
+            if route is None:
+                raise ApiError(404, "not_found",
+                               f"no box API at {request.path}; see GET /vllm/config")
+            method, handler = route
+            if request.method != method:
+                raise ApiError(405, "method_not_allowed", f"{request.path} takes {method}")
+            return 200, handler(self.state, request), []
+        except Exception as exc:  # noqa: BLE001 - the one error handler of the box API
+            status, body = error_answer(exc, self.state.redact)
+            return status, body, [("Allow", route[0])] if status == 405 and route else []
+
+    def log_request(self, request: BoxRequest, status: int) -> None:
+        """One line per request: the claim, how it was made, the peer, the raw XFF, the status."""
+        name, source = request.claim
+        path = request.path if request.path in ROUTES else repr(request.path)
+        line = (f"{request.method} {path} {status} host={name!r} via={source} "
+                f"peer={request.peer!r} xff={request.headers.get(FORWARDED_HEADER)!r}")
+        log.info("%s", self.state.redact(line))

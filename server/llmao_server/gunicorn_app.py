@@ -1,0 +1,56 @@
+"""Running a WSGI app under gunicorn from Python, with the server's one gunicorn config.
+
+``llmao-server`` and the benchmark's bare app both go through
+:func:`gunicorn_options`, so a comparison between them compares the apps and
+nothing else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from gunicorn.app.base import BaseApplication
+
+WORKER_CLASS = "gthread"
+THREADS_PER_WORKER = 4
+GRACEFUL_TIMEOUT_S = 10
+
+
+def gunicorn_options(bind: str, workers: int, certfile: str | None = None,
+                     keyfile: str | None = None) -> dict[str, Any]:
+    """The settings every llmao gunicorn runs with."""
+    options: dict[str, Any] = {
+        "bind": [bind],
+        "workers": workers,
+        "worker_class": WORKER_CLASS,
+        "threads": THREADS_PER_WORKER,
+        # Load (and validate) the fleet once, in the arbiter; workers share it by fork.
+        "preload_app": True,
+        # gunicorn's control socket defaults to one path per user, shared by every
+        # gunicorn on the machine; llmao-server has no use for it.
+        "control_socket_disable": True,
+        "accesslog": None,
+        "errorlog": "-",
+        "graceful_timeout": GRACEFUL_TIMEOUT_S,
+        "proc_name": "llmao-server",
+    }
+    if certfile:
+        options.update(certfile=certfile, keyfile=keyfile)
+    return options
+
+
+class GunicornServer(BaseApplication):
+    """A gunicorn arbiter for the app ``load`` returns, configured only by ``options``."""
+
+    def __init__(self, load: Callable[[], Callable[..., Any]], options: dict[str, Any]):
+        self._load = load
+        self._options = options
+        super().__init__()
+
+    def load_config(self) -> None:
+        for key, value in self._options.items():
+            self.cfg.set(key, value)
+
+    def load(self) -> Callable[..., Any]:
+        return self._load()

@@ -1,0 +1,63 @@
+"""The server's view of the fleet: the loaded config joined with the observed state.
+
+One :class:`ServerState` per app holds the immutable :class:`Fleet`, the store
+every worker shares and the redactor of this fleet's secrets. The rules it
+applies (what a box is served, what an approval may hold) are the core's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ansible_collections.llmao.fleet.plugins.module_utils.fleet import Fleet
+from ansible_collections.llmao.fleet.plugins.module_utils.hostnames import normalize_host
+from ansible_collections.llmao.fleet.plugins.module_utils.intent import BoxAssignment
+
+from .recorder import FetchRecorder
+from .redaction import Redactor
+from .store import Approval, StateStore
+
+
+class ServerState:
+    """The fleet, the shared store and the redactor of one app."""
+
+    def __init__(self, fleet: Fleet, store: StateStore):
+        self.fleet = fleet
+        self.store = store
+        self.recorder = FetchRecorder(store)
+        self.redact = Redactor.for_settings(fleet.settings)
+        # Encoded once: the gate compares bytes on every request.
+        self.fleet_key = (fleet.settings.fleet_key or "").encode("utf-8")
+
+    def served_assignment(self, box: str) -> BoxAssignment | None:
+        """What ``box`` is served: its ``fleet.hosts`` rows, else its approval, else None."""
+        assignment = self.fleet.assignment(box)
+        if assignment is not None:
+            return assignment
+        approval = self.store.approval(box)
+        if approval is None:
+            return None
+        return self.fleet.approved_assignment(box, approval.models)
+
+    def approve(self, box: str, models: Sequence[str], approved_by: str,
+                now: float) -> BoxAssignment:
+        """Let an unknown box run ``models``; raises the core's ``ApprovalError`` if it may not."""
+        assignment = self.fleet.approved_assignment(box, models)
+        self.store.approve(Approval(normalize_host(box), tuple(models), approved_by, now))
+        return assignment
+
+    def note_fetch(self, box: str, now: float) -> None:
+        self.recorder.note_fetch(box, now)
+
+    def note_unknown(self, box: str, now: float) -> None:
+        self.recorder.note_unknown(box, now)
+
+    def forget_joined_unknowns(self) -> None:
+        """Names that are now ``fleet.hosts`` keys leave the unknown list."""
+        joined = [u.name for u in self.store.unknown_boxes() if u.name in self.fleet.assignments]
+        self.store.forget_unknown(joined)
+
+    def close(self) -> None:
+        """Write what the recorder holds and release this process's connection."""
+        self.recorder.close()
+        self.store.close()

@@ -1,0 +1,239 @@
+"""GET /vllm/config: the gate, the box name, the answer, to the letter of the seed."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from flask import Flask
+from flask.testing import FlaskClient
+
+from llmao_server.state import ServerState
+from tests.server.fleet_pair import (
+    FLEET_KEY,
+    KNOWN,
+    LEGACY,
+    OTHER_KNOWN,
+    UNKNOWN,
+    box_headers,
+    config,
+)
+
+# ------------------------------------------------------------------- the gate
+
+
+@pytest.mark.parametrize(("authorization", "code"), [
+    (None, "fleet_key_required"),
+    ("", "fleet_key_required"),
+    (f"Basic {FLEET_KEY}", "fleet_key_required"),
+    ("Bearer", "fleet_key_required"),
+    ("Bearer ", "fleet_key_required"),
+    (FLEET_KEY, "fleet_key_required"),
+    ("Bearer wrong-key", "fleet_key_wrong"),
+    (f"Bearer {FLEET_KEY}x", "fleet_key_wrong"),
+    (f"Bearer {FLEET_KEY[:-1]}", "fleet_key_wrong"),
+    (f"Bearer {FLEET_KEY} extra", "fleet_key_wrong"),
+])
+def test_a_request_without_the_fleet_key_is_forbidden(client: FlaskClient,
+                                                      authorization: str | None,
+                                                      code: str) -> None:
+    headers = box_headers(key=None)
+    if authorization is not None:
+        headers["Authorization"] = authorization
+    answer = client.get("/vllm/config", headers=headers)
+    assert answer.status_code == 403
+    assert answer.json["error"]["code"] == code
+    assert FLEET_KEY not in answer.get_data(as_text=True)
+
+
+@pytest.mark.parametrize("authorization", [f"bearer {FLEET_KEY}", f"BEARER {FLEET_KEY}",
+                                           f"Bearer  {FLEET_KEY} "])
+def test_the_scheme_is_case_insensitive_and_spaces_around_the_key_do_not_count(
+        client: FlaskClient, authorization: str) -> None:
+    headers = {**box_headers(), "Authorization": authorization}
+    assert client.get("/vllm/config", headers=headers).status_code == 200
+
+
+@pytest.mark.parametrize("fleet_key", [None, "", "CHANGE_ME", "CHANGE_ME-before-use"])
+@pytest.mark.parametrize("presented", [None, FLEET_KEY, "CHANGE_ME", ""])
+def test_no_fleet_key_configured_is_503_whatever_the_request_carries(
+        make_app, fleet_key: str | None, presented: str | None) -> None:
+    document = config(key=fleet_key) if fleet_key is not None else config(key=None)
+    client = make_app(document).test_client()
+    answer = client.get("/vllm/config", headers=box_headers(key=presented))
+    assert answer.status_code == 503
+    assert answer.json["error"]["code"] == "fleet_key_not_configured"
+    assert answer.json["error"]["type"] == "unavailable_error"
+
+
+# --------------------------------------------------------------- the box name
+
+
+@pytest.mark.parametrize(("host", "xff", "peer", "served"), [
+    (KNOWN, None, "127.0.0.1", KNOWN),
+    (f" {KNOWN} ", None, "127.0.0.1", KNOWN),
+    (f"::ffff:{KNOWN}", None, "127.0.0.1", KNOWN),
+    (KNOWN, UNKNOWN, UNKNOWN, KNOWN),
+    (None, KNOWN, "127.0.0.1", KNOWN),
+    (None, f"{KNOWN}, 10.0.0.1", "127.0.0.1", KNOWN),
+    (None, f"  {KNOWN} ,10.0.0.1,10.0.0.2", "127.0.0.1", KNOWN),
+    (None, f"{OTHER_KNOWN},{KNOWN}", KNOWN, OTHER_KNOWN),
+    (None, None, KNOWN, KNOWN),
+    (None, None, f"::ffff:{KNOWN}", KNOWN),
+    (None, "", KNOWN, KNOWN),
+    (None, " , 10.0.0.9", KNOWN, KNOWN),
+    (None, None, LEGACY, LEGACY),
+])
+def test_a_known_box_gets_its_assignment_bytes(client: FlaskClient, state: ServerState,
+                                               host: str | None, xff: str | None, peer: str,
+                                               served: str) -> None:
+    answer = client.get("/vllm/config", headers=box_headers(host=host, xff=xff),
+                        environ_base={"REMOTE_ADDR": peer})
+    assert answer.status_code == 200
+    assert answer.get_data() == state.fleet.assignment(served).body
+    assert answer.mimetype == "application/json"
+    assert answer.headers["Cache-Control"] == "no-store"
+
+
+def test_the_answer_is_the_seed_shape_with_a_revision(client: FlaskClient) -> None:
+    doc = client.get("/vllm/config", headers=box_headers()).json
+    assert set(doc) == {"host", "servers", "revision"}
+    assert doc["host"] == KNOWN
+    assert [(s["name"], s["port"]) for s in doc["servers"]] == [("gemma", 8001), ("qwen", 8002)]
+    assert doc["servers"][1]["served_model_name"] == "qwen-served"
+    assert all(s["api_key"].startswith("sk-vllm-") for s in doc["servers"])
+
+
+@pytest.mark.parametrize(("host", "xff", "peer"), [
+    (UNKNOWN, None, KNOWN),
+    (UNKNOWN, KNOWN, KNOWN),
+    ("", None, KNOWN),
+    ("   ", KNOWN, KNOWN),
+    (None, UNKNOWN, KNOWN),
+    (None, f"{UNKNOWN}, {KNOWN}", KNOWN),
+    (None, None, UNKNOWN),
+])
+def test_an_unknown_claim_is_404_with_no_fallback(client: FlaskClient, host: str | None,
+                                                  xff: str | None, peer: str) -> None:
+    answer = client.get("/vllm/config", headers=box_headers(host=host, xff=xff),
+                        environ_base={"REMOTE_ADDR": peer})
+    assert answer.status_code == 404
+    assert answer.json["error"]["code"] == "unknown_host"
+    assert "api_key" not in answer.get_data(as_text=True)
+
+
+def test_a_very_long_claim_is_shortened_in_the_message(client: FlaskClient) -> None:
+    answer = client.get("/vllm/config", headers=box_headers(host="x" * 5000))
+    assert answer.status_code == 404
+    assert len(answer.json["error"]["message"]) < 300
+
+
+# ------------------------------------------------------ what the server notes
+
+
+def test_a_fetch_time_is_noted_and_reaches_the_store(client: FlaskClient,
+                                                     state: ServerState) -> None:
+    before = time.time()
+    client.get("/vllm/config", headers=box_headers())
+    after = time.time()
+    state.recorder.flush()
+    assert before <= state.store.fetch_times()[KNOWN] <= after
+
+
+def test_the_store_sees_a_fetch_within_about_a_second_without_a_flush(
+        client: FlaskClient, state: ServerState) -> None:
+    client.get("/vllm/config", headers=box_headers())
+    deadline = time.monotonic() + 3
+    while KNOWN not in state.store.fetch_times() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert KNOWN in state.store.fetch_times()
+
+
+def test_refused_requests_note_no_fetch(client: FlaskClient, state: ServerState) -> None:
+    client.get("/vllm/config", headers=box_headers(key="wrong"))
+    client.get("/vllm/config", headers=box_headers(key=None))
+    state.recorder.flush()
+    assert state.store.fetch_times() == {}
+    assert state.store.unknown_boxes() == []
+
+
+def test_an_unknown_box_is_remembered_with_first_and_last_seen_and_a_count(
+        client: FlaskClient, state: ServerState) -> None:
+    start = time.time()
+    for _ in range(3):
+        client.get("/vllm/config", headers=box_headers(host=UNKNOWN))
+    client.get("/vllm/config", headers=box_headers(host=""))
+    state.recorder.flush()
+    seen = {u.name: u for u in state.store.unknown_boxes()}
+    assert set(seen) == {UNKNOWN, ""}
+    assert seen[UNKNOWN].count == 3
+    assert start <= seen[UNKNOWN].first_seen <= seen[UNKNOWN].last_seen <= time.time()
+    assert KNOWN not in state.store.fetch_times()
+
+
+def test_the_unknown_list_keeps_the_newest_fifty(client: FlaskClient,
+                                                 state: ServerState) -> None:
+    for index in range(60):
+        client.get("/vllm/config", headers=box_headers(host=f"10.9.0.{index}"))
+    state.recorder.flush()
+    names = [u.name for u in state.store.unknown_boxes()]
+    assert len(names) == 50
+    assert names[0] == "10.9.0.59"
+    assert set(names) == {f"10.9.0.{index}" for index in range(10, 60)}
+
+
+def test_a_name_that_joins_fleet_hosts_leaves_the_unknown_list(make_app) -> None:
+    first = make_app()
+    first.test_client().get("/vllm/config", headers=box_headers(host=UNKNOWN))
+    first.test_client().get("/vllm/config", headers=box_headers(host="192.0.2.99"))
+    first.extensions["llmao"].close()
+    hosts = {**config()["fleet"]["hosts"], UNKNOWN: [["gemma", 8001]]}
+    second = make_app(config(hosts=hosts), folder="joined")
+    remaining = [u.name for u in second.extensions["llmao"].store.unknown_boxes()]
+    assert remaining == ["192.0.2.99"]
+    answer = second.test_client().get("/vllm/config", headers=box_headers(host=UNKNOWN))
+    assert answer.status_code == 200
+
+
+# ---------------------------------------------------------------- approvals
+
+
+def test_an_approved_box_is_served_its_models_on_8001_and_8002(
+        client: FlaskClient, state: ServerState) -> None:
+    assert client.get("/vllm/config", headers=box_headers(host=UNKNOWN)).status_code == 404
+    state.approve(UNKNOWN, ["qwen", "gemma"], "admin", time.time())
+    answer = client.get("/vllm/config", headers=box_headers(host=UNKNOWN))
+    assert answer.status_code == 200
+    assert answer.get_data() == state.fleet.approved_assignment(UNKNOWN, ["qwen", "gemma"]).body
+    servers = answer.json["servers"]
+    assert [(s["name"], s["port"]) for s in servers] == [("qwen", 8001), ("gemma", 8002)]
+    state.recorder.flush()
+    assert UNKNOWN in state.store.fetch_times()
+
+
+def test_an_approval_is_seen_by_every_app_on_the_same_store(make_app: object) -> None:
+    first, second = make_app(), make_app()
+    first.extensions["llmao"].approve(UNKNOWN, ["gemma"], "admin", time.time())
+    answer = second.test_client().get("/vllm/config", headers=box_headers(host=UNKNOWN))
+    assert answer.status_code == 200
+    assert [s["port"] for s in json.loads(answer.get_data())["servers"]] == [8001]
+
+
+@pytest.mark.parametrize(("box", "models"), [
+    (KNOWN, ["gemma"]), (UNKNOWN, []), (UNKNOWN, ["gpt"]), (UNKNOWN, ["nope"]),
+    (UNKNOWN, ["gemma", "gemma"]), (UNKNOWN, ["gemma", "qwen", "gemma", "qwen"]), ("", ["gemma"]),
+])
+def test_an_approval_the_core_refuses_is_not_stored(state: ServerState, box: str,
+                                                    models: list[str]) -> None:
+    from ansible_collections.llmao.fleet.plugins.module_utils.fleet import ApprovalError
+
+    with pytest.raises(ApprovalError):
+        state.approve(box, models, "admin", time.time())
+    assert state.store.approvals() == []
+
+
+def test_healthz_needs_no_key(app: Flask) -> None:
+    answer = app.test_client().get("/healthz")
+    assert answer.status_code == 200
+    assert answer.json == {"status": "ok"}

@@ -1,0 +1,93 @@
+"""The per-worker buffer of fetch times and unknown sightings in front of the store."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+import pytest
+
+from llmao_server.recorder import FetchRecorder
+from llmao_server.store import UNKNOWN_LIMIT, SqliteStore, UnknownBox
+
+
+class ObservedStore(SqliteStore):
+    """The real SQLite store, noting each batch it is given; optionally failing once."""
+
+    def __init__(self, path: str, fail_first: bool = False):
+        super().__init__(path)
+        self.batches: list[int] = []
+        self.fail_first = fail_first
+
+    def note_fetches(self, fetches: Mapping[str, float]) -> None:
+        if self.fail_first:
+            self.fail_first = False
+            raise OSError("disk unplugged")
+        super().note_fetches(fetches)
+
+    def note_unknown(self, sightings: Iterable[UnknownBox]) -> None:
+        sightings = list(sightings)
+        self.batches.append(len(sightings))
+        super().note_unknown(sightings)
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> ObservedStore:
+    return ObservedStore(str(tmp_path / "state.sqlite3"))
+
+
+def test_nothing_reaches_the_store_before_a_flush_and_all_of_it_after(
+        store: ObservedStore) -> None:
+    recorder = FetchRecorder(store, interval_s=3600)
+    recorder.note_fetch("a", 1.0)
+    recorder.note_fetch("a", 3.0)
+    recorder.note_fetch("b", 2.0)
+    recorder.note_unknown("u", 5.0)
+    recorder.note_unknown("u", 7.0)
+    assert store.fetch_times() == {}
+    recorder.flush()
+    assert store.fetch_times() == {"a": 3.0, "b": 2.0}
+    assert store.unknown_boxes() == [UnknownBox("u", 5.0, 7.0, 2)]
+    recorder.close()
+
+
+def test_the_buffer_holds_only_the_newest_unknown_names(store: ObservedStore) -> None:
+    recorder = FetchRecorder(store, interval_s=3600)
+    for index in range(UNKNOWN_LIMIT * 4):
+        recorder.note_unknown(f"n{index}", float(index))
+    recorder.close()
+    assert store.batches == [UNKNOWN_LIMIT]
+    names = {u.name for u in store.unknown_boxes()}
+    assert names == {f"n{index}" for index in range(UNKNOWN_LIMIT * 3, UNKNOWN_LIMIT * 4)}
+
+
+def test_a_failed_write_is_kept_for_the_next_flush(tmp_path: Path) -> None:
+    store = ObservedStore(str(tmp_path / "state.sqlite3"), fail_first=True)
+    recorder = FetchRecorder(store, interval_s=3600)
+    recorder.note_fetch("a", 1.0)
+    recorder.note_unknown("u", 1.0)
+    recorder.flush()
+    assert store.fetch_times() == {}
+    recorder.note_fetch("a", 0.5)
+    recorder.flush()
+    assert store.fetch_times() == {"a": 1.0}
+    assert store.unknown_boxes() == [UnknownBox("u", 1.0, 1.0, 1)]
+    recorder.close()
+
+
+def test_close_writes_what_is_left(store: ObservedStore) -> None:
+    recorder = FetchRecorder(store, interval_s=3600)
+    recorder.note_fetch("a", 1.0)
+    recorder.close()
+    assert store.fetch_times() == {"a": 1.0}
+
+
+def test_the_background_thread_writes_within_the_interval(store: ObservedStore) -> None:
+    recorder = FetchRecorder(store, interval_s=0.1)
+    recorder.note_fetch("a", 1.0)
+    deadline = time.monotonic() + 5
+    while not store.fetch_times() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert store.fetch_times() == {"a": 1.0}
+    recorder.close()
