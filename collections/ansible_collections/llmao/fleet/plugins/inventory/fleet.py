@@ -109,6 +109,15 @@ UNLISTED_PROVIDER = "unlisted"
 CACHE_FORMAT = 1
 
 
+def model_group(model_name: str) -> str:
+    """The group of the boxes running a model, its name made a valid Ansible group name."""
+    return to_safe_group_name(MODEL_GROUP_PREFIX + model_name, force=True, silent=True)
+
+
+def provider_group(provider: str) -> str:
+    return to_safe_group_name(PROVIDER_GROUP_PREFIX + provider, force=True, silent=True)
+
+
 def box_provider(fleet: Fleet) -> str:
     """The provider of every box until listings are read: local only without any listing."""
     return UNLISTED_PROVIDER if fleet.settings.providers else LOCAL_PROVIDER
@@ -264,14 +273,12 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
             for model in facts["models"]:
                 group = groups.get(model)
                 if group is None:
-                    group = groups[model] = inventory.add_group(
-                        to_safe_group_name(MODEL_GROUP_PREFIX + model, force=True, silent=True))
+                    group = groups[model] = inventory.add_group(model_group(model))
                 inventory.add_child(group, box)
             provider = hostvars["llmao_provider"]
             group = provider_groups.get(provider)
             if group is None:
-                group = provider_groups[provider] = inventory.add_group(
-                    to_safe_group_name(PROVIDER_GROUP_PREFIX + provider, force=True, silent=True))
+                group = provider_groups[provider] = inventory.add_group(provider_group(provider))
             inventory.add_child(group, box)
             if constructing:
                 self._construct(box, hostvars)
