@@ -221,11 +221,22 @@ def list_published(label: str = BOX_LABEL) -> dict[str, dict[int, tuple[str, int
     return listing
 
 
+_ports_handed_out: set[int] = set()
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    """A port the kernel just reported free on host (it may be taken again before use)."""
-    with socket.socket() as probe:
-        probe.bind((host, 0))
-        return probe.getsockname()[1]
+    """A port the kernel reports free on host and this process has not handed out before.
+
+    The kernel may offer the same free port twice while earlier picks are not bound yet (a
+    benchmark picks 300 at once), so ports already given out here are skipped.
+    """
+    while True:
+        with socket.socket() as probe:
+            probe.bind((host, 0))
+            port = probe.getsockname()[1]
+        if port not in _ports_handed_out:
+            _ports_handed_out.add(port)
+            return port
 
 
 @dataclass
@@ -313,18 +324,9 @@ def start_local_stub(
         "STUB_VLLM_BEHAVIOUR": str(behaviour_path),
         "LLMAO_BOX_NAME": box_name,
     }
-    argv = [
-        sys.executable,
-        str(STUB_VLLM),
-        "serve",
-        model,
-        "--host",
-        host,
-        "--port",
-        str(port),
-        "--served-model-name",
-        served_name,
-    ]
+    # -S: the stub needs no site-packages; skipping them trims its start-up (300 stubs in a bench).
+    argv = [sys.executable, "-S", str(STUB_VLLM), "serve", model]
+    argv += ["--host", host, "--port", str(port), "--served-model-name", served_name]
     with open(workdir / "stub.log", "wb") as log:
         process = subprocess.Popen(
             argv, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT

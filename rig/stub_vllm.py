@@ -29,11 +29,9 @@ import socket
 import sys
 import threading
 import time
-import uuid
 from dataclasses import dataclass, fields
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 from urllib.parse import urlsplit
 
 DEFAULT_BEHAVIOUR_FILE = "/etc/llmao-stub/vllm.json"
@@ -55,7 +53,8 @@ class Behaviour:
 def load_behaviour(path: str, port: int) -> Behaviour:
     """The knobs for this listen port: defaults, then the "*" entry, then the port's own entry."""
     try:
-        table = json.loads(Path(path).read_text())
+        with open(path, encoding="utf-8") as handle:
+            table = json.load(handle)
     except FileNotFoundError:
         return Behaviour()
     except (OSError, ValueError) as exc:
@@ -138,7 +137,7 @@ class Stub:
             if isinstance(message, dict)
         )
         return {
-            "id": f"chatcmpl-{uuid.uuid4().hex}",
+            "id": f"chatcmpl-{os.urandom(16).hex()}",
             "object": "chat.completion",
             "created": int(time.time()),
             "model": request.get("model") or self.served_names[0],
@@ -283,13 +282,17 @@ class Handler(BaseHTTPRequestHandler):
         say(f"{self.address_string()} {format % args}")
 
 
-def make_server(stub: Stub, host: str) -> ThreadingHTTPServer:
+class StubServer(ThreadingHTTPServer):
+    daemon_threads = True
+    # The stdlib default backlog (5) drops connections when many probes arrive at once.
+    request_queue_size = 128
+
+
+def make_server(stub: Stub, host: str) -> StubServer:
     handler = type("BoundHandler", (Handler,), {"stub": stub})
-    server_class = ThreadingHTTPServer
+    server_class = StubServer
     if ":" in host:
-        server_class = type("ThreadingHTTPServerV6", (ThreadingHTTPServer,), {})
-        server_class.address_family = socket.AF_INET6
-    server_class.daemon_threads = True
+        server_class = type("StubServerV6", (StubServer,), {"address_family": socket.AF_INET6})
     return server_class((host, stub.port), handler)
 
 
