@@ -3,7 +3,8 @@
 """A small JSON-over-HTTP call for the controller-side clients (LiteLLM, llmao's admin API).
 
 Standard library only, so modules need nothing beyond Ansible. Errors carry the
-method, URL and status, never the bearer or the body sent.
+method, URL, status and the error type the other side named, never the bearer or
+the body sent.
 """
 
 from __future__ import annotations
@@ -13,13 +14,21 @@ import urllib.error
 import urllib.request
 from typing import Any
 
+MAX_ERROR_BODY = 4096
+
 
 class ApiError(RuntimeError):
-    """The other side could not be reached or refused; ``status`` is None when unreachable."""
+    """The other side could not be reached or refused.
 
-    def __init__(self, message: str, status: int | None = None):
+    ``status`` is None when it was unreachable; ``kind`` is the ``error.type`` of a
+    JSON error body when it had one (LiteLLM says ``no_db_connection`` for a
+    refused key, for instance).
+    """
+
+    def __init__(self, message: str, status: int | None = None, kind: str | None = None):
         super().__init__(message)
         self.status = status
+        self.kind = kind
 
 
 def call_json(method: str, url: str, bearer: str | None, body: Any = None,
@@ -37,8 +46,8 @@ def call_json(method: str, url: str, bearer: str | None, body: Any = None,
         with urllib.request.urlopen(request, timeout=timeout) as answer:  # noqa: S310
             raw = answer.read()
     except urllib.error.HTTPError as exc:
-        detail = _error_detail(exc)
-        raise ApiError(f"{method} {url}: HTTP {exc.code}{detail}", exc.code) from None
+        message, kind = _error_detail(exc)
+        raise ApiError(f"{method} {url}: HTTP {exc.code}{message}", exc.code, kind) from None
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
         raise ApiError(f"{method} {url}: unreachable ({reason})") from None
@@ -50,12 +59,16 @@ def call_json(method: str, url: str, bearer: str | None, body: Any = None,
         raise ApiError(f"{method} {url}: the answer is not JSON") from None
 
 
-def _error_detail(exc: urllib.error.HTTPError) -> str:
-    """A short reason from a JSON error body, if the server gave one."""
+def _error_detail(exc: urllib.error.HTTPError) -> tuple[str, str | None]:
+    """A short reason (``": ..."``) and the error type from a JSON error body, if any."""
     try:
-        payload = json.loads(exc.read(4096) or b"{}")
+        payload = json.loads(exc.read(MAX_ERROR_BODY) or b"{}")
     except (ValueError, OSError):
-        return ""
-    error = payload.get("error") if isinstance(payload, dict) else None
+        return "", None
+    if not isinstance(payload, dict):
+        return "", None
+    error = payload.get("error")
+    kind = error.get("type") if isinstance(error, dict) else None
     message = error.get("message") if isinstance(error, dict) else error or payload.get("detail")
-    return f": {str(message)[:200]}" if message else ""
+    text = f": {str(message)[:200]}" if message else ""
+    return text, kind if isinstance(kind, str) else None

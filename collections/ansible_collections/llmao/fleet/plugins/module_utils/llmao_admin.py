@@ -1,0 +1,129 @@
+# Copyright: llmao fleet contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""llmao's admin API as reconcile uses it: read what the server observed, post verdicts.
+
+The config server is passive: it notes when each box fetched its assignment and
+which revision it applied, and keeps the previous pass's verdicts (with the
+lifecycle memory the classifier needs between runs). Reconcile reads all of it
+in one call at the start of a pass and posts the new verdicts at the end.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .bearer import is_placeholder
+from .config_file import Settings
+from .http_json import ApiError, call_json
+from .lifecycle import Memory
+from .reconcile_plan import memory_from
+
+OBSERVATIONS_PATH = "/admin/api/observations"
+VERDICTS_PATH = "/admin/api/verdicts"
+
+
+class LlmaoAdminError(RuntimeError):
+    """llmao's admin API cannot be used; the message says why and holds no secret."""
+
+
+@dataclass(frozen=True)
+class ServerObservations:
+    """What llmao knows of the fleet at ``now`` (its own clock, which fetch times use too)."""
+
+    now: float
+    last_fetches: Mapping[str, float | None] = field(default_factory=dict)
+    applied: Mapping[str, str | None] = field(default_factory=dict)
+    verdicts: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+
+    @property
+    def memories(self) -> dict[str, Memory]:
+        return {key: memory_from(verdict.get("memory")) for key, verdict in self.verdicts.items()}
+
+
+class LlmaoAdmin:
+    """llmao at ``url``, with the admin token as bearer."""
+
+    def __init__(self, url: str, token: str, timeout: float = 15.0):
+        self.url = url.rstrip("/")
+        self._token = token
+        self.timeout = timeout
+
+    @classmethod
+    def from_settings(cls, settings: Settings, timeout: float = 15.0) -> LlmaoAdmin:
+        """The admin API ``config.yaml`` names; both ``server.url`` and ``admin.token`` needed."""
+        if not settings.server_url:
+            raise LlmaoAdminError("config.yaml: server.url is not set; reconcile reads fetch "
+                                  "times and records verdicts through llmao's admin API")
+        if is_placeholder(settings.admin_token):
+            raise LlmaoAdminError("config.yaml: admin.token is missing or CHANGE_ME; reconcile "
+                                  "uses it on llmao's admin API")
+        return cls(settings.server_url, settings.admin_token or "", timeout)
+
+    def observations(self) -> ServerObservations:
+        return parse_observations(self._call("GET", OBSERVATIONS_PATH, None))
+
+    def post_verdicts(self, document: Mapping[str, Any]) -> None:
+        self._call("POST", VERDICTS_PATH, dict(document))
+
+    def _call(self, method: str, path: str, body: Any) -> Any:
+        try:
+            return call_json(method, self.url + path, self._token, body, self.timeout)
+        except ApiError as exc:
+            if exc.status is None:
+                raise LlmaoAdminError(f"llmao at {self.url} unreachable: {exc}") from None
+            if exc.status in (401, 403):
+                raise LlmaoAdminError(f"llmao at {self.url} refused the admin token "
+                                      f"(HTTP {exc.status}): check admin.token") from None
+            raise LlmaoAdminError(f"llmao at {self.url}: {exc}") from None
+
+
+def parse_observations(document: Any) -> ServerObservations:
+    """The admin API's answer, checked: a misread one must fail, not look like an empty fleet."""
+    if not isinstance(document, Mapping):
+        raise LlmaoAdminError("llmao's observations are not a JSON object")
+    now = document.get("now")
+    boxes = document.get("boxes")
+    verdicts = document.get("verdicts")
+    if isinstance(now, bool) or not isinstance(now, int | float):
+        raise LlmaoAdminError("llmao's observations have no 'now' time")
+    if not isinstance(boxes, Mapping) or not isinstance(verdicts, Mapping):
+        raise LlmaoAdminError("llmao's observations lack the 'boxes' or 'verdicts' object")
+    last_fetches: dict[str, float | None] = {}
+    applied: dict[str, str | None] = {}
+    for box, seen in boxes.items():
+        if not isinstance(seen, Mapping):
+            raise LlmaoAdminError(f"llmao's observations: boxes[{box!r}] is not an object")
+        fetched = seen.get("last_fetch")
+        last_fetches[box] = float(fetched) if isinstance(fetched, int | float) else None
+        applied[box] = _applied_revision(seen.get("applied"))
+    return ServerObservations(float(now), last_fetches, applied,
+                              {str(k): v for k, v in verdicts.items() if isinstance(v, Mapping)})
+
+
+def _applied_revision(report: Any) -> str | None:
+    if isinstance(report, Mapping) and report.get("revision"):
+        return str(report["revision"])
+    return None
+
+
+def verdicts_document(now: float, servers: list[Mapping[str, Any]],
+                      memories: Mapping[str, Mapping[str, Any]],
+                      drift: list[Mapping[str, Any]]) -> dict[str, Any]:
+    """What ``POST /admin/api/verdicts`` takes: one verdict per server after this pass.
+
+    ``in_litellm`` is the state after the pass's changes, which is what the
+    dashboard shows; ``change`` is what the pass did (None when nothing).
+    """
+    verdicts = {}
+    for server in servers:
+        change = server.get("change")
+        in_litellm = bool(server.get("in_litellm"))
+        if change in ("register", "replace"):
+            in_litellm = True
+        elif change == "delete":
+            in_litellm = False
+        verdicts[server["id"]] = {**server, "in_litellm": in_litellm,
+                                  "memory": dict(memories.get(server["id"]) or {})}
+    return {"pass_at": now, "verdicts": verdicts, "drift": [dict(item) for item in drift]}

@@ -1,0 +1,45 @@
+# Copyright: llmao fleet contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""What every reconcile module does alike: load the fleet with its secrets censored.
+
+A reconcile module derives bearers and reads the master key and admin token
+itself, so none of them ever travels through play variables. Each of those
+values is registered with Ansible's ``no_log_values`` as soon as the fleet is
+loaded: should one ever slip into a message or a result, Ansible masks it.
+Imports no Ansible code: the module object is passed in.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .bearer import is_placeholder
+from .fleet import Fleet
+from .fleet_files import (
+    FLEET_FILES_ARGUMENT_SPEC,
+    FLEET_FILES_REQUIRED_TOGETHER,
+    load_module_fleet,
+)
+
+# Both files are needed; the shared doc fragment leaves them optional for modules
+# that have another source (vllm_api_key's salt), so these modules ask for them here.
+FILES_SPEC: dict[str, dict[str, Any]] = dict(FLEET_FILES_ARGUMENT_SPEC)
+FILES_RULES: dict[str, Any] = {"required_together": FLEET_FILES_REQUIRED_TOGETHER,
+                               "required_one_of": [("config", "models")]}
+
+
+def fleet_secrets(fleet: Fleet) -> set[str]:
+    """Every secret the loaded fleet holds or derives (placeholders are not secrets)."""
+    settings = fleet.settings
+    values = [settings.fleet_key, settings.vllm_api_salt, settings.selfhost_api_key,
+              settings.litellm_master_key, settings.admin_token]
+    values += [provider.api_key for provider in settings.providers.values()]
+    values += [server.api_key for server in fleet.servers()]
+    return {value for value in values if not is_placeholder(value)}
+
+
+def load_reconcile_fleet(module: Any) -> Fleet:
+    """The fleet of the module's ``config``/``models``, every secret of it censored."""
+    fleet = load_module_fleet(module)
+    module.no_log_values.update(fleet_secrets(fleet))
+    return fleet

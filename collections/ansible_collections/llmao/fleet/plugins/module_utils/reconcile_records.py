@@ -1,0 +1,167 @@
+# Copyright: llmao fleet contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""What one reconcile task hands the next, as plain JSON and back.
+
+Reconcile runs as a chain of Ansible tasks (observe, probe, plan, apply, record),
+so its observations travel through play variables. These records are that wire
+form: JSON types only, no secret (bearers are derived again inside each module
+that needs one), and read back strictly, because a record that silently loses a
+listing or a route would make boxes look unlisted or routes look missing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from .lifecycle import Memory, Models, Probe
+from .listings import ListedBox, Listings, index_listings
+from .litellm_routes import Route
+from .reconcile_plan import memory_from, memory_record
+
+
+class RecordError(ValueError):
+    """A record passed between tasks does not have the shape its writer gives it."""
+
+
+def _mapping(value: Any, what: str) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise RecordError(f"{what} must be a mapping")
+    return value
+
+
+def _sequence(value: Any, what: str) -> list[Any]:
+    if not isinstance(value, list | tuple):
+        raise RecordError(f"{what} must be a list")
+    return list(value)
+
+
+def _number(value: Any, what: str, optional: bool = False) -> float | None:
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise RecordError(f"{what} must be a number")
+    return float(value)
+
+
+# ----------------------------------------------------------------- listings
+
+
+def listings_record(listings: Listings) -> dict[str, Any]:
+    """Every listed box once (a RunPod pod is indexed under two names), and what failed."""
+    boxes, seen = [], set()
+    for box in listings.by_name.values():
+        if id(box) in seen:
+            continue
+        seen.add(id(box))
+        boxes.append({"provider": box.provider, "names": list(box.names),
+                      "public_ip": box.public_ip,
+                      "ports": {str(listen): public for listen, public in box.ports.items()}})
+    return {"configured": list(listings.configured), "failed": dict(listings.failed),
+            "boxes": boxes}
+
+
+def listings_from_record(record: Any) -> Listings:
+    record = _mapping(record, "listings")
+    boxes = []
+    for index, box in enumerate(_sequence(record.get("boxes", []), "listings.boxes")):
+        what = f"listings.boxes[{index}]"
+        box = _mapping(box, what)
+        try:
+            ports = {int(k): int(v) for k, v in _mapping(box.get("ports", {}), what).items()}
+        except (TypeError, ValueError):
+            raise RecordError(f"{what}.ports must map port numbers to port numbers") from None
+        boxes.append(ListedBox(str(box.get("provider", "")),
+                               tuple(str(n) for n in _sequence(box.get("names"), what + ".names")),
+                               str(box.get("public_ip", "")), MappingProxyType(ports)))
+    failed = {str(k): str(v) for k, v in _mapping(record.get("failed", {}),
+                                                  "listings.failed").items()}
+    configured = [str(kind) for kind in _sequence(record.get("configured", []),
+                                                  "listings.configured")]
+    return index_listings(configured, boxes, failed)
+
+
+# ------------------------------------------------------------------- routes
+
+
+def route_record(route: Route) -> dict[str, Any]:
+    return {"id": route.id, "model_name": route.model_name, "api_base": route.api_base,
+            "public_base": route.public_base}
+
+
+def route_from_record(record: Any) -> Route:
+    record = _mapping(record, "route")
+    if not isinstance(record.get("id"), str):
+        raise RecordError("route.id must be a string")
+    return Route(record["id"], str(record.get("model_name") or ""), record.get("api_base"),
+                 record.get("public_base"))
+
+
+# ------------------------------------------------------------------- probes
+
+
+def probe_record(probe: Probe) -> dict[str, Any]:
+    return {"health_ok": probe.health_ok, "models": probe.models.value, "detail": probe.detail}
+
+
+def probe_from_record(record: Any, what: str = "probe") -> Probe:
+    record = _mapping(record, what)
+    if not isinstance(record.get("health_ok"), bool):
+        raise RecordError(f"{what}.health_ok must be true or false")
+    try:
+        models = Models(record.get("models"))
+    except ValueError:
+        choices = ", ".join(m.value for m in Models)
+        raise RecordError(f"{what}.models must be one of {choices}") from None
+    return Probe(record["health_ok"], models, str(record.get("detail") or ""))
+
+
+def probes_from_record(record: Any) -> dict[str, Probe]:
+    return {str(key): probe_from_record(value, f"probes[{key!r}]")
+            for key, value in _mapping(record, "probes").items()}
+
+
+# ------------------------------------------------------------- observations
+
+
+@dataclass(frozen=True)
+class Observations:
+    """Everything a pass knows before it probes: llmao's records, the listings, LiteLLM."""
+
+    now: float
+    last_fetches: Mapping[str, float | None] = field(default_factory=dict)
+    applied: Mapping[str, str | None] = field(default_factory=dict)
+    memories: Mapping[str, Memory] = field(default_factory=dict)
+    listings: Listings = field(default_factory=Listings)
+    routes: tuple[Route, ...] = ()
+
+    def record(self) -> dict[str, Any]:
+        return {
+            "now": self.now,
+            "last_fetches": dict(self.last_fetches),
+            "applied": dict(self.applied),
+            "memories": {key: memory_record(memory) for key, memory in self.memories.items()},
+            "listings": listings_record(self.listings),
+            "routes": [route_record(route) for route in self.routes],
+        }
+
+    @classmethod
+    def from_record(cls, record: Any) -> Observations:
+        record = _mapping(record, "observations")
+        last_fetches = {str(box): _number(when, f"last_fetches[{box!r}]", optional=True)
+                        for box, when in _mapping(record.get("last_fetches", {}),
+                                                  "last_fetches").items()}
+        applied = {str(box): None if revision is None else str(revision)
+                   for box, revision in _mapping(record.get("applied", {}), "applied").items()}
+        memories = {str(key): memory_from(_mapping(value, f"memories[{key!r}]"))
+                    for key, value in _mapping(record.get("memories", {}), "memories").items()}
+        # No default for these two: a lost listing would make every box look unlisted,
+        # lost routes would make every deployment look missing.
+        for required in ("listings", "routes"):
+            if required not in record:
+                raise RecordError(f"observations.{required} is missing")
+        routes = tuple(route_from_record(route) for route in _sequence(record["routes"], "routes"))
+        return cls(_number(record.get("now"), "now"), last_fetches, applied, memories,
+                   listings_from_record(record["listings"]), routes)

@@ -1,0 +1,127 @@
+"""The records reconcile's tasks hand each other: JSON only, a faithful round trip, strict."""
+
+from __future__ import annotations
+
+import json
+from types import MappingProxyType
+
+import pytest
+
+from ansible_collections.llmao.fleet.plugins.module_utils.lifecycle import (
+    Listed,
+    Memory,
+    Models,
+    Probe,
+    State,
+)
+from ansible_collections.llmao.fleet.plugins.module_utils.listings import (
+    ListedBox,
+    index_listings,
+)
+from ansible_collections.llmao.fleet.plugins.module_utils.litellm_routes import Route
+from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_records import (
+    Observations,
+    RecordError,
+    listings_from_record,
+    listings_record,
+    probe_from_record,
+    probe_record,
+    probes_from_record,
+)
+
+POD = ListedBox("runpod", ("abcd1234pod", "198.51.100.20"), "198.51.100.20",
+                MappingProxyType({8001: 30001}))
+VAST = ListedBox("vast", ("203.0.113.10",), "203.0.113.10", MappingProxyType({8001: 41001}))
+
+
+def through_json(record):
+    """What Ansible does to a record between tasks."""
+    return json.loads(json.dumps(record))
+
+
+def test_listings_round_trip_keeps_every_name_and_port():
+    listings = index_listings(["vast", "runpod"], [VAST, POD], {})
+    record = through_json(listings_record(listings))
+    assert len(record["boxes"]) == 2  # the pod is indexed twice, written once
+    back = listings_from_record(record)
+    for name in ("abcd1234pod", "198.51.100.20", "203.0.113.10"):
+        assert back.listed(name) is Listed.NAMED
+    assert back.endpoint("abcd1234pod", 8001, None).port == 30001
+    assert back.endpoint("203.0.113.10", 8001, None).base_url == "http://203.0.113.10:41001/v1"
+    assert back.listed("192.0.2.1") is Listed.NOT_NAMED
+
+
+def test_a_failed_listing_survives_the_trip():
+    listings = index_listings(["vast", "runpod"], [POD], {"vast": "HTTP 502 from https://x"})
+    back = listings_from_record(through_json(listings_record(listings)))
+    assert back.listed("203.0.113.10") is Listed.UNKNOWN
+    assert dict(back.failed) == {"vast": "HTTP 502 from https://x"}
+
+
+def test_no_provider_stays_local():
+    back = listings_from_record(through_json(listings_record(index_listings([], [], {}))))
+    assert back.listed("203.0.113.10") is Listed.NO_PROVIDERS
+    assert back.endpoint("203.0.113.10", 8002, None).port == 8002
+
+
+@pytest.mark.parametrize("probe", [Probe(True, Models.LISTS), Probe(False, Models.SKIPPED, "x"),
+                                   Probe(True, Models.REJECTED, "HTTP 401 from /v1/models")])
+def test_probe_round_trip(probe):
+    assert probe_from_record(through_json(probe_record(probe))) == probe
+
+
+@pytest.mark.parametrize("record", [None, {}, {"health_ok": "yes", "models": "lists"},
+                                    {"health_ok": True, "models": "maybe"}])
+def test_a_bad_probe_is_refused(record):
+    with pytest.raises(RecordError):
+        probe_from_record(record)
+
+
+def test_probes_keep_extra_fields_out():
+    probes = probes_from_record({"a": {"health_ok": True, "models": "lists", "box": "b",
+                                       "public": "127.0.0.1:1"}})
+    assert probes == {"a": Probe(True, Models.LISTS)}
+
+
+def observations():
+    return Observations(
+        now=1000.5, last_fetches={"203.0.113.10": 990.0, "box-b": None},
+        applied={"203.0.113.10": "0123456789abcdef", "box-b": None},
+        memories={"llmao:203.0.113.10:8001:gemma": Memory(State.HEALTHY, 1, 0, 900.0)},
+        listings=index_listings(["vast"], [VAST], {}),
+        routes=(Route("llmao:203.0.113.10:8001:gemma", "gemma", "http://203.0.113.10:41001/v1",
+                      "http://203.0.113.10:41001/v1"),
+                Route("hand-made", "gpt", "https://api.example/v1", None)),
+    )
+
+
+def test_observations_round_trip():
+    before = observations()
+    after = Observations.from_record(through_json(before.record()))
+    assert after.now == before.now
+    assert dict(after.last_fetches) == dict(before.last_fetches)
+    assert dict(after.applied) == dict(before.applied)
+    assert dict(after.memories) == dict(before.memories)
+    assert after.routes == before.routes
+    assert after.listings.endpoint("203.0.113.10", 8001, None).port == 41001
+
+
+@pytest.mark.parametrize("missing", ["listings", "routes", "now"])
+def test_observations_missing_a_part_are_refused(missing):
+    record = through_json(observations().record())
+    del record[missing]
+    with pytest.raises(RecordError, match=missing):
+        Observations.from_record(record)
+
+
+@pytest.mark.parametrize("damage", [
+    {"routes": [{"model_name": "x"}]},
+    {"listings": {"boxes": [{"names": ["a"], "ports": {"http": 1}}]}},
+    {"listings": {"boxes": "none"}},
+    {"memories": {"x": "Healthy"}},
+    {"last_fetches": {"box": "yesterday"}},
+])
+def test_damaged_observations_are_refused(damage):
+    record = {**through_json(observations().record()), **damage}
+    with pytest.raises(RecordError):
+        Observations.from_record(record)
