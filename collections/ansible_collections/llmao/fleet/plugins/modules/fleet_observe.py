@@ -1,0 +1,178 @@
+#!/usr/bin/python
+# Copyright: llmao fleet contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Ansible module ``llmao.fleet.fleet_observe``: what a reconcile pass knows before it probes."""
+# Ansible's layout puts the documentation strings ahead of the imports.
+# ruff: noqa: E402
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: fleet_observe
+short_description: Read what llmao, the provider listings and LiteLLM say about the fleet
+version_added: 0.1.0
+author:
+  - llmao fleet contributors
+description:
+  - The first step of a reconcile pass (C(playbooks/reconcile.yml)). Reads, in one call,
+    everything the pass needs besides the probes, and returns it as O(ignore:observations) for
+    M(llmao.fleet.vllm_probe) and M(llmao.fleet.fleet_plan).
+  - "From llmao's admin API (C(server.url), with C(admin.token) as bearer): the time of each
+    box's last config fetch, the revision each box reports it applied, and the previous pass's
+    verdicts, which carry the lifecycle memory (consecutive failures, rejected passes)."
+  - From every provider listing C(config.yaml) configures (Vast, RunPod, the local container
+    engine), where each box publishes its listen ports. A listing that cannot be read is
+    reported in RV(listing_failures) and never taken as empty, so no box looks unlisted because
+    of it.
+  - From LiteLLM (C(litellm.url), with C(litellm.master_key)), every deployment as
+    C(/model/info) shows it, without any key.
+  - LiteLLM or llmao unreachable, or refusing its credential, fails the task before anything is
+    changed, and the message says so.
+  - It only reads, so it reports C(changed=false) and runs the same in check mode.
+extends_documentation_fragment:
+  - llmao.fleet.fleet_files
+  - ansible.builtin.action_common_attributes
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
+options:
+  timeout:
+    description:
+      - Seconds to wait for each answer from llmao, LiteLLM and the provider listings.
+    type: float
+    default: 15
+notes:
+  - "Runs on the controller (C(hosts: localhost)); the credentials it uses come from
+    O(config) and never appear in its result."
+  - O(config) and O(models) are both required.
+seealso:
+  - module: llmao.fleet.vllm_probe
+  - module: llmao.fleet.fleet_plan
+"""
+
+EXAMPLES = r"""
+- name: Observe the fleet
+  llmao.fleet.fleet_observe:
+    config: "{{ llmao_config_file }}"
+    models: "{{ llmao_models_file }}"
+  register: observed
+
+- name: Say which listings could not be read
+  ansible.builtin.debug:
+    var: observed.listing_failures
+"""
+
+RETURN = r"""
+observations:
+  description:
+    - Everything the pass observed, in the form M(llmao.fleet.vllm_probe) (its C(listings)) and
+      M(llmao.fleet.fleet_plan) take back. No secret.
+  returned: success
+  type: dict
+  contains:
+    now:
+      description: llmao's clock at the time of reading (seconds since the epoch).
+      type: float
+    last_fetches:
+      description: Box name to the time of its last config fetch, or null.
+      type: dict
+    applied:
+      description: Box name to the revision it reports it applied, or null.
+      type: dict
+    memories:
+      description: Server id to the lifecycle memory the previous pass left.
+      type: dict
+    listings:
+      description: The provider listings as read (configured, failed, listed boxes and ports).
+      type: dict
+    routes:
+      description: Every LiteLLM deployment as C(id), C(model_name), C(api_base), C(public_base).
+      type: list
+      elements: dict
+listing_failures:
+  description: Provider to the reason its listing could not be read.
+  returned: success
+  type: dict
+  sample: {"vast": "HTTP 502 from https://console.vast.ai/api/v0/instances/"}
+counts:
+  description: How many boxes, deployments and listed boxes were seen.
+  returned: success
+  type: dict
+  sample: {"boxes": 3, "routes": 4, "listed_boxes": 3}
+"""
+
+from typing import Any
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.llmao.fleet.plugins.module_utils.fleet import Fleet
+from ansible_collections.llmao.fleet.plugins.module_utils.listings import read_listings
+from ansible_collections.llmao.fleet.plugins.module_utils.litellm_client import (
+    LiteLLM,
+    LiteLLMError,
+)
+from ansible_collections.llmao.fleet.plugins.module_utils.llmao_admin import (
+    LlmaoAdmin,
+    LlmaoAdminError,
+)
+from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_module import (
+    FILES_RULES,
+    FILES_SPEC,
+    load_reconcile_fleet,
+)
+from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_records import Observations
+
+ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
+    **FILES_SPEC,
+    "timeout": {"type": "float", "default": 15.0},
+}
+NOTHING_CHANGED = "nothing was changed"
+
+
+class ObserveError(RuntimeError):
+    """The pass cannot start; the message ends by saying nothing was changed."""
+
+
+def observe(fleet: Fleet, timeout: float) -> Observations:
+    """llmao's records, LiteLLM's routes and the listings, read once for this pass."""
+    try:
+        llmao = LlmaoAdmin.from_settings(fleet.settings, timeout).observations()
+        routes = LiteLLM.from_settings(fleet.settings, timeout).routes()
+    except (LlmaoAdminError, LiteLLMError) as exc:
+        raise ObserveError(f"{exc}: {NOTHING_CHANGED}") from None
+    listings = read_listings(fleet.settings.providers, timeout)
+    return Observations(llmao.now, llmao.last_fetches, llmao.applied, llmao.memories, listings,
+                        tuple(routes))
+
+
+def observe_result(observations: Observations) -> dict[str, Any]:
+    record = observations.record()
+    return {
+        "changed": False,
+        "observations": record,
+        "listing_failures": record["listings"]["failed"],
+        "counts": {"boxes": len(observations.last_fetches), "routes": len(observations.routes),
+                   "listed_boxes": len(record["listings"]["boxes"])},
+    }
+
+
+def main() -> None:
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True, **FILES_RULES)
+    fleet = load_reconcile_fleet(module)
+    try:
+        observations = observe(fleet, module.params["timeout"])
+    except ObserveError as exc:
+        module.fail_json(msg=str(exc))
+    result = observe_result(observations)
+    for provider, reason in result["listing_failures"].items():
+        module.warn(f"the {provider} listing could not be read ({reason}); its boxes are "
+                    "neither listed nor unlisted this pass")
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,277 @@
+#!/usr/bin/python
+# Copyright: llmao fleet contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Ansible module ``llmao.fleet.fleet_plan``: classify every server, decide LiteLLM's changes."""
+# Ansible's layout puts the documentation strings ahead of the imports.
+# ruff: noqa: E402
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: fleet_plan
+short_description: Plan a reconcile pass of an llmao fleet
+version_added: 0.1.0
+author:
+  - llmao fleet contributors
+description:
+  - "Puts every intended server of the fleet in one lifecycle state (Awaiting, Loading, Stalled,
+    Healthy, Unhealthy, Rejected, Foreign, Unlisted) from what
+    M(llmao.fleet.fleet_observe) read and what M(llmao.fleet.vllm_probe) found, and decides what
+    LiteLLM must change: C(register) a Healthy server that has no deployment, C(replace) one whose
+    deployment no longer fits (another model, a moved public address), C(delete) the deployment of
+    a server in a state that must not serve, and of an llmao deployment that matches no intended
+    server."
+  - "It also reports drift: LiteLLM routes that match no intended server (llmao's are deleted,
+    others are only reported), a deployment with another model than config, a box whose applied
+    revision is behind the intended one."
+  - The rules are llmao's core classifier; this module only runs them. One failed probe below
+    C(fleet.health_fail_threshold) deletes nothing, and a listing that could not be read never
+    makes a box unlisted.
+  - Planning changes nothing, so it reports C(changed=false) and runs the same in check mode.
+    M(llmao.fleet.litellm_deployment) applies RV(changes); M(llmao.fleet.fleet_verdicts) records
+    the verdicts.
+extends_documentation_fragment:
+  - llmao.fleet.fleet_files
+  - ansible.builtin.action_common_attributes
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
+options:
+  observations:
+    description:
+      - What M(llmao.fleet.fleet_observe) returned as C(observations).
+    type: dict
+    required: true
+  probes:
+    description:
+      - What M(llmao.fleet.vllm_probe) returned as C(probes). Every intended server must have
+        been probed.
+    type: dict
+    required: true
+notes:
+  - "Runs on the controller (C(hosts: localhost)). Its result holds no secret."
+  - O(config) and O(models) are both required.
+seealso:
+  - module: llmao.fleet.fleet_observe
+  - module: llmao.fleet.vllm_probe
+  - module: llmao.fleet.litellm_deployment
+  - module: llmao.fleet.fleet_verdicts
+"""
+
+EXAMPLES = r"""
+- name: Plan the pass
+  llmao.fleet.fleet_plan:
+    config: "{{ llmao_config_file }}"
+    models: "{{ llmao_models_file }}"
+    observations: "{{ observed.observations }}"
+    probes: "{{ probed.probes }}"
+  register: plan
+
+- name: Show it, one line per server
+  ansible.builtin.debug:
+    msg: "{{ plan.lines }}"
+"""
+
+RETURN = r"""
+now:
+  description: The time of the pass (llmao's clock), seconds since the epoch.
+  returned: success
+  type: float
+servers:
+  description: One entry per intended server, in config order.
+  returned: success
+  type: list
+  elements: dict
+  contains:
+    id:
+      description: The deployment id, C(llmao:<box>:<listen port>:<name>).
+      type: str
+    state:
+      description: The lifecycle state after this pass.
+      type: str
+    previous_state:
+      description: The state the previous pass recorded, or null.
+      type: str
+    reason:
+      description: Why the server is in that state.
+      type: str
+    in_litellm:
+      description: Whether LiteLLM had its deployment before this pass.
+      type: bool
+    change:
+      description: C(register), C(replace), C(delete), or null for none.
+      type: str
+    why:
+      description: Why the change.
+      type: str
+    outlives_instance:
+      description: The C(fleet.hosts) row names a box no provider runs; flag it, never retire it.
+      type: bool
+changes:
+  description:
+    - The LiteLLM changes of this pass, ready to loop M(llmao.fleet.litellm_deployment) over
+      (C(state), C(id), C(box), C(listen_port), C(name), C(public_host), C(public_port),
+      C(change), C(why)).
+  returned: success
+  type: list
+  elements: dict
+drift:
+  description:
+    - What differs between config and the fleet that this pass does not fix by itself
+      (C(kind) is C(orphan_route), C(unmanaged_route), C(model_mismatch) or C(revision_behind)).
+  returned: success
+  type: list
+  elements: dict
+memories:
+  description: Server id to the lifecycle memory the next pass needs.
+  returned: success
+  type: dict
+lines:
+  description: The plan as text, one line per server and per change to a route of no server.
+  returned: success
+  type: list
+  elements: str
+drift_lines:
+  description: The drift as text, one line each.
+  returned: success
+  type: list
+  elements: str
+counts:
+  description: How many servers are in each state, and how many changes.
+  returned: success
+  type: dict
+  sample: {"Healthy": 2, "Loading": 1, "changes": 1}
+"""
+
+from collections import Counter
+from typing import Any
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.llmao.fleet.plugins.module_utils.fleet import Fleet
+from ansible_collections.llmao.fleet.plugins.module_utils.lifecycle import Probe
+from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_module import (
+    FILES_RULES,
+    FILES_SPEC,
+    load_reconcile_fleet,
+)
+from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_plan import (
+    DELETE,
+    Plan,
+    ServerPlan,
+    memory_record,
+    plan_pass,
+    server_key,
+)
+from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_records import (
+    Observations,
+    RecordError,
+    probes_from_record,
+)
+
+ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
+    **FILES_SPEC,
+    "observations": {"type": "dict", "required": True},
+    "probes": {"type": "dict", "required": True},
+}
+
+
+class PlanError(ValueError):
+    """The inputs cannot be planned from; the message says which and why."""
+
+
+def make_plan(fleet: Fleet, observations: Observations, probes: dict[str, Probe]) -> Plan:
+    missing = [key for key in map(server_key, fleet.servers()) if key not in probes]
+    if missing:
+        shown = ", ".join(missing[:5]) + (" ..." if len(missing) > 5 else "")
+        raise PlanError(f"{len(missing)} intended server(s) were not probed ({shown}): "
+                        "probe every server of the fleet before planning")
+    return plan_pass(fleet, observations.now, observations.last_fetches,
+                     observations.memories, observations.listings, probes,
+                     list(observations.routes), observations.applied)
+
+
+def apply_item(plan: ServerPlan) -> dict[str, Any]:
+    """One change as M(litellm_deployment) takes it (no secret: the bearer is derived there)."""
+    endpoint = plan.endpoint
+    return {"state": "absent" if plan.change == DELETE else "present", "id": plan.id,
+            "box": plan.server.box, "listen_port": plan.server.listen_port,
+            "name": plan.server.name, "model_name": plan.server.model_name,
+            "public_host": endpoint.host if endpoint else None,
+            "public_port": endpoint.port if endpoint else None,
+            "change": plan.change, "why": plan.why}
+
+
+def server_line(entry: dict[str, Any]) -> str:
+    state = entry["state"]
+    if entry["previous_state"] and entry["previous_state"] != state:
+        state = f"{entry['previous_state']} -> {state}"
+    if entry["change"]:
+        outcome = f"{entry['change']}: {entry['why']}"
+    else:
+        outcome = "unchanged, " + ("in LiteLLM" if entry["in_litellm"] else "not in LiteLLM")
+    public = entry["public"] or "no public address"
+    line = (f"{entry['box']} {entry['name']} ({entry['model_name']}, {entry['listen_port']} -> "
+            f"{public}): {state}: {entry['reason']} => {outcome}")
+    if entry["outlives_instance"]:
+        line += " [the fleet.hosts row may outlive its instance: retire it by hand]"
+    return line
+
+
+def drift_line(item: dict[str, Any]) -> str:
+    kind = item["kind"]
+    if kind == "revision_behind":
+        return f"{item['box']}: {item['what']}"
+    if kind == "unmanaged_route":
+        return f"{item['id']} ({item['model_name']} at {item['api_base']}): {item['what']}"
+    if kind == "orphan_route":
+        return f"{item['id']} ({item['model_name']}): {item['what']}"
+    return f"{item['id']}: {item['what']}"
+
+
+def plan_result(plan: Plan, observations: Observations) -> dict[str, Any]:
+    servers = []
+    for server_plan in plan.servers:
+        previous = observations.memories.get(server_plan.id)
+        servers.append({**server_plan.summary(),
+                        "previous_state": previous.state.value if previous and previous.state
+                        else None})
+    orphans = [{"state": "absent", "id": route.id, "model_name": route.model_name,
+                "change": DELETE, "why": "llmao route matches no intended server"}
+               for route in plan.orphans]
+    changes = [apply_item(p) for p in plan.servers if p.change] + orphans
+    lines = [server_line(entry) for entry in servers]
+    lines += [f"{item['id']} ({item['model_name']}): delete: {item['why']}" for item in orphans]
+    drift = [dict(item) for item in plan.drift]
+    counts = Counter(entry["state"] for entry in servers)
+    return {
+        "changed": False,
+        "now": observations.now,
+        "servers": servers,
+        "changes": changes,
+        "drift": drift,
+        "memories": {key: memory_record(memory) for key, memory in plan.memories.items()},
+        "lines": lines,
+        "drift_lines": [drift_line(item) for item in drift],
+        "counts": {**counts, "changes": len(changes)},
+    }
+
+
+def main() -> None:
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True, **FILES_RULES)
+    fleet = load_reconcile_fleet(module)
+    try:
+        observations = Observations.from_record(module.params["observations"])
+        probes = probes_from_record(module.params["probes"])
+        plan = make_plan(fleet, observations, probes)
+    except (RecordError, PlanError) as exc:
+        module.fail_json(msg=str(exc))
+    module.exit_json(**plan_result(plan, observations))
+
+
+if __name__ == "__main__":
+    main()

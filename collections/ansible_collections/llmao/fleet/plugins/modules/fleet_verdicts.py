@@ -1,0 +1,137 @@
+#!/usr/bin/python
+# Copyright: llmao fleet contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Ansible module ``llmao.fleet.fleet_verdicts``: record a reconcile pass's verdicts in llmao."""
+# Ansible's layout puts the documentation strings ahead of the imports.
+# ruff: noqa: E402
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: fleet_verdicts
+short_description: Record the verdicts of a reconcile pass in llmao
+version_added: 0.1.0
+author:
+  - llmao fleet contributors
+description:
+  - The last step of a reconcile pass. Posts each server's verdict (state, reason, whether LiteLLM
+    has its deployment after the pass, the change made) with the lifecycle memory the next pass
+    needs, plus the drift and the time of the pass, to llmao's admin API
+    (C(POST /admin/api/verdicts) at C(server.url), with C(admin.token) as bearer). The dashboard
+    shows them; the next pass reads the memory back through M(llmao.fleet.fleet_observe).
+  - Reports C(changed) when a server's state differs from the one the previous pass recorded,
+    so a pass in which nothing happened reports no change.
+  - In check mode nothing is posted, so a checked pass leaves the lifecycle memory as it was.
+extends_documentation_fragment:
+  - llmao.fleet.fleet_files
+  - ansible.builtin.action_common_attributes
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
+options:
+  plan:
+    description:
+      - The result of M(llmao.fleet.fleet_plan) for this pass.
+    type: dict
+    required: true
+  timeout:
+    description:
+      - Seconds to wait for llmao's answer.
+    type: float
+    default: 15
+notes:
+  - "Runs on the controller (C(hosts: localhost))."
+  - Run it after the plan's changes were applied, so the recorded LiteLLM presence is true.
+  - O(config) and O(models) are both required.
+seealso:
+  - module: llmao.fleet.fleet_plan
+  - module: llmao.fleet.fleet_observe
+"""
+
+EXAMPLES = r"""
+- name: Record the verdicts of this pass
+  llmao.fleet.fleet_verdicts:
+    config: "{{ llmao_config_file }}"
+    models: "{{ llmao_models_file }}"
+    plan: "{{ plan }}"
+"""
+
+RETURN = r"""
+transitions:
+  description: One line per server whose state changed since the previous pass.
+  returned: success
+  type: list
+  elements: str
+  sample: ["llmao:203.0.113.10:8001:gemma4-26b: Loading -> Healthy"]
+posted:
+  description: Whether the verdicts were posted (not in check mode).
+  returned: success
+  type: bool
+"""
+
+from collections.abc import Mapping
+from typing import Any
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.llmao.fleet.plugins.module_utils.llmao_admin import (
+    LlmaoAdmin,
+    LlmaoAdminError,
+    verdicts_document,
+)
+from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_module import (
+    FILES_RULES,
+    FILES_SPEC,
+    load_reconcile_fleet,
+)
+
+ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
+    **FILES_SPEC,
+    "plan": {"type": "dict", "required": True},
+    "timeout": {"type": "float", "default": 15.0},
+}
+PLAN_KEYS = ("now", "servers", "memories", "drift")
+
+
+class VerdictsError(ValueError):
+    """The plan given is not fleet_plan's result."""
+
+
+def pass_document(plan: Mapping[str, Any]) -> dict[str, Any]:
+    missing = [key for key in PLAN_KEYS if key not in plan]
+    if missing:
+        raise VerdictsError(f"plan lacks {', '.join(missing)}: give the result of "
+                            "llmao.fleet.fleet_plan")
+    return verdicts_document(plan["now"], plan["servers"], plan["memories"], plan["drift"])
+
+
+def transitions(plan: Mapping[str, Any]) -> list[str]:
+    return [f"{server['id']}: {server.get('previous_state') or 'new'} -> {server['state']}"
+            for server in plan["servers"] if server.get("previous_state") != server["state"]]
+
+
+def main() -> None:
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True, **FILES_RULES)
+    fleet = load_reconcile_fleet(module)
+    plan = module.params["plan"]
+    try:
+        document = pass_document(plan)
+    except VerdictsError as exc:
+        module.fail_json(msg=str(exc))
+    moved = transitions(plan)
+    if not module.check_mode:
+        try:
+            LlmaoAdmin.from_settings(fleet.settings, module.params["timeout"]).post_verdicts(
+                document)
+        except LlmaoAdminError as exc:
+            module.fail_json(msg=f"{exc}: the verdicts of this pass were not recorded "
+                                 "(the LiteLLM changes before this task are done)")
+    module.exit_json(changed=bool(moved), transitions=moved, posted=not module.check_mode)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,377 @@
+#!/usr/bin/python
+# Copyright: llmao fleet contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Ansible module ``llmao.fleet.litellm_deployment``: one llmao deployment in LiteLLM."""
+# Ansible's layout puts the documentation strings ahead of the imports.
+# ruff: noqa: E402
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: litellm_deployment
+short_description: Make one vLLM server's LiteLLM deployment present or absent
+version_added: 0.1.0
+author:
+  - llmao fleet contributors
+description:
+  - Registers (C(/model/new)) or deletes (C(/model/delete)) the LiteLLM deployment of one server
+    of the fleet, found by its deterministic id C(llmao:<box>:<listen port>:<name>).
+  - "The deployment registered is the server's C(models.yaml) entry with C(api_base) on the
+    server's public address and the server's bearer as C(api_key); its C(model_info) carries the
+    id and a plaintext copy of the public base (C(llmao_public_base)), which is how llmao tells
+    its own deployments apart, since LiteLLM stores C(litellm_params) encrypted."
+  - "Idempotent: a deployment that already has the right model and public base is left alone. One
+    with another model or address is replaced (deleted, then registered again: LiteLLM without a
+    database has no update)."
+  - Only deployments llmao owns are ever touched. A deployment with the same id but without the
+    plaintext marker fails the task and is left as it is.
+  - The bearer is derived inside the module from O(config); the master key comes from
+    C(litellm.master_key). Neither appears in the result, the diff or the audit log.
+  - Every change (not in check mode) appends one JSON line to O(audit_log).
+extends_documentation_fragment:
+  - llmao.fleet.fleet_files
+  - ansible.builtin.action_common_attributes
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: full
+  platform:
+    platforms: posix
+options:
+  state:
+    description:
+      - C(present) registers the server's deployment, or replaces it if it no longer fits.
+      - C(absent) deletes it.
+    type: str
+    choices: [present, absent]
+    default: present
+  box:
+    description:
+      - The box, a C(fleet.hosts) key. With O(state=present) the server must be in C(config.yaml).
+      - Mutually exclusive with O(id).
+    type: str
+  listen_port:
+    description:
+      - The server's listen port on O(box).
+    type: int
+    aliases: [port]
+  name:
+    description:
+      - The server's name (the row's third element, else its model name).
+      - Defaults to the name of the row on O(box) and O(listen_port) in C(config.yaml).
+    type: str
+  id:
+    description:
+      - The deployment id itself, for O(state=absent) only; for a deployment whose server is no
+        longer in C(config.yaml).
+      - It must be an llmao id (C(llmao:...)).
+    type: str
+  public_host:
+    description:
+      - The public address LiteLLM dials the server at.
+      - With O(public_port); when both are omitted the module reads the provider listings (a
+        fleet without providers dials the listen port on the box name).
+    type: str
+  public_port:
+    description:
+      - The public port LiteLLM dials the server at (the provider's mapping of the listen port).
+    type: int
+  reason:
+    description:
+      - Why the change is made; written to the audit log with it.
+    type: str
+    default: ""
+  audit_log:
+    description:
+      - The JSON-lines file every change is appended to. No secret is ever written to it.
+      - Defaults to C(llmao-audit.jsonl) in the folder of O(config).
+    type: path
+  timeout:
+    description:
+      - Seconds to wait for each LiteLLM answer.
+    type: float
+    default: 15
+notes:
+  - "Runs on the controller (C(hosts: localhost))."
+  - O(config) and O(models) are both required.
+seealso:
+  - module: llmao.fleet.fleet_plan
+"""
+
+EXAMPLES = r"""
+- name: Apply a reconcile plan
+  llmao.fleet.litellm_deployment:
+    config: "{{ llmao_config_file }}"
+    models: "{{ llmao_models_file }}"
+    state: "{{ item.state }}"
+    box: "{{ item.box | default(omit) }}"
+    listen_port: "{{ item.listen_port | default(omit) }}"
+    name: "{{ item.name | default(omit) }}"
+    id: "{{ omit if item.box is defined else item.id }}"
+    public_host: "{{ item.public_host | default(omit, true) }}"
+    public_port: "{{ item.public_port | default(omit, true) }}"
+    reason: "{{ item.why }}"
+  loop: "{{ plan.changes }}"
+
+- name: Register the server on port 8001 of one box, at the address its listing gives
+  llmao.fleet.litellm_deployment:
+    config: /etc/llmao/config.yaml
+    models: /etc/llmao/models.yaml
+    box: 203.0.113.10
+    listen_port: 8001
+
+- name: Remove the deployment of a server that left config.yaml
+  llmao.fleet.litellm_deployment:
+    config: /etc/llmao/config.yaml
+    models: /etc/llmao/models.yaml
+    id: "llmao:192.0.2.50:8001:gemma4-26b"
+    state: absent
+"""
+
+RETURN = r"""
+id:
+  description: The deployment id.
+  returned: always
+  type: str
+  sample: "llmao:203.0.113.10:8001:gemma4-26b"
+action:
+  description: What was done (or would be, in check mode), C(register), C(replace), C(delete) or
+    C(none).
+  returned: success
+  type: str
+deployment:
+  description: The deployment after the task, as C(id), C(model_name), C(api_base),
+    C(llmao_public_base) (the key masked), or an empty dict when absent.
+  returned: success
+  type: dict
+"""
+
+import json
+import os
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.llmao.fleet.plugins.module_utils.fleet import Fleet
+from ansible_collections.llmao.fleet.plugins.module_utils.hostnames import normalize_host
+from ansible_collections.llmao.fleet.plugins.module_utils.intent import IntendedServer
+from ansible_collections.llmao.fleet.plugins.module_utils.listings import (
+    Endpoint,
+    read_listings,
+)
+from ansible_collections.llmao.fleet.plugins.module_utils.litellm_client import (
+    LiteLLM,
+    LiteLLMError,
+)
+from ansible_collections.llmao.fleet.plugins.module_utils.litellm_routes import (
+    ID_PREFIX,
+    PUBLIC_BASE_KEY,
+    Route,
+    deployment_body,
+    deployment_id,
+    route_differs,
+)
+from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_module import (
+    FILES_RULES,
+    FILES_SPEC,
+    load_reconcile_fleet,
+)
+
+ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
+    **FILES_SPEC,
+    "state": {"type": "str", "choices": ["present", "absent"], "default": "present"},
+    "box": {"type": "str"},
+    "listen_port": {"type": "int", "aliases": ["port"]},
+    "name": {"type": "str"},
+    "id": {"type": "str"},
+    "public_host": {"type": "str"},
+    "public_port": {"type": "int"},
+    "reason": {"type": "str", "default": ""},
+    "audit_log": {"type": "path"},
+    "timeout": {"type": "float", "default": 15.0},
+}
+ARGUMENT_RULES: dict[str, Any] = {
+    "mutually_exclusive": [("id", "box")],
+    "required_one_of": [("id", "box"), *FILES_RULES["required_one_of"]],
+    "required_together": [("box", "listen_port"), ("public_host", "public_port"),
+                          *FILES_RULES["required_together"]],
+    "required_if": [("state", "present", ("box",))],
+}
+AUDIT_LOG_NAME = "llmao-audit.jsonl"
+MASKED = "********"
+REGISTER = "register"
+REPLACE = "replace"
+DELETE = "delete"
+NONE = "none"
+
+
+class DeploymentError(RuntimeError):
+    """The task cannot be done; the message says why and holds no secret."""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a task did (or would do): the action, and the deployment before and after."""
+
+    id: str
+    action: str
+    before: dict[str, Any]
+    after: dict[str, Any]
+
+    @property
+    def changed(self) -> bool:
+        return self.action != NONE
+
+
+def route_view(route: Route | None) -> dict[str, Any]:
+    """A deployment as the diff shows it: LiteLLM never gives the key back, so it is masked."""
+    if route is None:
+        return {}
+    return {"id": route.id, "model_name": route.model_name, "api_base": route.api_base,
+            PUBLIC_BASE_KEY: route.public_base, "api_key": MASKED}
+
+
+def body_view(body: dict[str, Any]) -> dict[str, Any]:
+    params, info = body["litellm_params"], body["model_info"]
+    return {"id": info["id"], "model_name": body["model_name"], "api_base": params["api_base"],
+            PUBLIC_BASE_KEY: info[PUBLIC_BASE_KEY], "api_key": MASKED}
+
+
+def find_server(fleet: Fleet, box: str, listen_port: int, name: str | None) -> IntendedServer:
+    assignment = fleet.assignment(box)
+    servers = assignment.servers if assignment else ()
+    for server in servers:
+        if server.listen_port == listen_port and name in (None, server.name):
+            return server
+    named = f" named {name!r}" if name else ""
+    raise DeploymentError(f"{box} has no server{named} on listen port {listen_port} in "
+                          f"{fleet.config_path}: llmao registers only the servers it intends")
+
+
+def owned_route(litellm: LiteLLM, deployment: str) -> Route | None:
+    """LiteLLM's deployment with this id, refusing one that llmao did not register."""
+    route = litellm.route(deployment)
+    if route is not None and not route.owned:
+        raise DeploymentError(f"LiteLLM's deployment {deployment} lacks llmao's "
+                              f"{PUBLIC_BASE_KEY} marker: not llmao's, left alone")
+    return route
+
+
+def ensure_present(litellm: LiteLLM, server: IntendedServer, endpoint: Endpoint,
+                   check_mode: bool) -> Outcome:
+    body = deployment_body(server, endpoint)
+    deployment = body["model_info"]["id"]
+    route = owned_route(litellm, deployment)
+    if route is not None and route_differs(route, server, endpoint) is None:
+        return Outcome(deployment, NONE, route_view(route), route_view(route))
+    action = REPLACE if route is not None else REGISTER
+    if not check_mode:
+        if route is not None:
+            litellm.delete(deployment)
+        try:
+            litellm.register(body)
+        except LiteLLMError as exc:
+            if route is None:
+                raise
+            raise DeploymentError(f"{exc} (the old deployment was deleted; the next pass "
+                                  "registers it again)") from None
+    return Outcome(deployment, action, route_view(route), body_view(body))
+
+
+def ensure_absent(litellm: LiteLLM, deployment: str, check_mode: bool) -> Outcome:
+    route = owned_route(litellm, deployment)
+    if route is None:
+        return Outcome(deployment, NONE, {}, {})
+    if not check_mode:
+        litellm.delete(deployment)
+    return Outcome(deployment, DELETE, route_view(route), {})
+
+
+def absent_id(fleet: Fleet, params: dict[str, Any]) -> str:
+    """The id to delete: given, or built from box, port and name (the row's name if omitted)."""
+    if params["id"] is not None:
+        if not params["id"].startswith(ID_PREFIX):
+            raise DeploymentError(f"{params['id']} is not an llmao deployment id "
+                                  f"({ID_PREFIX}...): left alone")
+        return params["id"]
+    name = params["name"]
+    if name is None:
+        name = find_server(fleet, params["box"], params["listen_port"], None).name
+    return deployment_id(normalize_host(params["box"]), params["listen_port"], name)
+
+
+def public_endpoint(fleet: Fleet, server: IntendedServer, host: str | None, port: int | None,
+                    timeout: float) -> Endpoint:
+    if host is not None and port is not None:
+        return Endpoint(host, port, "given")
+    listings = read_listings(fleet.settings.providers, timeout)
+    endpoint = listings.endpoint(server.box, server.listen_port, server.seed_public_port)
+    if endpoint is None:
+        failed = "; ".join(f"{kind}: {why}" for kind, why in listings.failed.items())
+        raise DeploymentError(f"no public address known for {server.box} port "
+                              f"{server.listen_port}" + (f" ({failed})" if failed else ""))
+    return endpoint
+
+
+def run(fleet: Fleet, params: dict[str, Any], check_mode: bool) -> Outcome:
+    litellm = LiteLLM.from_settings(fleet.settings, params["timeout"])
+    if params["state"] == "absent":
+        return ensure_absent(litellm, absent_id(fleet, params), check_mode)
+    server = find_server(fleet, params["box"], params["listen_port"], params["name"])
+    endpoint = public_endpoint(fleet, server, params["public_host"], params["public_port"],
+                               params["timeout"])
+    return ensure_present(litellm, server, endpoint, check_mode)
+
+
+def audit_path(fleet: Fleet, given: str | None) -> str:
+    return given or os.path.join(os.path.dirname(os.path.abspath(fleet.config_path)),
+                                 AUDIT_LOG_NAME)
+
+
+def audit_entry(outcome: Outcome, reason: str, now: float) -> dict[str, Any]:
+    shown = outcome.after or outcome.before
+    return {"at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now)), "time": now,
+            "action": outcome.action, "id": outcome.id, "model_name": shown.get("model_name"),
+            "api_base": shown.get("api_base"), "reason": reason}
+
+
+def append_audit(path: str, entry: dict[str, Any]) -> None:
+    """One line per change, appended in one write so concurrent runs never interleave a line."""
+    line = json.dumps(entry, sort_keys=True) + "\n"
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o640)
+    try:
+        os.write(fd, line.encode("utf-8"))
+    finally:
+        os.close(fd)
+
+
+def main() -> None:
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True,
+                           **ARGUMENT_RULES)
+    fleet = load_reconcile_fleet(module)
+    params = module.params
+    try:
+        outcome = run(fleet, params, module.check_mode)
+    except (DeploymentError, LiteLLMError) as exc:
+        module.fail_json(msg=str(exc), id=params["id"] or "")
+    if outcome.changed and not module.check_mode:
+        try:
+            append_audit(audit_path(fleet, params["audit_log"]),
+                         audit_entry(outcome, params["reason"], time.time()))
+        except OSError as exc:
+            module.fail_json(msg=f"{outcome.action} of {outcome.id} done, but the audit log "
+                                 f"could not be written: {exc}", changed=True, id=outcome.id)
+    result: dict[str, Any] = {"changed": outcome.changed, "id": outcome.id,
+                              "action": outcome.action, "deployment": outcome.after}
+    if module._diff:
+        result["diff"] = {"before": outcome.before, "after": outcome.after,
+                          "before_header": f"LiteLLM deployment {outcome.id}",
+                          "after_header": f"LiteLLM deployment {outcome.id}"}
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

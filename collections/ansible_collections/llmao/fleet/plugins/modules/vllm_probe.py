@@ -1,0 +1,212 @@
+#!/usr/bin/python
+# Copyright: llmao fleet contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Ansible module ``llmao.fleet.vllm_probe``: probe the fleet's vLLM servers, all at once."""
+# Ansible's layout puts the documentation strings ahead of the imports.
+# ruff: noqa: E402
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: vllm_probe
+short_description: Probe the vLLM servers of an llmao fleet concurrently
+version_added: 0.1.0
+author:
+  - llmao fleet contributors
+description:
+  - Probes every intended server of the fleet (or those of O(boxes)) at its public address, many
+    at once in one call, and says for each whether it is serving its model and is ours.
+  - "Two requests per server: C(GET /health) without a key (does something answer), then
+    C(GET /v1/models) with the server's bearer (is it ours, and does it list its
+    C(served_model_name)). A 401 to our bearer is kept apart from every other failure: it means
+    something else answers at that address, not that the server is down."
+  - The bearers are derived inside the module from O(config); they never pass through play
+    variables and never appear in the result.
+  - It only reads, so it reports C(changed=false) and runs the same in check mode.
+extends_documentation_fragment:
+  - llmao.fleet.fleet_files
+  - ansible.builtin.action_common_attributes
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
+options:
+  boxes:
+    description:
+      - The boxes (C(fleet.hosts) keys) whose servers to probe. All of them when omitted.
+    type: list
+    elements: str
+  listings:
+    description:
+      - The provider listings that give each server's public address, as
+        M(llmao.fleet.fleet_observe) returns them in C(observations.listings).
+      - When omitted, the module reads the listings C(config.yaml) configures itself.
+    type: dict
+  connect_timeout:
+    description:
+      - Seconds to wait for a connection. Defaults to C(fleet.probe_connect_timeout_s).
+    type: float
+  timeout:
+    description:
+      - Seconds to wait for each answer. Defaults to C(fleet.probe_timeout_s).
+    type: float
+  concurrency:
+    description:
+      - How many servers are probed at the same time.
+    type: int
+    default: 64
+notes:
+  - "Runs on the controller (C(hosts: localhost))."
+  - O(config) and O(models) are both required.
+seealso:
+  - module: llmao.fleet.fleet_observe
+  - module: llmao.fleet.fleet_plan
+"""
+
+EXAMPLES = r"""
+- name: Probe every server of the fleet
+  llmao.fleet.vllm_probe:
+    config: "{{ llmao_config_file }}"
+    models: "{{ llmao_models_file }}"
+    listings: "{{ observed.observations.listings }}"
+  register: probed
+
+- name: Probe the servers of two boxes
+  llmao.fleet.vllm_probe:
+    config: /etc/llmao/config.yaml
+    models: /etc/llmao/models.yaml
+    boxes: [203.0.113.10, 203.0.113.11]
+  register: probed
+"""
+
+RETURN = r"""
+probes:
+  description: Server id (C(llmao:<box>:<listen port>:<name>)) to its probe.
+  returned: success
+  type: dict
+  sample:
+    "llmao:203.0.113.10:8001:gemma4-26b":
+      box: 203.0.113.10
+      name: gemma4-26b
+      listen_port: 8001
+      public: "203.0.113.10:41001"
+      health_ok: true
+      models: lists
+      detail: ""
+  contains:
+    health_ok:
+      description: C(/health) answered 200.
+      type: bool
+    models:
+      description:
+        - The outcome of C(/v1/models) with the bearer. C(lists) (the served name is listed),
+          C(other) (answers without it), C(rejected) (401 to our bearer), C(failed) (refused,
+          timed out, another status), C(skipped) (not asked, C(/health) did not answer).
+      type: str
+    detail:
+      description: Why a probe failed, without any key.
+      type: str
+    public:
+      description: The address dialled, C(host:port), or null when none is known.
+      type: str
+counts:
+  description: How many servers were probed, and how many of each C(models) outcome.
+  returned: success
+  type: dict
+  sample: {"servers": 3, "lists": 2, "skipped": 1}
+"""
+
+from collections import Counter
+from collections.abc import Collection
+from typing import Any
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.llmao.fleet.plugins.module_utils.fleet import Fleet
+from ansible_collections.llmao.fleet.plugins.module_utils.listings import Listings, read_listings
+from ansible_collections.llmao.fleet.plugins.module_utils.probe import (
+    DEFAULT_CONCURRENCY,
+    probe_many,
+)
+from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_module import (
+    FILES_RULES,
+    FILES_SPEC,
+    load_reconcile_fleet,
+)
+from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_plan import probe_targets
+from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_records import (
+    RecordError,
+    listings_from_record,
+    probe_record,
+)
+
+ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
+    **FILES_SPEC,
+    "boxes": {"type": "list", "elements": "str"},
+    "listings": {"type": "dict"},
+    "connect_timeout": {"type": "float"},
+    "timeout": {"type": "float"},
+    "concurrency": {"type": "int", "default": DEFAULT_CONCURRENCY},
+}
+
+
+def unknown_boxes(fleet: Fleet, boxes: Collection[str]) -> list[str]:
+    return [box for box in boxes if fleet.assignment(box) is None]
+
+
+def probe_fleet(fleet: Fleet, listings: Listings, boxes: Collection[str] | None,
+                connect_timeout: float, timeout: float,
+                concurrency: int = DEFAULT_CONCURRENCY) -> dict[str, dict[str, Any]]:
+    """Probe the chosen servers concurrently; server id → where it was dialled and what answered."""
+    chosen = None if boxes is None else {fleet.assignment(box).box for box in boxes}
+    pairs = [(server, target) for server, target in zip(fleet.servers(),
+                                                        probe_targets(fleet, listings),
+                                                        strict=True)
+             if chosen is None or server.box in chosen]
+    probes = probe_many([target for _, target in pairs], connect_timeout, timeout, concurrency)
+    results = {}
+    for server, target in pairs:
+        endpoint = target.endpoint
+        results[target.key] = {
+            "box": server.box, "name": server.name, "listen_port": server.listen_port,
+            "public": f"{endpoint.host}:{endpoint.port}" if endpoint else None,
+            **probe_record(probes[target.key]),
+        }
+    return results
+
+
+def probe_counts(probes: dict[str, dict[str, Any]]) -> dict[str, int]:
+    return {"servers": len(probes), **Counter(probe["models"] for probe in probes.values())}
+
+
+def main() -> None:
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True, **FILES_RULES)
+    fleet = load_reconcile_fleet(module)
+    params = module.params
+    knobs = fleet.settings.lifecycle
+    boxes = params["boxes"]
+    if boxes is not None and unknown_boxes(fleet, boxes):
+        module.fail_json(msg=f"not fleet.hosts keys of {fleet.config_path}: "
+                             f"{', '.join(unknown_boxes(fleet, boxes))}")
+    if params["concurrency"] < 1:
+        module.fail_json(msg="concurrency must be at least 1")
+    if params["listings"] is None:
+        listings = read_listings(fleet.settings.providers, knobs.probe_timeout_s)
+        for provider, reason in listings.failed.items():
+            module.warn(f"the {provider} listing could not be read ({reason})")
+    else:
+        try:
+            listings = listings_from_record(params["listings"])
+        except RecordError as exc:
+            module.fail_json(msg=f"listings: {exc}")
+    probes = probe_fleet(fleet, listings, boxes,
+                         params["connect_timeout"] or knobs.probe_connect_timeout_s,
+                         params["timeout"] or knobs.probe_timeout_s, params["concurrency"])
+    module.exit_json(changed=False, probes=probes, counts=probe_counts(probes))
+
+
+if __name__ == "__main__":
+    main()

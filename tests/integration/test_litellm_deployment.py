@@ -1,0 +1,193 @@
+"""llmao.fleet.litellm_deployment's logic against the LiteLLM contract fake and LiteLLM itself.
+
+Every test runs twice through `litellm_proxy` (the fake, then the real proxy marked
+`litellm`): register, read back, idempotence, check mode, diff, replace, delete, and the
+refusals that keep llmao's hands off deployments it does not own. A chat through the proxy
+reaches the stub vLLM that the registered deployment names.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from collections.abc import Iterator
+
+import pytest
+
+from ansible_collections.llmao.fleet.plugins.module_utils.fleet import Fleet
+from ansible_collections.llmao.fleet.plugins.module_utils.litellm_client import (
+    LiteLLM,
+    LiteLLMError,
+)
+from ansible_collections.llmao.fleet.plugins.module_utils.litellm_routes import (
+    PUBLIC_BASE_KEY,
+    deployment_id,
+)
+from ansible_collections.llmao.fleet.plugins.modules.litellm_deployment import (
+    MASKED,
+    DeploymentError,
+    append_audit,
+    audit_entry,
+    run,
+)
+from rig.boxes import free_port
+from rig.litellm_process import LiteLLMProcess
+from tests.local_fleet import LocalFleet, loopback_boxes, one_model_hosts, start_stubs, stop_stubs
+
+MODEL = "deploy-model"
+
+
+@pytest.fixture
+def local(tmp_path, litellm_proxy: LiteLLMProcess, litellm_master_key: str) -> LocalFleet:
+    local = LocalFleet(tmp_path, one_model_hosts(loopback_boxes(1), 1, MODEL), models=[MODEL])
+    local.write(litellm={"url": litellm_proxy.url, "master_key": litellm_master_key})
+    return local
+
+
+@pytest.fixture
+def fleet(local: LocalFleet) -> Fleet:
+    return local.load()
+
+
+@pytest.fixture
+def litellm(fleet: Fleet) -> Iterator[LiteLLM]:
+    """The proxy as the module sees it; every llmao deployment of this test removed after."""
+    client = LiteLLM.from_settings(fleet.settings)
+    yield client
+    for route in client.routes():
+        if route.id.startswith(f"llmao:{box_of(fleet)}:"):
+            client.delete(route.id)
+
+
+def box_of(fleet: Fleet) -> str:
+    return next(iter(fleet.assignments))
+
+
+def params(fleet: Fleet, **changes) -> dict:
+    base = {"state": "present", "box": box_of(fleet), "listen_port": 8001, "name": None,
+            "id": None, "public_host": None, "public_port": None, "reason": "test",
+            "audit_log": None, "timeout": 15.0}
+    return {**base, **changes}
+
+
+def our_id(fleet: Fleet) -> str:
+    return deployment_id(box_of(fleet), 8001, f"{MODEL}-8001")
+
+
+def test_register_then_nothing_to_do(fleet, litellm):
+    first = run(fleet, params(fleet), check_mode=False)
+    assert (first.action, first.changed, first.id) == ("register", True, our_id(fleet))
+    route = litellm.route(our_id(fleet))
+    assert route is not None and route.owned
+    assert route.public_base == route.api_base == f"http://{box_of(fleet)}:8001/v1"
+    assert route.model_name == MODEL
+    second = run(fleet, params(fleet), check_mode=False)
+    assert (second.action, second.changed) == ("none", False)
+    assert [r.id for r in litellm.routes()].count(our_id(fleet)) == 1
+
+
+def test_chat_through_litellm_reaches_the_registered_server(fleet, litellm,
+                                                            litellm_proxy, litellm_master_key):
+    stubs = start_stubs(fleet)
+    try:
+        run(fleet, params(fleet), check_mode=False)
+        body = json.dumps({"model": MODEL, "messages": [{"role": "user", "content": "hi"}]})
+        request = urllib.request.Request(
+            f"{litellm_proxy.url}/v1/chat/completions", data=body.encode(), method="POST",
+            headers={"Authorization": f"Bearer {litellm_master_key}",
+                     "Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=60) as answer:
+            content = json.load(answer)["choices"][0]["message"]["content"]
+        assert content == f"answered by {box_of(fleet)} port 8001"
+    finally:
+        stop_stubs(stubs)
+
+
+def test_check_mode_says_what_it_would_do_and_does_nothing(fleet, litellm):
+    outcome = run(fleet, params(fleet), check_mode=True)
+    assert outcome.action == "register" and outcome.before == {}
+    assert litellm.route(our_id(fleet)) is None
+    run(fleet, params(fleet), check_mode=False)
+    gone = run(fleet, params(fleet, state="absent"), check_mode=True)
+    assert gone.action == "delete" and gone.after == {}
+    assert litellm.route(our_id(fleet)) is not None
+
+
+def test_diff_masks_the_key(fleet, litellm):
+    outcome = run(fleet, params(fleet), check_mode=False)
+    assert outcome.after == {"id": our_id(fleet), "model_name": MODEL,
+                             "api_base": f"http://{box_of(fleet)}:8001/v1",
+                             PUBLIC_BASE_KEY: f"http://{box_of(fleet)}:8001/v1",
+                             "api_key": MASKED}
+    text = json.dumps([outcome.before, outcome.after])
+    assert all(server.api_key not in text for server in fleet.servers())
+
+
+def test_a_moved_address_replaces_the_deployment(fleet, litellm):
+    run(fleet, params(fleet), check_mode=False)
+    moved = run(fleet, params(fleet, public_host="127.0.0.1", public_port=41001),
+                check_mode=False)
+    assert moved.action == "replace"
+    assert moved.before["api_base"] == f"http://{box_of(fleet)}:8001/v1"
+    assert litellm.route(our_id(fleet)).public_base == "http://127.0.0.1:41001/v1"
+
+
+def test_absent_deletes_then_has_nothing_to_do(fleet, litellm):
+    run(fleet, params(fleet), check_mode=False)
+    gone = run(fleet, params(fleet, state="absent"), check_mode=False)
+    assert gone.action == "delete" and gone.before["id"] == our_id(fleet)
+    assert litellm.route(our_id(fleet)) is None
+    again = run(fleet, params(fleet, state="absent", box=None, listen_port=None,
+                               id=our_id(fleet)), check_mode=False)
+    assert again.action == "none"
+
+
+def test_a_deployment_without_our_marker_is_left_alone(fleet, litellm):
+    body = {"model_name": MODEL,
+            "litellm_params": {"model": f"hosted_vllm/{MODEL}",
+                               "api_base": f"http://{box_of(fleet)}:8001/v1", "api_key": "x"},
+            "model_info": {"id": our_id(fleet)}}
+    litellm.register(body)
+    for state in ("present", "absent"):
+        with pytest.raises(DeploymentError, match="not llmao's, left alone"):
+            run(fleet, params(fleet, state=state), check_mode=False)
+    assert litellm.route(our_id(fleet)) is not None
+
+
+def test_only_llmao_ids_and_intended_servers(fleet, litellm):
+    with pytest.raises(DeploymentError, match="not an llmao deployment id"):
+        run(fleet, params(fleet, state="absent", box=None, id="hand-made"), check_mode=False)
+    with pytest.raises(DeploymentError, match="no server on listen port 8003"):
+        run(fleet, params(fleet, listen_port=8003), check_mode=False)
+
+
+def test_a_refused_master_key_is_named(tmp_path, litellm_proxy):
+    local = LocalFleet(tmp_path, one_model_hosts(loopback_boxes(1), 1, MODEL), models=[MODEL])
+    fleet = local.write(litellm={"url": litellm_proxy.url, "master_key": "sk-not-the-key-123"})
+    with pytest.raises(LiteLLMError, match="refused the master key") as caught:
+        run(fleet, params(fleet), check_mode=False)
+    assert caught.value.key_refused and "sk-not-the-key-123" not in str(caught.value)
+
+
+def test_an_unreachable_litellm_is_named(tmp_path, litellm_master_key):
+    url = f"http://127.0.0.1:{free_port()}"
+    local = LocalFleet(tmp_path, one_model_hosts(loopback_boxes(1), 1, MODEL), models=[MODEL])
+    fleet = local.write(litellm={"url": url, "master_key": litellm_master_key})
+    with pytest.raises(LiteLLMError, match=f"LiteLLM at {url} unreachable") as caught:
+        run(fleet, params(fleet, state="absent"), check_mode=False)
+    assert caught.value.unreachable
+
+
+def test_the_audit_line_holds_no_secret(fleet, litellm, tmp_path):
+    outcome = run(fleet, params(fleet), check_mode=False)
+    path = tmp_path / "audit.jsonl"
+    append_audit(str(path), audit_entry(outcome, "Healthy, not in LiteLLM", 1700000000.0))
+    append_audit(str(path), audit_entry(run(fleet, params(fleet, state="absent"), False),
+                                        "Unhealthy", 1700000060.0))
+    first, second = (json.loads(line) for line in path.read_text().splitlines())
+    assert first == {"at": "2023-11-14T22:13:20Z", "time": 1700000000.0, "action": "register",
+                     "id": our_id(fleet), "model_name": MODEL,
+                     "api_base": f"http://{box_of(fleet)}:8001/v1",
+                     "reason": "Healthy, not in LiteLLM"}
+    assert second["action"] == "delete" and second["reason"] == "Unhealthy"
+    assert all(server.api_key not in path.read_text() for server in fleet.servers())

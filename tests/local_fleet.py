@@ -1,0 +1,131 @@
+"""A fleet whose boxes are vLLM stubs on loopback addresses, for reconcile's tests and benchmark.
+
+Every box is named by a loopback address of its own (``127.x.y.z``: Linux answers on all of
+127/8), and its servers listen there on the real listen ports 8001-8003. Without a provider
+configured the fleet is local, so public equals listen and the probes, LiteLLM and the stubs
+meet on exactly the addresses config.yaml names: no listing or port map is needed, and no
+traffic leaves the machine.
+"""
+
+from __future__ import annotations
+
+import random
+import secrets
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ansible_collections.llmao.fleet.plugins.module_utils.config_file import LISTEN_PORTS
+from ansible_collections.llmao.fleet.plugins.module_utils.fleet import Fleet, load_fleet
+from rig.boxes import LocalStub, start_local_stub
+
+MODEL = "stub-model"
+WEIGHTS = "example/stub-model"
+
+
+def loopback_boxes(count: int, seed: int | None = None) -> list[str]:
+    """``count`` distinct random ``127.x.y.z`` names (never 127.0.0.x, which others use)."""
+    pick = random.Random(seed)
+    names: set[str] = set()
+    while len(names) < count:
+        names.add(f"127.{pick.randint(1, 254)}.{pick.randint(0, 255)}.{pick.randint(1, 254)}")
+    return sorted(names)
+
+
+def models_document(names: Sequence[str] = (MODEL,)) -> dict[str, Any]:
+    return {"models": [{
+        "model_name": name,
+        "litellm_params": {"model": f"hosted_vllm/{name}"},
+        "model_info": {"self_hosted": True, "vllm": {"model": f"example/{name}"}},
+    } for name in names]}
+
+
+@dataclass
+class LocalFleet:
+    """The two files, the secrets a test needs to act as each party, and the loaded fleet."""
+
+    folder: Path
+    hosts: dict[str, list[list[Any]]]
+    settings: dict[str, Any] = field(default_factory=dict)
+    models: Sequence[str] = (MODEL,)
+    salt: str = field(default_factory=lambda: "salt-" + secrets.token_urlsafe(18))
+    fleet_key: str = field(default_factory=lambda: "fleet-" + secrets.token_urlsafe(18))
+    admin_token: str = field(default_factory=lambda: "admin-" + secrets.token_urlsafe(18))
+
+    @property
+    def config_path(self) -> Path:
+        return self.folder / "config.yaml"
+
+    @property
+    def models_path(self) -> Path:
+        return self.folder / "models.yaml"
+
+    @property
+    def inventory_path(self) -> Path:
+        return self.folder / "fleet.yml"
+
+    def write(self, **sections: Any) -> Fleet:
+        """Write config.yaml, models.yaml and an inventory source; ``sections`` merge in."""
+        self.settings.update(sections)
+        fleet_section = {"key": self.fleet_key, "vllm_api_salt": self.salt, "hosts": self.hosts,
+                         **self.settings.get("fleet", {})}
+        config = {**{k: v for k, v in self.settings.items() if k != "fleet"},
+                  "fleet": fleet_section,
+                  "admin": {"token": self.admin_token}}
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.config_path.write_text(yaml.safe_dump(config, sort_keys=False))
+        self.models_path.write_text(yaml.safe_dump(models_document(self.models),
+                                                   sort_keys=False))
+        self.inventory_path.write_text("plugin: llmao.fleet.fleet\nconfig: config.yaml\n"
+                                       "models: models.yaml\n")
+        return self.load()
+
+    def load(self) -> Fleet:
+        return load_fleet(str(self.config_path), str(self.models_path))
+
+    def secrets(self) -> list[str]:
+        """Every secret of this fleet, to check that none shows anywhere."""
+        fleet = self.load()
+        found = [self.salt, self.fleet_key, self.admin_token]
+        found += [server.api_key for server in fleet.servers()]
+        master = fleet.settings.litellm_master_key
+        return found + ([master] if master else [])
+
+
+def one_model_hosts(boxes: Sequence[str], servers_per_box: int = 1,
+                    model: str = MODEL) -> dict[str, list[list[Any]]]:
+    """Each box runs ``servers_per_box`` servers of one model, named apart by their port."""
+    return {box: [[model, port, f"{model}-{port}"] for port in LISTEN_PORTS[:servers_per_box]]
+            for box in boxes}
+
+
+def start_stubs(fleet: Fleet, behaviours: Mapping[str, Mapping] | None = None,
+                keys: Mapping[str, str] | None = None) -> list[LocalStub]:
+    """One stub per intended server, on its box address and listen port, with its bearer.
+
+    ``behaviours`` and ``keys`` (by box name) change what a box's stubs do or which key they
+    require. All start at once (``wait=False``) and are then waited for together.
+    """
+    behaviours, keys = behaviours or {}, keys or {}
+    stubs: list[LocalStub] = []
+    try:
+        for server in fleet.servers():
+            stubs.append(start_local_stub(
+                server.listen_port, served_name=server.served_model_name,
+                model=server.entry.vllm.model, api_key=keys.get(server.box, server.api_key),
+                behaviour=behaviours.get(server.box), box_name=server.box, host=server.box,
+                wait=False))
+        for stub in stubs:
+            stub.wait_ready()
+    except BaseException:
+        stop_stubs(stubs)
+        raise
+    return stubs
+
+
+def stop_stubs(stubs: Sequence[LocalStub]) -> None:
+    for stub in stubs:
+        stub.stop()

@@ -1,0 +1,113 @@
+"""The fleet_plan module's logic: records from the other tasks in, a plan to print and apply."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ansible_collections.llmao.fleet.plugins.module_utils.fleet import load_fleet
+from ansible_collections.llmao.fleet.plugins.module_utils.lifecycle import Memory, State
+from ansible_collections.llmao.fleet.plugins.module_utils.listings import index_listings
+from ansible_collections.llmao.fleet.plugins.module_utils.litellm_routes import Route
+from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_records import (
+    Observations,
+    probes_from_record,
+)
+from ansible_collections.llmao.fleet.plugins.modules.fleet_plan import (
+    PlanError,
+    make_plan,
+    plan_result,
+)
+from tests.unit.fleet_files import write_pair
+
+NOW = 10_000.0
+GEMMA, QWEN, LEGACY = ("llmao:203.0.113.10:8001:gemma", "llmao:203.0.113.10:8002:qwen",
+                       "llmao:198.51.100.7:8000:gemma")
+SERVING = {"health_ok": True, "models": "lists", "detail": ""}
+DOWN = {"health_ok": False, "models": "skipped", "detail": "connection refused"}
+
+
+@pytest.fixture
+def fleet(tmp_path):
+    return load_fleet(*write_pair(tmp_path))
+
+
+def observations(**parts):
+    base = dict(now=NOW, last_fetches={"203.0.113.10": NOW - 60}, applied={},
+                memories={}, listings=index_listings([], [], {}), routes=())
+    return Observations(**{**base, **parts})
+
+
+def result_of(fleet, seen, probes):
+    result = plan_result(make_plan(fleet, seen, probes_from_record(probes)), seen)
+    json.dumps(result)  # Ansible must be able to carry it
+    return result
+
+
+def test_first_pass_registers_the_healthy_and_says_so(fleet):
+    seen = observations()
+    result = result_of(fleet, seen, {GEMMA: SERVING, QWEN: DOWN, LEGACY: DOWN})
+    (change,) = result["changes"]
+    assert change == {"state": "present", "id": GEMMA, "box": "203.0.113.10",
+                      "listen_port": 8001, "name": "gemma", "model_name": "gemma",
+                      "public_host": "203.0.113.10", "public_port": 8001,
+                      "change": "register", "why": "Healthy, not in LiteLLM"}
+    assert result["counts"] == {"Healthy": 1, "Loading": 1, "Awaiting": 1, "changes": 1}
+    gemma_line, qwen_line, legacy_line = result["lines"]
+    assert gemma_line.startswith("203.0.113.10 gemma (gemma, 8001 -> 203.0.113.10:8001): "
+                                 "Healthy: ")
+    assert gemma_line.endswith("=> register: Healthy, not in LiteLLM")
+    assert "Loading" in qwen_line and qwen_line.endswith("=> unchanged, not in LiteLLM")
+    assert "Awaiting" in legacy_line
+    assert result["memories"][GEMMA]["state"] == "Healthy"
+    assert result["now"] == NOW
+
+
+def test_transitions_show_in_the_lines(fleet):
+    seen = observations(memories={GEMMA: Memory(State.LOADING)})
+    result = result_of(fleet, seen, {GEMMA: SERVING, QWEN: DOWN, LEGACY: DOWN})
+    assert result["servers"][0]["previous_state"] == "Loading"
+    assert "Loading -> Healthy" in result["lines"][0]
+
+
+def test_orphans_and_drift_are_printed(fleet):
+    orphan = Route("llmao:192.0.2.50:8001:gemma", "gemma", "http://192.0.2.50:8001/v1",
+                   "http://192.0.2.50:8001/v1")
+    foreign = Route("hand-made", "gemma", "http://192.0.2.60:8001/v1", None)
+    seen = observations(routes=(orphan, foreign), applied={"203.0.113.10": "0" * 16})
+    result = result_of(fleet, seen, {GEMMA: DOWN, QWEN: DOWN, LEGACY: DOWN})
+    assert result["changes"] == [{"state": "absent", "id": orphan.id, "model_name": "gemma",
+                                  "change": "delete",
+                                  "why": "llmao route matches no intended server"}]
+    assert result["lines"][-1] == (f"{orphan.id} (gemma): delete: llmao route matches no "
+                                   "intended server")
+    revision = load_fleet(fleet.config_path, fleet.models_path).assignment(
+        "203.0.113.10").revision
+    assert f"203.0.113.10: applied rev {'0' * 16}, intended rev {revision}" in \
+        result["drift_lines"]
+    assert any(line.startswith("hand-made (gemma at http://192.0.2.60:8001/v1)")
+               for line in result["drift_lines"])
+
+
+def test_unhealthy_is_deleted_with_its_reason(fleet):
+    healthy = Memory(State.HEALTHY, 2, 0, NOW - 100)
+    route = Route(GEMMA, "gemma", "http://203.0.113.10:8001/v1", "http://203.0.113.10:8001/v1")
+    seen = observations(memories={GEMMA: healthy}, routes=(route,), last_fetches={})
+    result = result_of(fleet, seen, {GEMMA: DOWN, QWEN: DOWN, LEGACY: DOWN})
+    (change,) = result["changes"]
+    assert (change["state"], change["change"]) == ("absent", "delete")
+    assert change["why"].startswith("Unhealthy: ")
+
+
+def test_every_server_must_be_probed(fleet):
+    with pytest.raises(PlanError, match="2 intended server"):
+        make_plan(fleet, observations(), probes_from_record({GEMMA: SERVING}))
+
+
+def test_no_secret_in_the_result(fleet):
+    result = result_of(fleet, observations(), {GEMMA: SERVING, QWEN: SERVING, LEGACY: SERVING})
+    text = json.dumps(result)
+    for server in fleet.servers():
+        assert server.api_key not in text
+    assert fleet.settings.vllm_api_salt not in text

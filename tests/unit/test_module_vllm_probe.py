@@ -1,0 +1,62 @@
+"""The vllm_probe module's logic against real stub vLLM processes on loopback addresses."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ansible_collections.llmao.fleet.plugins.module_utils.listings import index_listings
+from ansible_collections.llmao.fleet.plugins.modules.vllm_probe import (
+    probe_counts,
+    probe_fleet,
+    unknown_boxes,
+)
+from tests.local_fleet import LocalFleet, loopback_boxes, one_model_hosts, start_stubs, stop_stubs
+
+LOCAL = index_listings([], [], {})
+
+
+@pytest.fixture(scope="module")
+def probed_fleet(tmp_path_factory):
+    """Four boxes: serving (two servers), rejecting our bearer, /health failing, and nothing."""
+    serving, rejecting, sick, silent = loopback_boxes(4)
+    hosts = {**one_model_hosts([serving], 2), **one_model_hosts([rejecting, sick, silent])}
+    local = LocalFleet(tmp_path_factory.mktemp("probe"), hosts)
+    fleet = local.write()
+    running = (serving, rejecting, sick)
+    only_running = LocalFleet(local.folder / "running", {box: hosts[box] for box in running},
+                              salt=local.salt)
+    stubs = start_stubs(only_running.write(), {sick: {"*": {"fail": "health_500"}}},
+                        keys={rejecting: "sk-vllm-someone-else"})
+    yield fleet, (serving, rejecting, sick, silent)
+    stop_stubs(stubs)
+
+
+def by_box(probes):
+    return {(p["box"], p["listen_port"]): p for p in probes.values()}
+
+
+def test_every_outcome_in_one_call(probed_fleet):
+    fleet, (serving, rejecting, sick, silent) = probed_fleet
+    probes = probe_fleet(fleet, LOCAL, None, connect_timeout=2, timeout=5)
+    seen = by_box(probes)
+    assert len(probes) == 5
+    assert seen[(serving, 8001)]["models"] == seen[(serving, 8002)]["models"] == "lists"
+    assert seen[(serving, 8001)]["health_ok"] is True
+    assert seen[(serving, 8001)]["public"] == f"{serving}:8001"
+    assert seen[(rejecting, 8001)]["models"] == "rejected"
+    assert (seen[(sick, 8001)]["health_ok"], seen[(sick, 8001)]["models"]) == (False, "lists")
+    assert seen[(silent, 8001)] | {"public": None} == {
+        "box": silent, "name": "stub-model-8001", "listen_port": 8001, "public": None,
+        "health_ok": False, "models": "skipped", "detail": "connection refused"}
+    assert probe_counts(probes) == {"servers": 5, "lists": 3, "rejected": 1, "skipped": 1}
+    text = json.dumps(probes)
+    assert all(server.api_key not in text for server in fleet.servers())
+
+
+def test_a_box_filter_probes_only_those(probed_fleet):
+    fleet, (serving, _, _, silent) = probed_fleet
+    probes = probe_fleet(fleet, LOCAL, [silent, f" {serving}"], connect_timeout=2, timeout=5)
+    assert {p["box"] for p in probes.values()} == {serving, silent}
+    assert unknown_boxes(fleet, [serving, "192.0.2.99"]) == ["192.0.2.99"]
