@@ -22,11 +22,14 @@ class ApiError(RuntimeError):
 
     ``status`` is None when it was unreachable; ``kind`` is the ``error.type`` of a
     JSON error body when it had one (LiteLLM says ``no_db_connection`` for a
-    refused key, for instance).
+    refused key, for instance); ``reason`` is the message without the request,
+    for callers that name the service themselves.
     """
 
-    def __init__(self, message: str, status: int | None = None, kind: str | None = None):
-        super().__init__(message)
+    def __init__(self, request: str, reason: str, status: int | None = None,
+                 kind: str | None = None):
+        super().__init__(f"{request}: {reason}")
+        self.reason = reason
         self.status = status
         self.kind = kind
 
@@ -47,16 +50,16 @@ def call_json(method: str, url: str, bearer: str | None, body: Any = None,
             raw = answer.read()
     except urllib.error.HTTPError as exc:
         message, kind = _error_detail(exc)
-        raise ApiError(f"{method} {url}: HTTP {exc.code}{message}", exc.code, kind) from None
+        raise ApiError(f"{method} {url}", f"HTTP {exc.code}{message}", exc.code, kind) from None
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
-        raise ApiError(f"{method} {url}: unreachable ({reason})") from None
+        raise ApiError(f"{method} {url}", f"unreachable ({reason})") from None
     if not raw.strip():
         return None
     try:
         return json.loads(raw)
     except ValueError:
-        raise ApiError(f"{method} {url}: the answer is not JSON") from None
+        raise ApiError(f"{method} {url}", "the answer is not JSON") from None
 
 
 def _error_detail(exc: urllib.error.HTTPError) -> tuple[str, str | None]:

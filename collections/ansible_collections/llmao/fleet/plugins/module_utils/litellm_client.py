@@ -89,7 +89,7 @@ class LiteLLM:
 
     def _failure(self, exc: ApiError, doing: str) -> LiteLLMError:
         if exc.status is None:
-            return LiteLLMError(f"LiteLLM at {self.url} unreachable while {doing}: {exc}",
+            return LiteLLMError(f"LiteLLM at {self.url} {exc.reason} while {doing}",
                                 unreachable=True)
         if exc.status in KEY_REFUSED_STATUSES or exc.kind in KEY_REFUSED_KINDS:
             return LiteLLMError(f"LiteLLM at {self.url} refused the master key "

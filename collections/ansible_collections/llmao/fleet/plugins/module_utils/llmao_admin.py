@@ -36,6 +36,7 @@ class ServerObservations:
     last_fetches: Mapping[str, float | None] = field(default_factory=dict)
     applied: Mapping[str, str | None] = field(default_factory=dict)
     verdicts: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    pass_at: float | None = None
 
     @property
     def memories(self) -> dict[str, Memory]:
@@ -72,7 +73,7 @@ class LlmaoAdmin:
             return call_json(method, self.url + path, self._token, body, self.timeout)
         except ApiError as exc:
             if exc.status is None:
-                raise LlmaoAdminError(f"llmao at {self.url} unreachable: {exc}") from None
+                raise LlmaoAdminError(f"llmao at {self.url} {exc.reason}") from None
             if exc.status in (401, 403):
                 raise LlmaoAdminError(f"llmao at {self.url} refused the admin token "
                                       f"(HTTP {exc.status}): check admin.token") from None
@@ -98,8 +99,10 @@ def parse_observations(document: Any) -> ServerObservations:
         fetched = seen.get("last_fetch")
         last_fetches[box] = float(fetched) if isinstance(fetched, int | float) else None
         applied[box] = _applied_revision(seen.get("applied"))
+    pass_at = document.get("pass_at")
     return ServerObservations(float(now), last_fetches, applied,
-                              {str(k): v for k, v in verdicts.items() if isinstance(v, Mapping)})
+                              {str(k): v for k, v in verdicts.items() if isinstance(v, Mapping)},
+                              float(pass_at) if isinstance(pass_at, int | float) else None)
 
 
 def _applied_revision(report: Any) -> str | None:
