@@ -11,7 +11,7 @@ name: fleet
 short_description: The GPU boxes of an llmao fleet, read from config.yaml and models.yaml
 version_added: 0.1.0
 author:
-  - llmao fleet contributors
+  - llmao fleet contributors (!UNKNOWN)
 description:
   - Builds an inventory from llmao's own files, the same two files the config server reads,
     validated by the same code. Every key of C(fleet.hosts) becomes one host.

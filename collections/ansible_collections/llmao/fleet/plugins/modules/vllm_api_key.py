@@ -12,7 +12,7 @@ module: vllm_api_key
 short_description: Derive the bearer a box's vLLM servers require
 version_added: 0.1.0
 author:
-  - llmao fleet contributors
+  - llmao fleet contributors (!UNKNOWN)
 description:
   - Returns the bearer (C(sk-vllm-...)) that the vLLM server on one box and listen port requires,
     or the bearers of every row the box has in C(fleet.hosts).

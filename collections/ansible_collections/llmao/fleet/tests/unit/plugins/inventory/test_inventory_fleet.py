@@ -221,8 +221,8 @@ def parse(source: str, cache: bool = True) -> InventoryData:
 
 
 def test_parse_reads_paths_relative_to_the_source(write_fleet, tmp_path: Path,
-                                                   monkeypatch) -> None:
-    config_path, models_path = write_fleet()
+                                                  monkeypatch) -> None:
+    config_path = write_fleet()[0]
     monkeypatch.chdir("/")
     inventory = parse(write_source(tmp_path))
     assert "203.0.113.10" in inventory.hosts
@@ -230,10 +230,10 @@ def test_parse_reads_paths_relative_to_the_source(write_fleet, tmp_path: Path,
 
 
 def test_parse_fails_with_the_loaders_message(write_fleet, base_config, tmp_path: Path,
-                                               secrets: dict[str, str]) -> None:
+                                              secrets: dict[str, str]) -> None:
     base_config["fleet"]["hosts"]["203.0.113.10"][1][1] = 8001
     base_config["fleet"]["hosts"]["198.51.100.7"] = [["nope", 8000]]
-    config_path, _ = write_fleet(base_config)
+    config_path = write_fleet(base_config)[0]
     with pytest.raises(AnsibleParserError) as caught:
         parse(write_source(tmp_path))
     message = str(caught.value)

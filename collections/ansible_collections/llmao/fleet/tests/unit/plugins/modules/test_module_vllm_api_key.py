@@ -23,6 +23,11 @@ def run_module(capsys, **args: Any) -> tuple[dict[str, Any], str]:
     return json.loads(printed), printed
 
 
+def module_result(capsys, **args: Any) -> dict[str, Any]:
+    """Run the module with ``args``; its parsed result."""
+    return run_module(capsys, **args)[0]
+
+
 def served_keys(config: str, models: str, box: str) -> dict[int, str]:
     """The bearers the config endpoint hands ``box``: read from the payload's very bytes."""
     body = json.loads(load_fleet(config, models).assignment(box).body)
@@ -36,7 +41,7 @@ def files(write_fleet) -> dict[str, str]:
 
 
 def test_one_port_is_the_key_the_box_is_served(capsys, files) -> None:
-    result, _ = run_module(capsys, host="203.0.113.10", port=8002, **files)
+    result = module_result(capsys, host="203.0.113.10", port=8002, **files)
     assert result["api_key"] == served_keys(files["config"], files["models"],
                                             "203.0.113.10")[8002]
     assert result["changed"] is False
@@ -45,7 +50,7 @@ def test_one_port_is_the_key_the_box_is_served(capsys, files) -> None:
 
 
 def test_without_a_port_every_row_of_the_host(capsys, files) -> None:
-    result, _ = run_module(capsys, host="203.0.113.11", **files)
+    result = module_result(capsys, host="203.0.113.11", **files)
     served = served_keys(files["config"], files["models"], "203.0.113.11")
     assert result["api_keys"] == {str(port): key for port, key in served.items()}
     assert len(set(result["api_keys"].values())) == 2
@@ -53,27 +58,27 @@ def test_without_a_port_every_row_of_the_host(capsys, files) -> None:
 
 
 def test_host_is_normalised_like_the_config_server_does(capsys, files) -> None:
-    result, _ = run_module(capsys, host="  ::ffff:203.0.113.10 ", port=8001, **files)
+    result = module_result(capsys, host="  ::ffff:203.0.113.10 ", port=8001, **files)
     assert result["host"] == "203.0.113.10"
     assert result["api_key"] == served_keys(files["config"], files["models"],
                                             "203.0.113.10")[8001]
 
 
 def test_legacy_pair_gets_the_shared_bearer(capsys, files, secrets) -> None:
-    result, _ = run_module(capsys, host="198.51.100.7", port=8000, **files)
+    result = module_result(capsys, host="198.51.100.7", port=8000, **files)
     assert result["api_key"] == secrets["selfhost"]
 
 
 def test_salt_alone_derives_the_same_key(capsys, files, secrets) -> None:
-    from_salt, _ = run_module(capsys, host="203.0.113.11", port=8002, salt=secrets["salt"])
-    from_files, _ = run_module(capsys, host="203.0.113.11", port=8002, **files)
+    from_salt = module_result(capsys, host="203.0.113.11", port=8002, salt=secrets["salt"])
+    from_files = module_result(capsys, host="203.0.113.11", port=8002, **files)
     assert from_salt["api_key"] == from_files["api_key"]
     assert from_salt["api_key"] == derive_vllm_api_key(secrets["salt"], "203.0.113.11", 8002)
 
 
 def test_check_mode_gives_the_same_answer_and_changes_nothing(capsys, files) -> None:
-    normal, _ = run_module(capsys, host="203.0.113.10", **files)
-    checked, _ = run_module(capsys, host="203.0.113.10", _ansible_check_mode=True, **files)
+    normal = module_result(capsys, host="203.0.113.10", **files)
+    checked = module_result(capsys, host="203.0.113.10", _ansible_check_mode=True, **files)
     assert checked["api_keys"] == normal["api_keys"]
     assert checked["changed"] is False
 
@@ -121,13 +126,13 @@ def test_placeholder_salt_fails_without_echoing_it(capsys, salt: str) -> None:
      "parameters are mutually exclusive: salt|config"),
 ])
 def test_option_combinations_are_checked(capsys, args: dict[str, Any], message: str) -> None:
-    result, _ = run_module(capsys, host="203.0.113.10", **args)
+    result = module_result(capsys, host="203.0.113.10", **args)
     assert result["failed"] is True
     assert message in result["msg"]
 
 
 def test_unknown_host_fails(capsys, files) -> None:
-    result, _ = run_module(capsys, host="192.0.2.1", port=8001, **files)
+    result = module_result(capsys, host="192.0.2.1", port=8001, **files)
     assert result["failed"] is True
     assert result["msg"] == f"192.0.2.1 is not a fleet.hosts key of {files['config']}"
 
@@ -140,7 +145,7 @@ def test_port_without_a_row_fails_and_lists_the_rows(capsys, files) -> None:
 
 
 def test_empty_host_fails(capsys) -> None:
-    result, _ = run_module(capsys, host="  ", port=8001, salt="some-salt")
+    result = module_result(capsys, host="  ", port=8001, salt="some-salt")
     assert result == {**result, "failed": True, "msg": "host is empty"}
 
 
@@ -148,7 +153,7 @@ def test_bad_files_fail_with_every_problem(capsys, write_fleet, base_config) -> 
     base_config["fleet"]["hosts"]["203.0.113.10"].append(["nope", 8003])
     base_config["fleet"]["hosts"]["203.0.113.11"][1][1] = 8001
     config, models = write_fleet(base_config)
-    result, _ = run_module(capsys, host="203.0.113.10", port=8001, config=config,
+    result = module_result(capsys, host="203.0.113.10", port=8001, config=config,
                            models=models)
     assert result["failed"] is True
     assert result["problems"] == [
