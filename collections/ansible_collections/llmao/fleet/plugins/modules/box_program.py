@@ -1,0 +1,272 @@
+#!/usr/bin/python
+# Copyright: llmao fleet contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Ansible module ``llmao.fleet.box_program``: run the box program on a delivered assignment."""
+# Ansible's layout puts the documentation strings ahead of the imports.
+# ruff: noqa: E402
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: box_program
+short_description: Write a box's Supervisor programs with llmao's box program
+version_added: 0.1.0
+author:
+  - llmao fleet contributors
+description:
+  - Runs llmao's box program C(install_set.py) on the box with an assignment that is already
+    there (C(--payload)), as the pull path runs it after fetching. Same preflight (C(vram_gb)
+    and C(disk_gb) against the box), the same division of the card, the same Supervisor
+    programs, byte for byte, and the same applied record under O(data_directory).
+  - It writes and removes program files only; it does not drive supervisord (the program runs
+    with C(--no-handover)). Its result names the programs that were added, rewritten and removed,
+    so a play can hand each over with M(community.general.supervisorctl).
+  - In check mode the program runs with C(--dry-run) and writes nothing; the result tells what
+    would change. With C(--diff) every program file's change is shown, the bearer masked by the
+    program itself.
+  - When the assignment does not fit the box (exit 1) or is refused (exit 2), the task fails with
+    the program's own message, and nothing was written.
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: full
+  platform:
+    platforms: posix
+options:
+  program:
+    description:
+      - Path of C(install_set.py) on the box.
+    type: path
+    required: true
+  payload:
+    description:
+      - Path of the assignment JSON on the box (the body C(GET /vllm/config) answers, see
+        P(llmao.fleet.box_assignment#lookup)). It holds bearers, so keep it private (mode C(0600)).
+    type: path
+    required: true
+  python:
+    description:
+      - The Python 3 interpreter that runs the program (it needs the standard library only).
+    type: str
+    default: python3
+  data_directory:
+    description:
+      - E(DATA_DIRECTORY) of the program, where the vLLM logs, the Hugging Face cache and the
+        applied record C(llmao/applied.json) go.
+    type: path
+    default: /data
+  supervisor_conf_dir:
+    description:
+      - E(SUPERVISOR_CONF_DIR) of the program, where the C(llmao-<name>.conf) programs go.
+    type: path
+    default: /etc/supervisor/conf.d
+  vllm_bin:
+    description:
+      - E(VLLM_BIN) of the program, the vLLM executable the programs run.
+    type: str
+    default: vllm
+notes:
+  - The result holds no secret, the program masks every bearer in what it prints.
+seealso:
+  - plugin: llmao.fleet.box_assignment
+    plugin_type: lookup
+  - module: community.general.supervisorctl
+"""
+
+EXAMPLES = r"""
+- name: Write the programs of the assignment delivered to /root/assignment.json
+  llmao.fleet.box_program:
+    program: /usr/local/lib/llmao/install_set.py
+    payload: /root/assignment.json
+    data_directory: /workspace
+  register: programs
+
+- name: Add what supervisord does not run yet
+  community.general.supervisorctl:
+    name: "{{ item }}"
+    state: present
+  loop: "{{ programs.programs }}"
+"""
+
+RETURN = r"""
+revision:
+  description: The revision of the assignment (a content hash; holds no secret).
+  returned: success
+  type: str
+  sample: 3f2a9c0b1d4e5f60
+programs:
+  description: Supervisor program names of the assignment, sorted.
+  returned: success
+  type: list
+  elements: str
+  sample: [gemma4-26b, qwen3-8b]
+added:
+  description: Programs whose file is new (written, or would be in check mode).
+  returned: success
+  type: list
+  elements: str
+updated:
+  description: Programs whose file was rewritten with a different content.
+  returned: success
+  type: list
+  elements: str
+removed:
+  description: Programs of an earlier assignment whose file was removed.
+  returned: success
+  type: list
+  elements: str
+written:
+  description: Every file written, the applied record included.
+  returned: success
+  type: list
+  elements: path
+unchanged:
+  description: Files the assignment needs that already hold the right content.
+  returned: success
+  type: list
+  elements: path
+record:
+  description: Path of the applied record on the box.
+  returned: success
+  type: path
+  sample: /data/llmao/applied.json
+applied:
+  description:
+    - The applied record read back from the box after the run (revision, host, applied_at,
+      servers without bearers); in check mode, the record the box holds before the run.
+    - Empty when the box holds no readable record.
+  returned: success
+  type: dict
+  sample: {"revision": "3f2a9c0b1d4e5f60", "host": "203.0.113.10",
+           "applied_at": "2026-01-02T03:04:05Z", "servers": []}
+messages:
+  description: What the program said while it worked (GPU, memory division, preflight), masked.
+  returned: always
+  type: list
+  elements: str
+rc:
+  description: The program's exit code (1 does not fit, 2 refused, 3 unreachable, 4 handover).
+  returned: failure
+  type: int
+"""
+
+import json
+import os
+from typing import Any
+
+from ansible.module_utils.basic import AnsibleModule
+
+PROGRAM_PREFIX = "llmao-"
+PROGRAM_SUFFIX = ".conf"
+
+ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
+    "program": {"type": "path", "required": True},
+    "payload": {"type": "path", "required": True},
+    "python": {"type": "str", "default": "python3"},
+    "data_directory": {"type": "path", "default": "/data"},
+    "supervisor_conf_dir": {"type": "path", "default": "/etc/supervisor/conf.d"},
+    "vllm_bin": {"type": "str", "default": "vllm"},
+}
+
+
+def program_argv(params: dict[str, Any], check_mode: bool) -> list[str]:
+    """The command line: the payload, JSON output, and supervisord left to the play."""
+    argv = [params["python"], params["program"], "--payload", params["payload"], "--json",
+            "--no-handover"]
+    return argv + ["--dry-run"] if check_mode else argv
+
+
+def program_environment(params: dict[str, Any]) -> dict[str, str]:
+    return {"DATA_DIRECTORY": params["data_directory"],
+            "SUPERVISOR_CONF_DIR": params["supervisor_conf_dir"],
+            "VLLM_BIN": params["vllm_bin"]}
+
+
+def decode_answer(stdout: str) -> dict[str, Any] | None:
+    """The program's closing JSON object; None when it printed none (it crashed)."""
+    try:
+        answer = json.loads(stdout)
+    except ValueError:
+        return None
+    return answer if isinstance(answer, dict) else None
+
+
+def program_name(path: str, conf_dir: str) -> str | None:
+    """``<conf_dir>/llmao-<name>.conf`` -> ``<name>``; None for any other file."""
+    folder, base = os.path.split(path)
+    if os.path.normpath(folder) != os.path.normpath(conf_dir):
+        return None
+    if not (base.startswith(PROGRAM_PREFIX) and base.endswith(PROGRAM_SUFFIX)):
+        return None
+    return base[len(PROGRAM_PREFIX):-len(PROGRAM_SUFFIX)]
+
+
+def names(paths: list[str], conf_dir: str) -> list[str]:
+    found = (program_name(path, conf_dir) for path in paths)
+    return [name for name in found if name is not None]
+
+
+def file_diffs(answer: dict[str, Any]) -> list[dict[str, str]]:
+    """Ansible's diff of every file the program changes (its text already masked)."""
+    diffs = []
+    for change in answer.get("diff", []):
+        before, after = change.get("before", ""), change.get("after", "")
+        diffs.append({"before_header": change["path"] if before else "/dev/null",
+                      "after_header": change["path"] if after else "/dev/null",
+                      "before": before, "after": after})
+    return diffs
+
+
+def summarize(answer: dict[str, Any], conf_dir: str, data_directory: str) -> dict[str, Any]:
+    """Turn the program's report into the module result: program names by what happens."""
+    new = {change["path"] for change in answer.get("diff", []) if not change.get("before")}
+    written = list(answer.get("written", []))
+    unchanged = list(answer.get("unchanged", []))
+    return {
+        "changed": bool(answer.get("changed")),
+        "revision": answer.get("revision"),
+        "programs": sorted(names(written + unchanged, conf_dir)),
+        "added": names([path for path in written if path in new], conf_dir),
+        "updated": names([path for path in written if path not in new], conf_dir),
+        "removed": names(list(answer.get("removed", [])), conf_dir),
+        "written": written,
+        "unchanged": unchanged,
+        "record": os.path.join(data_directory, "llmao", "applied.json"),
+    }
+
+
+def read_record(path: str) -> dict[str, Any]:
+    """The applied record on the box, as the next reader (reconcile, an operator) sees it."""
+    try:
+        with open(path, encoding="utf-8") as record:
+            data = json.load(record)
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def main() -> None:
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    params = module.params
+    for option in ("program", "payload"):
+        if not os.path.isfile(params[option]):
+            module.fail_json(msg=f"{option} {params[option]} is not a file on the box")
+    rc, stdout, stderr = module.run_command(program_argv(params, module.check_mode),
+                                            environ_update=program_environment(params))
+    messages = [line for line in stderr.splitlines() if line.strip()]
+    answer = decode_answer(stdout)
+    if rc != 0 or answer is None or answer.get("failed"):
+        reason = (answer or {}).get("msg") or (messages[-1] if messages else "no output")
+        module.fail_json(msg=reason, rc=rc, messages=messages)
+    result = summarize(answer, params["supervisor_conf_dir"], params["data_directory"])
+    result["applied"] = read_record(result["record"])
+    if module._diff:
+        result["diff"] = file_diffs(answer)
+    module.exit_json(messages=messages, **result)
+
+
+if __name__ == "__main__":
+    main()
