@@ -20,7 +20,9 @@ from dataclasses import dataclass, field
 from .lifecycle import Models, Probe
 from .listings import Endpoint
 
-DEFAULT_CONCURRENCY = 64
+# Probing is waiting on sockets: a thread each costs little, and every extra wave of a
+# fleet larger than the pool adds a whole slow answer (or a timeout) to the pass.
+DEFAULT_CONCURRENCY = 256
 
 
 @dataclass(frozen=True)
