@@ -13,6 +13,7 @@ ansible-test must be started) with this interpreter's Python version.
 from __future__ import annotations
 
 import argparse
+import fcntl
 import filecmp
 import glob
 import os
@@ -26,6 +27,9 @@ ROOT = Path(__file__).resolve().parent.parent
 COLLECTION = ROOT / "collections" / "ansible_collections" / "llmao" / "fleet"
 SHIM = Path(__file__).resolve().parent / "ansible_test_get_pip.py"
 CACHE = Path(os.path.expanduser("~/.ansible/test/cache"))
+# ansible-test keeps its environments under ~/.ansible/test and its output in the
+# collection: two runs at once would build the same environment together.
+LOCK = CACHE.parent / "llmao-sanity.lock"
 
 
 def bootstrap_pip_version() -> str:
@@ -59,13 +63,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--test", action="append", default=[],
                         help="run only this sanity test (repeatable; default: all)")
     args, extra = parser.parse_known_args(argv)
-    seed_bootstrap_cache(bootstrap_pip_version())
     python = f"{sys.version_info.major}.{sys.version_info.minor}"
     command = [ansible_test(), "sanity", "--venv", "--python", python, "--color", "no"]
     for name in args.test:
         command += ["--test", name]
     command += extra
-    return subprocess.run(command, cwd=COLLECTION, check=False).returncode
+    LOCK.parent.mkdir(parents=True, exist_ok=True)
+    with open(LOCK, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # waits for a run already going
+        seed_bootstrap_cache(bootstrap_pip_version())
+        return subprocess.run(command, cwd=COLLECTION, check=False).returncode
 
 
 if __name__ == "__main__":
