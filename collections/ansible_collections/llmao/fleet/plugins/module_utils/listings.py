@@ -28,6 +28,7 @@ from .lifecycle import Listed
 VAST_DEFAULT_URL = "https://console.vast.ai/api/v0"
 RUNPOD_DEFAULT_URL = "https://rest.runpod.io/v1"
 
+
 class ListingError(RuntimeError):
     """A provider listing could not be read; the message holds no secret."""
 
@@ -131,7 +132,7 @@ def _docker_style_ports(ports: Any, what: str) -> dict[int, int]:
         raise ListingError(f"{what}: ports is not a mapping")
     mapped = {}
     for key, bindings in ports.items():
-        listen, _, proto = str(key).partition("/")
+        listen, _slash, proto = str(key).partition("/")
         if proto not in ("", "tcp") or not bindings:
             continue
         if not isinstance(bindings, list) or not isinstance(bindings[0], dict):

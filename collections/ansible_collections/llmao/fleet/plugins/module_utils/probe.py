@@ -61,7 +61,7 @@ def probe_one(target: Target, connect_timeout: float, timeout: float) -> Probe:
     if target.endpoint is None:
         return Probe(False, Models.SKIPPED, "no public address known")
     try:
-        status, _ = _get(target.endpoint, "/health", {}, connect_timeout, timeout)
+        status = _get(target.endpoint, "/health", {}, connect_timeout, timeout)[0]
     except (OSError, http.client.HTTPException) as exc:
         return Probe(False, Models.SKIPPED, _describe(exc))
     health_ok = status == 200

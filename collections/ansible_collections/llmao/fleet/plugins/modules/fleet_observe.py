@@ -12,7 +12,7 @@ module: fleet_observe
 short_description: Read what llmao, the provider listings and LiteLLM say about the fleet
 version_added: 0.1.0
 author:
-  - llmao fleet contributors
+  - llmao fleet contributors (!UNKNOWN)
 description:
   - The first step of a reconcile pass (C(playbooks/reconcile.yml)). Reads, in one call,
     everything the pass needs besides the probes, and returns it as O(ignore:observations) for

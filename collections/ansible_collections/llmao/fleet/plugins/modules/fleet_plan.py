@@ -12,7 +12,7 @@ module: fleet_plan
 short_description: Plan a reconcile pass of an llmao fleet
 version_added: 0.1.0
 author:
-  - llmao fleet contributors
+  - llmao fleet contributors (!UNKNOWN)
 description:
   - "Puts every intended server of the fleet in one lifecycle state (Awaiting, Loading, Stalled,
     Healthy, Unhealthy, Rejected, Foreign, Unlisted) from what

@@ -12,7 +12,7 @@ module: fleet_verdicts
 short_description: Record the verdicts of a reconcile pass in llmao
 version_added: 0.1.0
 author:
-  - llmao fleet contributors
+  - llmao fleet contributors (!UNKNOWN)
 description:
   - The last step of a reconcile pass. Posts each server's verdict (state, reason, whether LiteLLM
     has its deployment after the pass, the change made) with the lifecycle memory the next pass

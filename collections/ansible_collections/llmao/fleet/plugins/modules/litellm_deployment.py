@@ -12,7 +12,7 @@ module: litellm_deployment
 short_description: Make one vLLM server's LiteLLM deployment present or absent
 version_added: 0.1.0
 author:
-  - llmao fleet contributors
+  - llmao fleet contributors (!UNKNOWN)
 description:
   - Registers (C(/model/new)) or deletes (C(/model/delete)) the LiteLLM deployment of one server
     of the fleet, found by its deterministic id C(llmao:<box>:<listen port>:<name>).

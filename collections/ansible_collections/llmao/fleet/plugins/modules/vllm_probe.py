@@ -12,7 +12,7 @@ module: vllm_probe
 short_description: Probe the vLLM servers of an llmao fleet concurrently
 version_added: 0.1.0
 author:
-  - llmao fleet contributors
+  - llmao fleet contributors (!UNKNOWN)
 description:
   - Probes every intended server of the fleet (or those of O(boxes)) at its public address, many
     at once in one call, and says for each whether it is serving its model and is ours.
@@ -57,7 +57,7 @@ options:
     description:
       - How many servers are probed at the same time.
     type: int
-    default: 64
+    default: 256
 notes:
   - "Runs on the controller (C(hosts: localhost))."
   - O(config) and O(models) are both required.
@@ -166,7 +166,8 @@ def probe_fleet(fleet: Fleet, listings: Listings, boxes: Collection[str] | None,
                                                         probe_targets(fleet, listings),
                                                         strict=True)
              if chosen is None or server.box in chosen]
-    probes = probe_many([target for _, target in pairs], connect_timeout, timeout, concurrency)
+    probes = probe_many([target for _server, target in pairs], connect_timeout, timeout,
+                        concurrency)
     results = {}
     for server, target in pairs:
         endpoint = target.endpoint
