@@ -20,17 +20,13 @@ import json
 import logging
 import time
 from collections.abc import Callable, Iterable
-from functools import cached_property
 from http import HTTPStatus
 from typing import Any
 
 from werkzeug.datastructures import EnvironHeaders
 from werkzeug.wsgi import get_input_stream
 
-from ansible_collections.llmao.fleet.plugins.module_utils.hostnames import (
-    FORWARDED_HEADER,
-    claimed_box_name,
-)
+from ansible_collections.llmao.fleet.plugins.module_utils.hostnames import claimed_box_name
 from ansible_collections.llmao.fleet.plugins.module_utils.intent import BoxAssignment
 
 from .api_errors import JSON, ApiError, error_answer
@@ -38,6 +34,7 @@ from .applied_report import APPLIED_MAX_BYTES, read_applied_report
 from .state import ServerState
 
 PREFIX = "/vllm/"
+STATUS_LINES = {status.value: f"{status.value} {status.phrase}" for status in HTTPStatus}
 SHOWN_NAME_LENGTH = 100
 
 log = logging.getLogger(__name__)
@@ -46,22 +43,17 @@ WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 
 
 class BoxRequest:
-    """The parts of a WSGI request the box API reads, each worked out at most once."""
+    """The parts of a WSGI request the box API reads: every one is needed, for the log at least."""
 
     def __init__(self, environ: dict[str, Any]):
         self.environ = environ
         self.method: str = environ.get("REQUEST_METHOD", "")
         self.path: str = environ.get("PATH_INFO", "")
         self.peer: str | None = environ.get("REMOTE_ADDR")
-
-    @cached_property
-    def headers(self) -> EnvironHeaders:
-        return EnvironHeaders(self.environ)
-
-    @cached_property
-    def claim(self) -> tuple[str, str]:
-        """The box name the request claims, and how (``header``, ``forwarded``, ``peer``)."""
-        return claimed_box_name(self.headers, self.peer)
+        self.authorization: str = environ.get("HTTP_AUTHORIZATION", "")
+        self.forwarded: str | None = environ.get("HTTP_X_FORWARDED_FOR")
+        # The box name the request claims, and how (``header``, ``forwarded``, ``peer``).
+        self.claim = claimed_box_name(EnvironHeaders(environ), self.peer)
 
     def json_body(self) -> Any:
         """The body decoded as JSON (None when it is not JSON); 413 beyond the limit."""
@@ -78,7 +70,7 @@ def check_fleet_key(state: ServerState, request: BoxRequest) -> None:
         raise ApiError(503, "fleet_key_not_configured",
                        "this server has no fleet key (fleet.key in config.yaml is missing, "
                        "empty or CHANGE_ME); no box can be served until it is set")
-    scheme, _, presented = request.headers.get("Authorization", "").partition(" ")
+    scheme, _, presented = request.authorization.partition(" ")
     presented = presented.strip()
     if scheme.lower() != "bearer" or not presented:
         raise ApiError(403, "fleet_key_required",
@@ -138,7 +130,7 @@ class BoxApi:
         request = BoxRequest(environ)
         status, body, headers = self.answer(request)
         self.log_request(request, status)
-        start_response(f"{status} {HTTPStatus(status).phrase}",
+        start_response(STATUS_LINES[status],
                        [("Content-Type", JSON), ("Content-Length", str(len(body))),
                         ("Cache-Control", "no-store"), *headers])
         return [body]
@@ -163,5 +155,5 @@ class BoxApi:
         name, source = request.claim
         path = request.path if request.path in ROUTES else repr(request.path)
         line = (f"{request.method} {path} {status} host={name!r} via={source} "
-                f"peer={request.peer!r} xff={request.headers.get(FORWARDED_HEADER)!r}")
+                f"peer={request.peer!r} xff={request.forwarded!r}")
         log.info("%s", self.state.redact(line))

@@ -14,7 +14,15 @@ SERVER_LOGGER = "llmao_server"
 
 
 def log_to_stderr() -> None:
-    """The process-wide setup of ``llmao-server``: every INFO line to stderr."""
+    """The process-wide setup of ``llmao-server``: every INFO line to stderr.
+
+    Every box request is logged, so a record must be cheap: the format uses
+    neither the caller's file and line nor thread or multiprocessing names, and
+    the logging module is told not to gather them (its documented optimisations).
+    """
+    logging._srcfile = None
+    logging.logThreads = False
+    logging.logMultiprocessing = False
     logging.basicConfig(level=logging.INFO, format=LOG_FORMAT, stream=sys.stderr)
 
 

@@ -37,4 +37,4 @@ class Redactor:
         for secret in self.secrets:
             if secret in text:
                 text = text.replace(secret, MASK)
-        return BEARER_SHAPE.sub(MASK, text)
+        return BEARER_SHAPE.sub(MASK, text) if BEARER_PREFIX in text else text
