@@ -1,0 +1,352 @@
+"""P1 and P2: what ``GET /vllm/config`` costs under gunicorn, against a bare WSGI app.
+
+Three legs, one after the other, on loopback:
+
+- ``llmao-server`` on a 10,000-box fleet, driven with many connections
+  (throughput) and with one (latency of a single fetch);
+- a bare WSGI app that answers each box's request with the very same bytes,
+  run by the same gunicorn configuration (workers, worker class, threads);
+- ``llmao-server`` on a 10-box fleet, with one connection.
+
+P1 is llmao's throughput over the bare app's (target >= 0.8); P2 is the p50
+latency of a fetch at 10,000 boxes over 10 boxes (target <= 1.2). The load
+comes from Debian's ``wrk`` when installed, else from a small Python
+generator (which then bounds both legs, so its ratios say less). Nothing here
+asserts on time: the numbers are printed.
+
+    python -m bench.bench_config_endpoint [--seconds 2] [--rounds 3] [--connections 16]
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import os
+import re
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bench.fleetgen import GeneratedFleet, write_fleet
+
+LARGE_FLEET = 10_000
+SMALL_FLEET = 10
+WORKERS = 2
+START_TIMEOUT_S = 60.0
+STOP_TIMEOUT_S = 20.0
+MAX_SAMPLES_PER_THREAD = 200_000
+REPO = Path(__file__).resolve().parents[1]
+
+
+@dataclass(frozen=True)
+class Load:
+    """One run of the load generator against one server."""
+
+    requests: int
+    requests_per_s: float
+    p50_ms: float
+    failures: int
+
+
+@dataclass(frozen=True)
+class Server:
+    """A running server under test: where it listens, its arbiter, the fleet it serves."""
+
+    port: int
+    pid: int
+    fleet: GeneratedFleet
+
+
+# ----------------------------------------------------------------- the bare app
+
+
+def bare_app(bodies: dict[str, bytes]) -> Callable[..., Any]:
+    """The least a WSGI app can do to answer a box: look the name up, return the bytes."""
+
+    def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> list[bytes]:
+        body = bodies.get(environ.get("HTTP_X_LLMAO_HOST", ""))
+        if body is None:
+            start_response("404 Not Found", [("Content-Length", "0")])
+            return [b""]
+        start_response("200 OK", [("Content-Type", "application/json"),
+                                  ("Content-Length", str(len(body)))])
+        return [body]
+
+    return app
+
+
+def serve_bare(config: str, models: str, bind: str, workers: int) -> None:
+    """Serve the bare app for a fleet with llmao-server's gunicorn configuration."""
+    from ansible_collections.llmao.fleet.plugins.module_utils.fleet import load_fleet
+    from llmao_server.gunicorn_app import GunicornServer, gunicorn_options
+
+    fleet = load_fleet(config, models)
+    bodies = {box: assignment.body for box, assignment in fleet.assignments.items()}
+    GunicornServer(lambda: bare_app(bodies), gunicorn_options(bind, workers)).run()
+
+
+# ---------------------------------------------------------------- the servers
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def fetch_status(port: int, fleet: GeneratedFleet) -> int | None:
+    """The status of one real fetch, or None while nothing answers yet."""
+    try:
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+        connection.request("GET", "/vllm/config", headers=fetch_headers(fleet, fleet.boxes[0]))
+        status = connection.getresponse().status
+        connection.close()
+        return status
+    except OSError:
+        return None
+
+
+def fetch_headers(fleet: GeneratedFleet, box: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {fleet.fleet_key}", "X-LLMAO-Host": box}
+
+
+@contextmanager
+def serving(command: Sequence[str], port: int, fleet: GeneratedFleet,
+            log_path: Path) -> Iterator[Server]:
+    """Run a server until the block ends; ready once a real fetch answers 200."""
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(command, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while fetch_status(port, fleet) != 200:
+            if process.poll() is not None or time.monotonic() > deadline:
+                tail = log_path.read_text(errors="replace")[-2000:]
+                raise RuntimeError(f"server did not start:\n{tail}")
+            time.sleep(0.2)
+        yield Server(port, process.pid, fleet)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def llmao_command(fleet: GeneratedFleet, port: int, state: Path) -> list[str]:
+    return [sys.executable, "-m", "llmao_server.cli", "--config", str(fleet.config),
+            "--models", str(fleet.models), "--bind", f"127.0.0.1:{port}",
+            "--workers", str(WORKERS), "--state", str(state)]
+
+
+def bare_command(fleet: GeneratedFleet, port: int) -> list[str]:
+    return [sys.executable, "-m", "bench.bench_config_endpoint", "--serve-bare",
+            str(fleet.config), str(fleet.models), f"127.0.0.1:{port}"]
+
+
+# ------------------------------------------------------------ load generators
+
+
+WRK_SCRIPT = """\
+local boxes = {%(boxes)s}
+local requests = {}
+local next_request = 0
+init = function(args)
+  for i, box in ipairs(boxes) do
+    requests[i] = wrk.format("GET", "/vllm/config",
+      {["Authorization"] = "Bearer %(key)s", ["X-LLMAO-Host"] = box})
+  end
+end
+request = function()
+  next_request = next_request %% #requests + 1
+  return requests[next_request]
+end
+"""
+
+WRK_UNITS_MS = {"us": 0.001, "ms": 1.0, "s": 1000.0}
+
+
+def wrk_load(server: Server, connections: int, seconds: int, workdir: Path) -> Load:
+    """Drive the server with wrk, each request naming the next box of the fleet."""
+    script = workdir / "fetch.lua"
+    boxes = ", ".join(f'"{box}"' for box in server.fleet.boxes)
+    fd = os.open(script, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as handle:  # the script holds the fleet key: owner only
+        handle.write(WRK_SCRIPT % {"boxes": boxes, "key": server.fleet.fleet_key})
+    try:
+        result = subprocess.run(
+            ["wrk", "--latency", "-t", "1", "-c", str(connections), "-d", f"{seconds}s",
+             "-s", str(script), f"http://127.0.0.1:{server.port}"],
+            capture_output=True, text=True, check=True, timeout=seconds + 30)
+    finally:
+        script.unlink()
+    return parse_wrk(result.stdout)
+
+
+def parse_wrk(output: str) -> Load:
+    count = re.search(r"(\d+) requests in", output)
+    rate = re.search(r"Requests/sec:\s+([\d.]+)", output)
+    p50 = re.search(r"^\s+50%\s+([\d.]+)(us|ms|s)\s*$", output, re.MULTILINE)
+    if not count or not rate or not p50:
+        raise RuntimeError(f"cannot read wrk's output:\n{output}")
+    failures = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", output)
+    errors = re.search(r"Socket errors:.*", output)
+    failed = int(failures.group(1)) if failures else 0
+    if errors:
+        failed += sum(int(n) for n in re.findall(r"\d+", errors.group(0)))
+    return Load(int(count.group(1)), float(rate.group(1)),
+                float(p50.group(1)) * WRK_UNITS_MS[p50.group(2)], failed)
+
+
+def python_load(server: Server, connections: int, seconds: int) -> Load:
+    """A bounded stand-in for wrk: one keep-alive connection per thread, for ``seconds``."""
+    deadline = time.monotonic() + seconds
+    samples: list[list[float]] = [[] for _ in range(connections)]
+    failures = [0] * connections
+    boxes = server.fleet.boxes
+
+    def drive(slot: int) -> None:
+        connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+        box = slot
+        while time.monotonic() < deadline and len(samples[slot]) < MAX_SAMPLES_PER_THREAD:
+            box = (box + connections) % len(boxes)
+            started = time.perf_counter()
+            connection.request("GET", "/vllm/config",
+                               headers=fetch_headers(server.fleet, boxes[box]))
+            answer = connection.getresponse()
+            answer.read()
+            samples[slot].append(time.perf_counter() - started)
+            failures[slot] += answer.status != 200
+        connection.close()
+
+    threads = [threading.Thread(target=drive, args=(slot,)) for slot in range(connections)]
+    started = time.monotonic()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    elapsed = time.monotonic() - started
+    every = [sample for slot in samples for sample in slot]
+    return Load(len(every), len(every) / elapsed, statistics.median(every) * 1000.0,
+                sum(failures))
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU time used so far by a process and its children (an arbiter and its workers)."""
+    ticks = 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            own_pid, rest = stat.read_text().split(" ", 1)
+        except OSError:  # the process ended while we looked
+            continue
+        fields = rest.rsplit(")", 1)[1].split()
+        if int(own_pid) == pid or int(fields[1]) == pid:
+            ticks += int(fields[11]) + int(fields[12])
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+@dataclass(frozen=True)
+class Leg:
+    """One measured leg: the load it took and the server CPU it cost."""
+
+    load: Load
+    cpu_ms_per_request: float
+
+
+def measure(server: Server, connections: int, seconds: int, workdir: Path) -> Leg:
+    cpu_before = cpu_seconds(server.pid)
+    if shutil.which("wrk"):
+        load = wrk_load(server, connections, seconds, workdir)
+    else:
+        load = python_load(server, connections, seconds)
+    cpu = cpu_seconds(server.pid) - cpu_before
+    if load.failures:
+        raise RuntimeError(f"{load.failures} fetches failed: the numbers would mean nothing")
+    return Leg(load, cpu * 1000.0 / max(load.requests, 1))
+
+
+# ----------------------------------------------------------------------- main
+
+
+def run(seconds: int, connections: int, rounds: int) -> None:
+    """Start the three servers, then measure every leg once per round, in turn.
+
+    Interleaving the legs means a burst of load from elsewhere on the machine
+    hits all of them alike; each leg reports its median round. The server CPU
+    per request is printed too: on a busy machine it moves less than throughput.
+    """
+    generator = "wrk" if shutil.which("wrk") else "a Python generator (install wrk for more)"
+    print(f"bench_config_endpoint: gunicorn with {WORKERS} workers, load by {generator}; "
+          f"{rounds} rounds of {seconds} s per leg; {connections} connections for "
+          f"throughput, 1 for latency; load average {os.getloadavg()[0]:.1f}")
+    with tempfile.TemporaryDirectory(prefix="llmao-bench-") as tmp, ExitStack() as running:
+        work = Path(tmp)
+        large = write_fleet(work / "large", LARGE_FLEET)
+        small = write_fleet(work / "small", SMALL_FLEET)
+        ports = [free_port() for _ in range(3)]
+        llmao = running.enter_context(serving(
+            llmao_command(large, ports[0], work / "large.sqlite3"), ports[0], large,
+            work / "llmao-large.log"))
+        bare = running.enter_context(serving(
+            bare_command(large, ports[1]), ports[1], large, work / "bare.log"))
+        small_llmao = running.enter_context(serving(
+            llmao_command(small, ports[2], work / "small.sqlite3"), ports[2], small,
+            work / "llmao-small.log"))
+        legs = {
+            "llmao": lambda: measure(llmao, connections, seconds, work),
+            "bare": lambda: measure(bare, connections, seconds, work),
+            "large_one": lambda: measure(llmao, 1, seconds, work),
+            "small_one": lambda: measure(small_llmao, 1, seconds, work),
+        }
+        results: dict[str, list[Leg]] = {name: [] for name in legs}
+        for _ in range(rounds):
+            for name, leg in legs.items():
+                results[name].append(leg())
+    rate = {name: statistics.median(leg.load.requests_per_s for leg in runs)
+            for name, runs in results.items()}
+    cost = {name: statistics.median(leg.cpu_ms_per_request for leg in runs)
+            for name, runs in results.items()}
+    p50 = {name: statistics.median(leg.load.p50_ms for leg in runs)
+           for name, runs in results.items()}
+    print(f"  P1 throughput at {LARGE_FLEET:,} boxes: llmao {rate['llmao']:,.0f} req/s, "
+          f"bare WSGI {rate['bare']:,.0f} req/s, "
+          f"ratio {rate['llmao'] / rate['bare']:.2f} (target >= 0.8)")
+    print(f"     server CPU per request: llmao {cost['llmao']:.3f} ms, "
+          f"bare WSGI {cost['bare']:.3f} ms, ratio {cost['bare'] / cost['llmao']:.2f}")
+    print(f"  P2 p50 of one fetch: {LARGE_FLEET:,} boxes {p50['large_one']:.3f} ms, "
+          f"{SMALL_FLEET} boxes {p50['small_one']:.3f} ms, "
+          f"ratio {p50['large_one'] / p50['small_one']:.2f} (target <= 1.2)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.bench_config_endpoint",
+                                     description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seconds", type=int, default=2,
+                        help="length of one leg in one round, whole seconds (2)")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds over every leg (3)")
+    parser.add_argument("--connections", type=int, default=16,
+                        help="concurrent connections of the throughput legs (16)")
+    parser.add_argument("--serve-bare", nargs=3, metavar=("CONFIG", "MODELS", "BIND"),
+                        help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.serve_bare:
+        serve_bare(*args.serve_bare, WORKERS)
+        return 0
+    run(args.seconds, args.connections, args.rounds)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,102 @@
+"""A synthetic fleet of any size: ``config.yaml`` + ``models.yaml`` in one folder.
+
+Benchmarks need fleets far larger than any example (10,000 boxes) with the
+same shape as a real one: addresses as box names, one to three rows per box on
+the listen ports, a few self-hosted recipes and one commercial route. The
+secrets are fresh random values on every call, so nothing a benchmark writes
+can be mistaken for a real key.
+
+    python -m bench.fleetgen FOLDER --boxes 10000
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import secrets
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+FIRST_ADDRESS = ipaddress.IPv4Address("10.0.0.1")
+LISTEN_PORTS = (8001, 8002, 8003)
+MODEL_NAMES = ("gemma4-26b", "qwen3-8b", "llama3-70b")
+
+
+@dataclass(frozen=True)
+class GeneratedFleet:
+    """Where the files are, and the secrets a client of this fleet needs."""
+
+    config: Path
+    models: Path
+    fleet_key: str
+    boxes: tuple[str, ...]
+
+
+def box_names(count: int) -> Iterator[str]:
+    """``count`` distinct IPv4 addresses from 10.0.0.1 up (a private range: never dialled)."""
+    for offset in range(count):
+        yield str(FIRST_ADDRESS + offset)
+
+
+def box_rows(index: int) -> list[list[object]]:
+    """One, two or three rows, cycling, so payload sizes vary the way a real fleet's do."""
+    count = index % len(LISTEN_PORTS) + 1
+    return [[MODEL_NAMES[(index + row) % len(MODEL_NAMES)], LISTEN_PORTS[row]]
+            for row in range(count)]
+
+
+def models_document() -> dict[str, object]:
+    recipes = [{
+        "model_name": name,
+        "litellm_params": {"model": f"hosted_vllm/{name}"},
+        "model_info": {"self_hosted": True, "vllm": {
+            "model": f"example/{name}", "args": ["--max-num-seqs", "64"],
+            "max_model_len": 16384 * (position + 1), "vram_gb": 8 * (position + 1),
+            "disk_gb": 20 * (position + 1)}},
+    } for position, name in enumerate(MODEL_NAMES)]
+    commercial = {"model_name": "gpt-4o-mini",
+                  "litellm_params": {"model": "openai/gpt-4o-mini"},
+                  "model_info": {"self_hosted": False}}
+    return {"models": [*recipes, commercial]}
+
+
+def config_document(boxes: tuple[str, ...], fleet_key: str) -> dict[str, object]:
+    return {
+        "fleet": {
+            "key": fleet_key,
+            "vllm_api_salt": secrets.token_urlsafe(24),
+            "hosts": {name: box_rows(index) for index, name in enumerate(boxes)},
+        },
+        "server": {"state": "llmao-state.sqlite3"},
+    }
+
+
+def write_fleet(folder: Path, boxes: int) -> GeneratedFleet:
+    """Write a ``boxes``-box fleet into ``folder`` (created if needed)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    names = tuple(box_names(boxes))
+    fleet_key = secrets.token_urlsafe(24)
+    config, models = folder / "config.yaml", folder / "models.yaml"
+    dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+    config.write_text(yaml.dump(config_document(names, fleet_key), Dumper=dumper,
+                                sort_keys=False, default_flow_style=None))
+    models.write_text(yaml.dump(models_document(), Dumper=dumper, sort_keys=False))
+    return GeneratedFleet(config, models, fleet_key, names)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.fleetgen", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("folder", type=Path, help="where config.yaml and models.yaml go")
+    parser.add_argument("--boxes", type=int, default=10_000, help="how many boxes (10000)")
+    args = parser.parse_args(argv)
+    fleet = write_fleet(args.folder, args.boxes)
+    print(f"wrote {len(fleet.boxes)} boxes: {fleet.config} and {fleet.models}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
