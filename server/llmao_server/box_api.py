@@ -60,7 +60,7 @@ class BoxRequest:
         data = get_input_stream(self.environ, max_content_length=APPLIED_MAX_BYTES).read()
         try:
             return json.loads(data)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: nesting deeper than Python's stack
             return None
 
 

@@ -105,7 +105,7 @@ def test_a_bad_body_is_400_with_a_json_error_and_nothing_kept(
     assert state.store.applied_reports() == {}
 
 
-@pytest.mark.parametrize("data", [b"", b"{not json", b"\xff\xfe"])
+@pytest.mark.parametrize("data", [b"", b"{not json", b"\xff\xfe", b"[" * 8000 + b"]" * 8000])
 def test_a_body_that_is_not_json_is_400(client: FlaskClient, data: bytes) -> None:
     answer = client.post("/vllm/applied", data=data, headers=box_headers())
     assert answer.status_code == 400
