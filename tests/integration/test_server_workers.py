@@ -71,14 +71,14 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def fleet_with_boxes(folder: Path) -> tuple[str, str]:
-    hosts = {box: [["gemma", 8001], ["qwen", 8002]] for box in KNOWN_BOXES}
-    return write_pair(folder, config(hosts=hosts))
-
-
-def start(tmp_path: Path, tls: tuple[Path, Path, Path] | None = None) -> Server:
-    config_path, models_path = fleet_with_boxes(tmp_path / "fleet")
+def start(tmp_path: Path, tls: tuple[Path, Path, Path] | None = None,
+          boxes: list[str] = KNOWN_BOXES) -> Server:
+    """Run llmao-server for ``boxes`` with HOME in ``tmp_path`` (and no XDG runtime dir)."""
+    hosts = {box: [["gemma", 8001], ["qwen", 8002]] for box in boxes}
+    config_path, models_path = write_pair(tmp_path / "fleet", config(hosts=hosts))
     port, state, log = free_port(), tmp_path / "state.sqlite3", tmp_path / "server.log"
+    environment = {key: value for key, value in os.environ.items() if key != "XDG_RUNTIME_DIR"}
+    environment["HOME"] = str(tmp_path / "home")
     command = [str(SERVER), "--config", config_path, "--models", models_path,
                "--bind", f"127.0.0.1:{port}", "--workers", "2", "--state", str(state)]
     context = None
@@ -87,7 +87,8 @@ def start(tmp_path: Path, tls: tuple[Path, Path, Path] | None = None) -> Server:
         command += ["--certfile", str(cert), "--keyfile", str(key)]
         context = ssl.create_default_context(cafile=str(ca))
     with open(log, "wb") as sink:
-        process = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT)
+        process = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT,
+                                   env=environment)
     server = Server(process, port, log, state, context)
     deadline = time.monotonic() + START_TIMEOUT_S
     while not healthy(server):
@@ -177,6 +178,35 @@ def test_two_workers_share_fetch_times_and_the_unknown_list(server: Server) -> N
     for pid in set(pids.values()):
         assert {name for name in fetched if pids[name] == pid} <= recorded
         assert {name for name in refused if pids[name] == pid} <= remembered
+
+
+def test_a_boot_storm_is_answered_and_recorded_whole(tmp_path: Path) -> None:
+    """DESIGN R1: 1,000 boxes (and 100 strangers) at once; no error, nothing lost."""
+    boxes = [f"10.30.{index // 250}.{index % 250 + 1}" for index in range(1000)]
+    strangers = [f"192.0.2.{index}" for index in range(1, 101)]
+    running = start(tmp_path, boxes=boxes)
+    try:
+        with ThreadPoolExecutor(max_workers=32) as pool:
+            statuses = dict(zip(boxes + strangers, pool.map(running.fetch, boxes + strangers),
+                                strict=True))
+        assert {statuses[box] for box in boxes} == {200}
+        assert {statuses[name] for name in strangers} == {404}
+        store = SqliteStore(str(running.state))
+        deadline = time.monotonic() + 10
+        while len(store.fetch_times()) < len(boxes) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert set(store.fetch_times()) == set(boxes)
+        assert len(store.unknown_boxes()) == 50
+    finally:
+        running.stop()
+
+
+def test_no_gunicorn_control_socket_is_opened(server: Server, tmp_path: Path) -> None:
+    """gunicorn opens it after the workers, so look once the server has run and stopped."""
+    assert server.fetch(KNOWN_BOXES[0]) == 200
+    assert server.stop() == 0
+    assert not (tmp_path / "home" / ".gunicorn").exists()
+    assert "Control socket" not in server.log_text()
 
 
 def test_a_clean_stop_loses_no_fetch_time(server: Server) -> None:
