@@ -92,6 +92,18 @@ def test_a_bind_that_is_not_host_port_is_refused(bind: str) -> None:
         cli.bind_host(bind)
 
 
+def test_the_core_warnings_are_printed(tmp_path: Path,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    hosts = {"203.0.113.10": [["gemma", 8001, "gemma", 40001]]}
+    config_path, models_path = write_pair(tmp_path, config(hosts=hosts, key="CHANGE_ME"))
+    args = cli.parse_args(["--config", config_path, "--models", models_path,
+                           "--bind", "127.0.0.1:0"])
+    cli.load_checked_fleet(args)
+    err = capsys.readouterr().err
+    assert "fleet.hosts.203.0.113.10[0]: the fourth element (public port) is deprecated" in err
+    assert "fleet.key is missing, empty or CHANGE_ME" in err
+
+
 def test_preparing_the_state_forgets_every_approval(tmp_path: Path) -> None:
     path = str(tmp_path / "state.sqlite3")
     SqliteStore(path).approve(Approval("192.0.2.50", ("gemma",), "admin", 1.0))

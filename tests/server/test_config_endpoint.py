@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 
 import pytest
 from flask import Flask
@@ -58,9 +59,8 @@ def test_the_scheme_is_case_insensitive_and_spaces_around_the_key_do_not_count(
 @pytest.mark.parametrize("fleet_key", [None, "", "CHANGE_ME", "CHANGE_ME-before-use"])
 @pytest.mark.parametrize("presented", [None, FLEET_KEY, "CHANGE_ME", ""])
 def test_no_fleet_key_configured_is_503_whatever_the_request_carries(
-        make_app, fleet_key: str | None, presented: str | None) -> None:
-    document = config(key=fleet_key) if fleet_key is not None else config(key=None)
-    client = make_app(document).test_client()
+        make_app: Callable[..., Flask], fleet_key: str | None, presented: str | None) -> None:
+    client = make_app(config(key=fleet_key)).test_client()
     answer = client.get("/vllm/config", headers=box_headers(key=presented))
     assert answer.status_code == 503
     assert answer.json["error"]["code"] == "fleet_key_not_configured"
@@ -183,7 +183,8 @@ def test_the_unknown_list_keeps_the_newest_fifty(client: FlaskClient,
     assert set(names) == {f"10.9.0.{index}" for index in range(10, 60)}
 
 
-def test_a_name_that_joins_fleet_hosts_leaves_the_unknown_list(make_app) -> None:
+def test_a_name_that_joins_fleet_hosts_leaves_the_unknown_list(
+        make_app: Callable[..., Flask]) -> None:
     first = make_app()
     first.test_client().get("/vllm/config", headers=box_headers(host=UNKNOWN))
     first.test_client().get("/vllm/config", headers=box_headers(host="192.0.2.99"))
@@ -212,7 +213,7 @@ def test_an_approved_box_is_served_its_models_on_8001_and_8002(
     assert UNKNOWN in state.store.fetch_times()
 
 
-def test_an_approval_is_seen_by_every_app_on_the_same_store(make_app: object) -> None:
+def test_an_approval_is_seen_by_every_app_on_the_same_store(make_app: Callable[..., Flask]) -> None:
     first, second = make_app(), make_app()
     first.extensions["llmao"].approve(UNKNOWN, ["gemma"], "admin", time.time())
     answer = second.test_client().get("/vllm/config", headers=box_headers(host=UNKNOWN))
