@@ -1,14 +1,19 @@
 """P1 and P2: what ``GET /vllm/config`` costs under gunicorn, against a bare WSGI app.
 
-Three legs, one after the other, on loopback:
+Three servers run side by side on loopback:
 
-- ``llmao-server`` on a 10,000-box fleet, driven with many connections
-  (throughput) and with one (latency of a single fetch);
+- ``llmao-server`` on a 10,000-box fleet;
 - a bare WSGI app that answers each box's request with the very same bytes,
   run by the same gunicorn configuration (workers, worker class, threads);
-- ``llmao-server`` on a 10-box fleet, with one connection.
+- ``llmao-server`` on a 10-box fleet.
 
-P1 is llmao's throughput over the bare app's (target >= 0.8); P2 is the p50
+Each round drives the first two with many connections (throughput) and the two
+llmao servers with one (the latency of a single fetch), one leg after the
+other; every figure is the median of its rounds, so a burst of load from
+elsewhere on the machine does not land on one leg alone.
+
+P1 is llmao's throughput over the bare app's (target >= 0.8), printed with the
+server CPU per request of each, which a busy machine moves less; P2 is the p50
 latency of a fetch at 10,000 boxes over 10 boxes (target <= 1.2). The load
 comes from Debian's ``wrk`` when installed, else from a small Python
 generator (which then bounds both legs, so its ratios say less). Nothing here
