@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.llmao-setup
 
-.PHONY: setup litellm-venv demo test lint bench clean
+.PHONY: setup litellm-venv demo test lint sanity bench clean
 
 setup: $(STAMP) litellm-venv
 
@@ -12,11 +12,13 @@ setup: $(STAMP) litellm-venv
 litellm-venv:
 	@bash rig/litellm_venv.sh
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml requirements.yml
 	@echo "==> creating $(VENV) and installing llmao fleet (editable) with its test tools"
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@$(BIN)/python -m pip install --quiet --upgrade pip
 	@$(BIN)/python -m pip install --quiet -e '.[test]'
+	@echo "==> the collections the project uses (community.general, community.docker, ansible.posix)"
+	@$(BIN)/python scripts/bundled_collections.py
 	@touch $@
 
 demo: setup
@@ -27,6 +29,9 @@ test: setup
 
 lint: setup
 	@$(BIN)/ruff check .
+
+sanity: setup
+	@$(BIN)/python scripts/ansible_test_sanity.py
 
 bench: setup
 	@$(BIN)/python -m bench

@@ -8,20 +8,28 @@ would silently drop a box, so a duplicate is an error that names its line.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
-import yaml
+try:
+    import yaml
+except ImportError:  # ansible-test's import sanity test runs modules without PyYAML
+    yaml = None
 
 from .config_errors import ConfigError
 
-_BaseLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+@functools.cache
+def _strict_loader() -> type:
+    """A safe loader (libyaml's when built) that refuses a mapping with the same key twice."""
+    base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    loader = type("StrictLoader", (base,), {})
+    loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG,
+                           _construct_unique_mapping)
+    return loader
 
 
-class _StrictLoader(_BaseLoader):  # type: ignore[misc, valid-type]
-    """Safe loader that refuses a mapping with the same key twice."""
-
-
-def _construct_unique_mapping(loader: _StrictLoader, node: yaml.MappingNode) -> dict:
+def _construct_unique_mapping(loader: Any, node: Any) -> dict:
     loader.flatten_mapping(node)
     mapping: dict = {}
     for key_node, value_node in node.value:
@@ -40,16 +48,13 @@ def _construct_unique_mapping(loader: _StrictLoader, node: yaml.MappingNode) -> 
     return mapping
 
 
-_StrictLoader.add_constructor(
-    yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_unique_mapping
-)
-
-
 def read_yaml(path: str) -> Any:
     """Parse ``path``; any read or syntax error becomes a :class:`ConfigError` naming it."""
+    if yaml is None:
+        raise ConfigError([f"{path}: cannot be read: PyYAML is not installed"])
     try:
         with open(path, encoding="utf-8") as stream:
-            return yaml.load(stream, Loader=_StrictLoader)  # noqa: S506 - a safe loader
+            return yaml.load(stream, Loader=_strict_loader())  # noqa: S506 - a safe loader
     except OSError as exc:
         raise ConfigError([f"{path}: cannot be read: {exc.strerror}"]) from None
     except UnicodeDecodeError:
