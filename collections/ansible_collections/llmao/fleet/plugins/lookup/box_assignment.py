@@ -19,7 +19,7 @@ name: box_assignment
 short_description: The assignment llmao gives a box, as the exact JSON its config server answers
 version_added: 0.1.0
 author:
-  - llmao fleet contributors
+  - llmao fleet contributors (!UNKNOWN)
 description:
   - Loads llmao's C(config.yaml) and C(models.yaml) on the controller, exactly as the config
     server does, and returns for each box name the body C(GET /vllm/config) answers that box,

@@ -12,7 +12,7 @@ module: box_program
 short_description: Write a box's Supervisor programs with llmao's box program
 version_added: 0.1.0
 author:
-  - llmao fleet contributors
+  - llmao fleet contributors (!UNKNOWN)
 description:
   - Runs llmao's box program C(install_set.py) on the box with an assignment that is already
     there (C(--payload)), as the pull path runs it after fetching. Same preflight (C(vram_gb)
@@ -122,16 +122,16 @@ written:
   description: Every file written, the applied record included.
   returned: success
   type: list
-  elements: path
+  elements: str
 unchanged:
   description: Files the assignment needs that already hold the right content.
   returned: success
   type: list
-  elements: path
+  elements: str
 record:
   description: Path of the applied record on the box.
   returned: success
-  type: path
+  type: str
   sample: /data/llmao/applied.json
 applied:
   description:
