@@ -20,8 +20,10 @@ POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 
 
 def open_store(location: str) -> StateStore:
-    """A SQLite path (the default), or a ``postgresql://`` URL once that store exists."""
+    """A SQLite path (the default), or a ``postgresql://`` URL for several server instances."""
     if location.startswith(POSTGRES_SCHEMES):
-        raise StoreError("server.state: the PostgreSQL state store is not available yet; "
-                         "give a SQLite file path")
+        # Imported here: a SQLite deployment never loads the PostgreSQL driver.
+        from .postgres import PostgresStore
+
+        return PostgresStore(location)
     return SqliteStore(location)

@@ -1,0 +1,194 @@
+"""The PostgreSQL store against a real server: what SQLite cannot show.
+
+The shared contract runs in ``tests/server/test_store.py`` for both stores.
+Here: a ``postgresql://`` URL selects it, a bad one is refused without its
+password, instances starting at once create the schema once, a restarted
+database is reconnected to, and two real ``llmao-server`` instances on one
+database behave as one server for boxes (the dashboard's side of it is in
+``tests/dashboard/test_two_instances.py``).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+
+from llmao_server.store import Approval, StoreError, UnknownBox, open_store
+from llmao_server.store.postgres import PostgresStore, shown_url
+from rig.boxes import free_port
+from rig.postgres import PostgresCluster, session_cluster
+from tests.server.fleet_pair import KNOWN, SECRETS, UNKNOWN, box_headers, write_pair
+
+SERVER = Path(sys.executable).with_name("llmao-server")
+
+
+@pytest.fixture
+def cluster(request: pytest.FixtureRequest) -> PostgresCluster:
+    return session_cluster(request.config)
+
+
+@pytest.fixture
+def database(cluster: PostgresCluster) -> str:
+    return cluster.new_database()
+
+
+def test_a_postgresql_url_opens_the_postgresql_store(database: str) -> None:
+    store = open_store(database)
+    try:
+        assert isinstance(store, PostgresStore)
+        store.note_fetches({KNOWN: 5.0})
+        assert store.fetch_times() == {KNOWN: 5.0}
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("how", ["wrong password", "nothing listening", "no such database"])
+def test_a_store_that_cannot_be_opened_is_refused_without_its_password(
+        cluster: PostgresCluster, how: str) -> None:
+    password = "pg-secret-" + "7" * 12
+    url = {
+        "wrong password": f"postgresql://llmao:{password}@127.0.0.1:{cluster.port}/postgres",
+        "nothing listening": f"postgresql://llmao:{password}@127.0.0.1:{free_port()}/llmao",
+        "no such database": cluster.url("missing_db").replace(cluster.password, password),
+    }[how]
+    with pytest.raises(StoreError) as refused:
+        open_store(url)
+    message = str(refused.value)
+    assert message.startswith("cannot open the state store postgresql://llmao@127.0.0.1:")
+    assert password not in message
+
+
+def test_the_shown_url_drops_only_the_password() -> None:
+    assert shown_url("postgresql://u:p%40ss@db.example:5432/x?sslmode=require") == \
+        "postgresql://u@db.example:5432/x?sslmode=require"
+    assert shown_url("postgresql://db.example/x") == "postgresql://db.example/x"
+
+
+def _open_and_note(url: str, name: str) -> None:
+    store = open_store(url)
+    store.note_unknown([UnknownBox(name, 1.0, 1.0, 1)])
+    store.close()
+
+
+def test_instances_starting_together_create_the_schema_once(database: str) -> None:
+    context = multiprocessing.get_context("fork")
+    starters = [context.Process(target=_open_and_note, args=(database, f"n{i}"))
+                for i in range(6)]
+    for starter in starters:
+        starter.start()
+    for starter in starters:
+        starter.join(60)
+    assert [starter.exitcode for starter in starters] == [0] * 6
+    store = open_store(database)
+    assert sorted(u.name for u in store.unknown_boxes()) == [f"n{i}" for i in range(6)]
+    store.close()
+
+
+def test_a_connection_the_database_dropped_is_replaced(cluster: PostgresCluster,
+                                                       database: str) -> None:
+    store = open_store(database)
+    store.approve(Approval(UNKNOWN, ("gemma",), "alice", 1.0))
+    name = database.rsplit("/", 1)[1]
+    cluster.psql("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                 f"WHERE datname = '{name}' AND pid <> pg_backend_pid()")
+    with pytest.raises(Exception):  # noqa: B017 - the call that finds the connection dead
+        store.approval(UNKNOWN)
+    assert store.approval(UNKNOWN) == Approval(UNKNOWN, ("gemma",), "alice", 1.0)
+    store.close()
+
+
+# ------------------------------------------------------- two llmao-server instances
+
+
+def start_instance(tmp_path: Path, name: str, database: str) -> tuple[subprocess.Popen, int]:
+    """One ``llmao-server`` (two workers) on its own port, state in ``database``."""
+    config_path, models_path = write_pair(tmp_path / name)
+    port = free_port()
+    log = open(tmp_path / f"{name}.log", "wb")  # noqa: SIM115 - closed by the caller's process
+    environment = {**os.environ, "HOME": str(tmp_path / "home")}
+    process = subprocess.Popen(
+        [str(SERVER), "--config", config_path, "--models", models_path,
+         "--bind", f"127.0.0.1:{port}", "--workers", "2", "--state", database],
+        stdout=log, stderr=subprocess.STDOUT, env=environment)
+    log.close()
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2):
+                return process, port
+        except OSError:
+            if process.poll() is not None or time.monotonic() > deadline:
+                stop(process)
+                pytest.fail((tmp_path / f"{name}.log").read_text())
+            time.sleep(0.1)
+
+
+def stop(process: subprocess.Popen) -> None:
+    if process.poll() is None:
+        os.kill(process.pid, signal.SIGTERM)
+        process.wait(30)
+
+
+@pytest.fixture
+def two_instances(tmp_path: Path, database: str) -> Iterator[tuple[int, int]]:
+    first, first_port = start_instance(tmp_path, "one", database)
+    try:
+        second, second_port = start_instance(tmp_path, "two", database)
+    except BaseException:
+        stop(first)
+        raise
+    yield first_port, second_port
+    stop(first)
+    stop(second)
+    for name in ("one", "two"):
+        log = (tmp_path / f"{name}.log").read_text(errors="replace")
+        assert not [secret for secret in SECRETS if secret in log]
+        assert urlsplit(database).password not in log
+
+
+def fetch(port: int, host: str) -> int:
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/vllm/config",
+                                     headers=box_headers(host=host))
+    try:
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            return answer.status
+    except urllib.error.HTTPError as refused:
+        return refused.code
+
+
+def wait_for(check: Callable[[], bool], seconds: float = 5.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(0.1)
+    return False
+
+
+@pytest.mark.slow
+def test_two_instances_on_one_database_serve_as_one(two_instances: tuple[int, int],
+                                                    database: str) -> None:
+    first, second = two_instances
+    assert fetch(first, KNOWN) == 200
+    assert fetch(second, UNKNOWN) == 404
+    store = open_store(database)
+    try:
+        assert wait_for(lambda: KNOWN in store.fetch_times()
+                        and [u.name for u in store.unknown_boxes()] == [UNKNOWN])
+        # An approval in the shared store is honoured by both instances.
+        store.approve(Approval(UNKNOWN, ("qwen", "gemma"), "alice", time.time()))
+        assert fetch(first, UNKNOWN) == 200
+        assert fetch(second, UNKNOWN) == 200
+    finally:
+        store.close()
