@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from llmao_server.store import (
+    LOGIN_CLIENT_LIMIT,
     UNKNOWN_LIMIT,
     AppliedReport,
     AppliedServer,
@@ -95,6 +96,26 @@ def test_approvals_are_kept_replaced_and_cleared(store: StateStore) -> None:
     assert [a.box for a in store.approvals()] == ["b", "a"]
     store.clear_approvals()
     assert store.approvals() == []
+
+
+def test_failed_logins_are_counted_per_client_within_a_window(store: StateStore) -> None:
+    assert [store.note_login_failure("10.0.0.1", 100.0 + i, 60.0) for i in range(3)] == [1, 2, 3]
+    assert store.note_login_failure("10.0.0.2", 101.0, 60.0) == 1
+    assert store.login_failures("10.0.0.1", 150.0, 60.0) == (3, 160.0)
+    assert store.login_failures("10.0.0.1", 161.0, 60.0) == (0, 161.0)
+    assert store.note_login_failure("10.0.0.1", 170.0, 60.0) == 1  # a new window
+    assert store.login_failures("10.0.0.1", 171.0, 60.0) == (1, 230.0)
+    store.clear_login_failures("10.0.0.1")
+    assert store.login_failures("10.0.0.1", 171.0, 60.0) == (0, 171.0)
+    assert store.login_failures("10.0.0.2", 120.0, 60.0) == (1, 161.0)
+
+
+def test_failed_logins_are_kept_for_a_bounded_number_of_clients(store: StateStore) -> None:
+    for index in range(LOGIN_CLIENT_LIMIT + 5):
+        store.note_login_failure(f"client{index}", float(index), 1e6)
+    assert store.login_failures("client0", 2e3, 1e6) == (0, 2e3)
+    assert store.login_failures(f"client{LOGIN_CLIENT_LIMIT + 4}", 2e3, 1e6)[0] == 1
+    assert store.login_failures("client5", 2e3, 1e6)[0] == 1
 
 
 def _note_from_another_process(location: str, box: str) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from .base import (
+    LOGIN_CLIENT_LIMIT,
     UNKNOWN_LIMIT,
     AppliedReport,
     AppliedServer,
@@ -13,8 +14,8 @@ from .base import (
 )
 from .sqlite import SqliteStore
 
-__all__ = ["UNKNOWN_LIMIT", "AppliedReport", "AppliedServer", "Approval", "SqliteStore",
-           "StateStore", "StoreError", "UnknownBox", "open_store"]
+__all__ = ["LOGIN_CLIENT_LIMIT", "UNKNOWN_LIMIT", "AppliedReport", "AppliedServer", "Approval",
+           "SqliteStore", "StateStore", "StoreError", "UnknownBox", "open_store"]
 
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 

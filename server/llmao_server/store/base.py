@@ -14,6 +14,8 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 
 UNKNOWN_LIMIT = 50
+# Client addresses whose failed admin logins are counted; the oldest windows go first.
+LOGIN_CLIENT_LIMIT = 1000
 
 
 class StoreError(RuntimeError):
@@ -106,6 +108,26 @@ class StateStore(ABC):
     @abstractmethod
     def applied_reports(self) -> dict[str, AppliedReport]:
         """Box name → its latest applied report."""
+
+    @abstractmethod
+    def note_login_failure(self, client: str, now: float, window_s: float) -> int:
+        """Count a failed admin login from ``client``; return its failures in this window.
+
+        A window opens at a client's first failure and lasts ``window_s``; a failure
+        after it opens a new one. Only the :data:`LOGIN_CLIENT_LIMIT` clients with
+        the newest windows are kept, so a caller cannot grow the table.
+        """
+
+    @abstractmethod
+    def login_failures(self, client: str, now: float, window_s: float) -> tuple[int, float]:
+        """``client``'s failures in its current window, and when that window ends.
+
+        ``(0, now)`` when the client has no failures in a window still open.
+        """
+
+    @abstractmethod
+    def clear_login_failures(self, client: str) -> None:
+        """Forget ``client``'s failures (it has just logged in)."""
 
     @abstractmethod
     def close(self) -> None:

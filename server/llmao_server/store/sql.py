@@ -15,6 +15,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 from .base import (
+    LOGIN_CLIENT_LIMIT,
     UNKNOWN_LIMIT,
     AppliedReport,
     AppliedServer,
@@ -44,6 +45,10 @@ SCHEMA = (
         applied_at TEXT NOT NULL,
         servers TEXT NOT NULL,
         reported_at DOUBLE PRECISION NOT NULL)""",
+    """CREATE TABLE IF NOT EXISTS login_failures (
+        client TEXT PRIMARY KEY,
+        window_start DOUBLE PRECISION NOT NULL,
+        failures BIGINT NOT NULL)""",
 )
 
 NOTE_FETCH = """
@@ -80,6 +85,20 @@ APPROVE = """
         approved_by = excluded.approved_by, approved_at = excluded.approved_at"""
 
 APPROVAL_COLUMNS = "box, models, approved_by, approved_at"
+
+# A failure after the client's window has passed (window_start < the cut-off) opens a new one.
+NOTE_LOGIN_FAILURE = """
+    INSERT INTO login_failures (client, window_start, failures) VALUES (?, ?, 1)
+    ON CONFLICT (client) DO UPDATE SET
+        failures = CASE WHEN login_failures.window_start < ? THEN 1
+                        ELSE login_failures.failures + 1 END,
+        window_start = CASE WHEN login_failures.window_start < ? THEN excluded.window_start
+                            ELSE login_failures.window_start END"""
+
+TRIM_LOGIN_FAILURES = f"""
+    DELETE FROM login_failures WHERE client NOT IN (
+        SELECT client FROM login_failures ORDER BY window_start DESC, client
+        LIMIT {LOGIN_CLIENT_LIMIT})"""
 
 
 class SqlStore(StateStore):
@@ -126,6 +145,15 @@ class SqlStore(StateStore):
     def clear_approvals(self) -> None:
         self._write(("DELETE FROM approvals", [()]))
 
+    def note_login_failure(self, client: str, now: float, window_s: float) -> int:
+        cutoff = now - window_s
+        self._write((NOTE_LOGIN_FAILURE, [(client, now, cutoff, cutoff)]),
+                    (TRIM_LOGIN_FAILURES, [()]))
+        return self.login_failures(client, now, window_s)[0]
+
+    def clear_login_failures(self, client: str) -> None:
+        self._write(("DELETE FROM login_failures WHERE client = ?", [(client,)]))
+
     # ------------------------------------------------------------------- reads
 
     def approval(self, box: str) -> Approval | None:
@@ -143,6 +171,14 @@ class SqlStore(StateStore):
         rows = self._query("SELECT name, first_seen, last_seen, seen_count FROM unknown_boxes "
                            "ORDER BY last_seen DESC, name")
         return [UnknownBox(*row) for row in rows]
+
+    def login_failures(self, client: str, now: float, window_s: float) -> tuple[int, float]:
+        rows = self._query("SELECT failures, window_start FROM login_failures WHERE client = ?",
+                           (client,))
+        if not rows or rows[0][1] < now - window_s:
+            return 0, now
+        failures, window_start = rows[0]
+        return failures, window_start + window_s
 
     def applied_reports(self) -> dict[str, AppliedReport]:
         rows = self._query("SELECT box, revision, applied_at, servers, reported_at "
