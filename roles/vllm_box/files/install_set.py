@@ -41,6 +41,8 @@ Environment
   DATA_DIRECTORY       logs, HF cache and the applied record (default /data)
   SUPERVISOR_CONF_DIR  where the programs go (default /etc/supervisor/conf.d)
   VLLM_BIN             the vLLM executable the programs run (default vllm)
+  VLLM_HOST            the address vLLM binds (default 0.0.0.0); one box per
+                       loopback address when several share a machine
   LLMAO_FETCH_ATTEMPTS     attempts per request (default 8)
   LLMAO_FETCH_BACKOFF_S    first retry delay, doubled each time up to 60 s (default 2)
   LLMAO_FETCH_TIMEOUT_S    timeout of one request (default 30)
@@ -88,6 +90,7 @@ BACKOFF_CAP_S = 60.0
 MAX_ANSWER_BYTES = 4 * 2**20
 USER_AGENT = "llmao-install-set/1"
 MASK = "***"
+DEFAULT_VLLM_HOST = "0.0.0.0"
 
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
 # What a bearer may hold so it survives Supervisor's environment= parser intact.
@@ -143,6 +146,7 @@ class Settings:
     data_dir: Path
     conf_dir: Path
     vllm_bin: str
+    vllm_host: str = DEFAULT_VLLM_HOST
     attempts: int = 8
     backoff_s: float = 2.0
     timeout_s: float = 30.0
@@ -178,6 +182,12 @@ def read_settings(environ: Mapping[str, str], fetching: bool) -> Settings:
     vllm_bin = environ.get("VLLM_BIN", "").strip() or "vllm"
     if CONTROL_RE.search(vllm_bin):
         raise Refused("VLLM_BIN holds control characters")
+    vllm_host = environ.get("VLLM_HOST", "").strip() or DEFAULT_VLLM_HOST
+    try:
+        ipaddress.ip_address(vllm_host)
+    except ValueError:
+        raise Refused(f"VLLM_HOST {vllm_host!r} must be an IP address (the one vLLM "
+                      "binds)") from None
     return Settings(
         url=url.rstrip("/") if url else None,
         fleet_key=fleet_key,
@@ -185,6 +195,7 @@ def read_settings(environ: Mapping[str, str], fetching: bool) -> Settings:
         data_dir=Path(data_dir.rstrip("/") or "/"),
         conf_dir=Path(conf_dir),
         vllm_bin=vllm_bin,
+        vllm_host=vllm_host,
         attempts=env_number(environ, "LLMAO_FETCH_ATTEMPTS", 8, int, minimum=1),
         backoff_s=env_number(environ, "LLMAO_FETCH_BACKOFF_S", 2.0, float, minimum=0),
         timeout_s=env_number(environ, "LLMAO_FETCH_TIMEOUT_S", 30.0, float, minimum=0.001),
@@ -674,8 +685,9 @@ def supervisor_value(text: str) -> str:
     return text.replace("%", "%%")
 
 
-def vllm_argv(server: Server, utilization: Decimal | None, vllm_bin: str) -> list[str]:
-    argv = [vllm_bin, "serve", server.model, "--host", "0.0.0.0", "--port", str(server.port),
+def vllm_argv(server: Server, utilization: Decimal | None, vllm_bin: str,
+              host: str = DEFAULT_VLLM_HOST) -> list[str]:
+    argv = [vllm_bin, "serve", server.model, "--host", host, "--port", str(server.port),
             "--served-model-name", server.served_model_name]
     if utilization is not None:
         argv += ["--gpu-memory-utilization", f"{utilization:f}"]
@@ -687,7 +699,8 @@ def vllm_argv(server: Server, utilization: Decimal | None, vllm_bin: str) -> lis
 def render_program(server: Server, utilization: Decimal | None, settings: Settings) -> str:
     """The Supervisor program for one server: deterministic text, bearer in the environment."""
     command = " ".join(supervisor_quote(arg)
-                       for arg in vllm_argv(server, utilization, settings.vllm_bin))
+                       for arg in vllm_argv(server, utilization, settings.vllm_bin,
+                                            settings.vllm_host))
     data = settings.data_dir
     lines = [
         MARKER,
@@ -994,8 +1007,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         description="Fetch this box's assignment from llmao (or take --payload) and write\n"
                     "one Supervisor program per vLLM server.\n\n"
                     "environment: LLMAO_URL, FLEET_KEY, LLMAO_HOST, DATA_DIRECTORY,\n"
-                    "SUPERVISOR_CONF_DIR, VLLM_BIN; LLMAO_FETCH_ATTEMPTS, LLMAO_FETCH_BACKOFF_S,\n"
-                    "LLMAO_FETCH_TIMEOUT_S tune the retries.",
+                    "SUPERVISOR_CONF_DIR, VLLM_BIN, VLLM_HOST; LLMAO_FETCH_ATTEMPTS,\n"
+                    "LLMAO_FETCH_BACKOFF_S, LLMAO_FETCH_TIMEOUT_S tune the retries.",
         epilog=EXIT_DOC, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--payload", metavar="FILE",
                         help="apply this assignment (JSON; - for stdin) instead of fetching it; "
