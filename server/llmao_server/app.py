@@ -20,6 +20,7 @@ from ansible_collections.llmao.fleet.plugins.module_utils.fleet import Fleet, lo
 from . import health
 from .api_errors import flask_error_handler
 from .box_api import BoxApi
+from .dashboard import init_dashboard
 from .logs import SERVER_LOGGER, ensure_server_logging
 from .state import ServerState
 from .store import open_store
@@ -41,6 +42,7 @@ def create_app(test_config: Mapping[str, Any] | None = None) -> Flask:
     app.extensions["llmao"] = state
     ensure_server_logging()
     app.register_blueprint(health.bp)
+    init_dashboard(app)
     # Flask's routes answer errors in the box API's JSON shape.
     app.register_error_handler(Exception, flask_error_handler)
     app.wsgi_app = BoxApi(state, app.wsgi_app)

@@ -61,7 +61,8 @@ def test_plain_http_off_loopback_is_refused(pair: tuple[str, str], bind: str,
     (["--keyfile", "key.pem"], "pass --certfile and --keyfile together"),
     (["--certfile", "missing.pem", "--keyfile", "missing.pem"], "cannot be read"),
     (["--workers", "0"], "--workers must be at least 1"),
-    (["--state", "postgresql://u:pw-in-url@127.0.0.1/db"], "PostgreSQL state store"),
+    (["--state", "postgresql://u:pw-in-url@127.0.0.1:1/db"],
+     "cannot open the state store postgresql://u@127.0.0.1:1/db"),
 ])
 def test_other_refusals(pair: tuple[str, str], extra: list[str], message: str,
                         capsys: pytest.CaptureFixture[str]) -> None:

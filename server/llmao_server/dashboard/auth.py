@@ -1,0 +1,191 @@
+"""Admin sessions: log in with ``admin.token``, the gate in front of every page, the audit log.
+
+The session is Flask's signed cookie (HttpOnly, SameSite=Lax, Secure when the
+request came over HTTPS). Its signing key is derived from the admin token with
+HMAC rather than generated at start: every worker and every instance behind a
+load balancer derives the same key with nothing to share or store, a session
+outlives a server restart (approvals do not, by design, but a login may), and
+changing ``admin.token`` logs every session out. The key reveals nothing of
+the token.
+
+Failed logins are counted per client address in the shared store, so the
+limit holds across workers and instances: after :data:`LOGIN_MAX_FAILURES` in
+:data:`LOGIN_WINDOW_S` the address is refused until its window ends, the right
+token included. The address is the TCP peer: ``X-Forwarded-For`` is whatever
+a caller writes, so trusting it would let one caller try without limit.
+
+Forms carry Flask-WTF's CSRF token. The check runs in :func:`gate`, after the
+login check, for every unsafe request to the dashboard, which is the only part
+of the app a cookie authenticates (the box API and the admin API take bearers,
+which a browser never sends on its own).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import logging
+import secrets
+import time
+from datetime import timedelta
+from typing import Any
+
+from flask import (
+    Flask,
+    Response,
+    abort,
+    current_app,
+    flash,
+    redirect,
+    render_template,
+    request,
+    session,
+    url_for,
+)
+from flask.sessions import SecureCookieSessionInterface
+from flask_wtf.csrf import CSRFProtect
+
+from ansible_collections.llmao.fleet.plugins.module_utils.bearer import is_placeholder
+
+from ..state import ServerState
+
+SESSION_COOKIE = "llmao_admin"
+SESSION_LIFETIME = timedelta(hours=12)
+SESSION_KEY_LABEL = b"llmao.dashboard.session-key\n"
+LOGIN_WINDOW_S = 15 * 60.0
+LOGIN_MAX_FAILURES = 5
+NAME_LENGTH = 40
+SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
+# Reachable without a session: the login form and the stylesheet and script it uses.
+PUBLIC_ENDPOINTS = ("dashboard.login", "dashboard.static")
+
+log = logging.getLogger(__name__)
+csrf = CSRFProtect()
+
+
+class SessionOverTls(SecureCookieSessionInterface):
+    """Flask's signed cookie session, marked Secure whenever the request came over HTTPS."""
+
+    def get_cookie_secure(self, app: Flask) -> bool:
+        return request.is_secure
+
+
+def session_key(admin_token: str | None) -> bytes:
+    """The cookie signing key: HMAC of a fixed label under the admin token.
+
+    Without a usable token nobody can log in; a random key then signs the
+    (anonymous) sessions that carry the login form's CSRF token.
+    """
+    if is_placeholder(admin_token):
+        return secrets.token_bytes(32)
+    return hmac.new((admin_token or "").encode("utf-8"), SESSION_KEY_LABEL,
+                    hashlib.sha256).digest()
+
+
+def configure_sessions(app: Flask, admin_token: str | None) -> None:
+    app.secret_key = session_key(admin_token)
+    app.config.update(
+        SESSION_COOKIE_NAME=SESSION_COOKIE,
+        SESSION_COOKIE_HTTPONLY=True,
+        SESSION_COOKIE_SAMESITE="Lax",
+        PERMANENT_SESSION_LIFETIME=SESSION_LIFETIME,
+        # The gate calls the check itself, after the login check (see the module's doc).
+        WTF_CSRF_CHECK_DEFAULT=False,
+        # A page left open overnight keeps working; the session's lifetime bounds the token.
+        WTF_CSRF_TIME_LIMIT=None,
+    )
+    app.session_interface = SessionOverTls()
+    csrf.init_app(app)
+
+
+def llmao() -> ServerState:
+    return current_app.extensions["llmao"]
+
+
+def current_admin() -> str | None:
+    return session.get("admin")
+
+
+def client_address() -> str:
+    return request.remote_addr or "unknown"
+
+
+def action_name() -> str:
+    """The action a request asks for, as the audit log names it: ``approve``, ``logout``…"""
+    return (request.endpoint or request.path).rpartition(".")[2]
+
+
+def audit(action: str, outcome: str, **details: Any) -> None:
+    """One line per admin action: who, from where, what, and how it ended. Never a secret."""
+    who = current_admin() or details.pop("who", None) or "-"
+    parts = [f"admin action={action} outcome={outcome} who={who!r} peer={client_address()!r}"]
+    parts += [f"{key}={value!r}" for key, value in details.items()]
+    log.info("%s", llmao().redact(" ".join(parts)))
+
+
+def gate() -> Response | None:
+    """Before every dashboard request: log in first (redirect for a read, 403 for an action),
+    then the CSRF token for anything that changes state."""
+    if request.endpoint not in PUBLIC_ENDPOINTS and current_admin() is None:
+        if request.method in SAFE_METHODS:
+            return redirect(url_for("dashboard.login"))
+        audit(action_name(), "refused", why="not logged in")
+        abort(403, "Log in first: this action needs an admin session.")
+    if request.method not in SAFE_METHODS:
+        csrf.protect()
+    return None
+
+
+def token_configured() -> bool:
+    return not is_placeholder(llmao().fleet.settings.admin_token)
+
+
+def display_name(raw: str) -> str:
+    """The name an admin gives at login, for the audit log: printable, short, or ``admin``."""
+    name = "".join(ch for ch in raw.strip() if ch.isprintable())[:NAME_LENGTH].strip()
+    return name or "admin"
+
+
+def login() -> Response | str | tuple[str, int]:
+    """``GET``: the form. ``POST``: check the token, within the failed-login limit."""
+    if request.method in SAFE_METHODS:
+        if current_admin() is not None:
+            return redirect(url_for("dashboard.fleet"))
+        return render_login()
+    if not token_configured():
+        audit("login", "refused", why="admin.token not configured")
+        return render_login(), 403
+    client, now = client_address(), time.time()
+    store = llmao().store
+    failures, until = store.login_failures(client, now, LOGIN_WINDOW_S)
+    name = display_name(request.form.get("name", ""))
+    if failures >= LOGIN_MAX_FAILURES:
+        audit("login", "refused", who=name, why="too many failed logins")
+        minutes = max(1, round((until - now) / 60))
+        flash(f"Too many failed logins from {client}: try again in {minutes} min.", "error")
+        return render_login(), 429
+    presented = request.form.get("token", "").encode("utf-8")
+    expected = (llmao().fleet.settings.admin_token or "").encode("utf-8")
+    if not hmac.compare_digest(presented, expected):
+        failures = store.note_login_failure(client, now, LOGIN_WINDOW_S)
+        audit("login", "refused", who=name,
+              why=f"wrong token ({failures} of {LOGIN_MAX_FAILURES} in the window)")
+        flash("That is not the admin token (admin.token in config.yaml).", "error")
+        return render_login(), 401
+    store.clear_login_failures(client)
+    session.clear()
+    session.permanent = True
+    session["admin"] = name
+    audit("login", "ok")
+    return redirect(url_for("dashboard.fleet"))
+
+
+def render_login() -> str:
+    return render_template("dashboard/login.html", token_configured=token_configured())
+
+
+def logout() -> Response:
+    audit("logout", "ok")
+    session.clear()
+    flash("Logged out.", "info")
+    return redirect(url_for("dashboard.login"))

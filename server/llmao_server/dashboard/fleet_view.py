@@ -1,0 +1,329 @@
+"""The fleet page as data: one row per intended server, and what needs an operator.
+
+Pure: :func:`build_page` takes the loaded fleet, what the store observed and
+the time, and returns plain values the template only lays out (and the
+benchmark dumps as JSON, to price the template). The rules for a server's
+state are the core's, applied by reconcile; this module only says what to
+show when reconcile has not spoken yet, and what to do about each problem.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from ansible_collections.llmao.fleet.plugins.module_utils.config_file import LISTEN_PORTS
+from ansible_collections.llmao.fleet.plugins.module_utils.fleet import ApprovalError, Fleet
+from ansible_collections.llmao.fleet.plugins.module_utils.intent import (
+    BoxAssignment,
+    IntendedServer,
+)
+from ansible_collections.llmao.fleet.plugins.module_utils.lifecycle import State
+from ansible_collections.llmao.fleet.plugins.module_utils.litellm_routes import deployment_id
+
+from ..store import Approval, UnknownBox
+
+HOUR_S = 3600.0
+DAY_S = 24 * HOUR_S
+SHORT_REVISION = 8
+LOCAL_PROVIDER = "local"
+UNPLACED_PROVIDER = "not listed yet"
+
+# The strip, in the order an operator should read it; each kind says what to do.
+PROBLEM_STATES = {
+    State.STALLED: "Fetched its config but is not serving after the grace period. Read its "
+                   "vLLM log on the box (supervisorctl tail -f <server> stderr): weights, "
+                   "memory and launch arguments are the usual causes.",
+    State.UNHEALTHY: "Was serving, now fails its probes; its LiteLLM route was removed. Check "
+                     "supervisorctl status on the box; reconcile registers it again once it "
+                     "is Healthy.",
+    State.REJECTED: "Answers 401 to our bearer: the box runs an older assignment, or "
+                    "something else listens at this address. Re-run install_set.py on the box; "
+                    "if the address is not ours, remove the row.",
+    State.FOREIGN: "Keeps answering 401 at an address no provider lists: it is not ours and "
+                   "is never registered. Remove the fleet.hosts row.",
+    State.UNLISTED: "No provider listing names the box and it does not answer: the instance "
+                    "is probably gone, and the fleet.hosts row outlives it. Remove the row "
+                    "(llmao never retires one by itself).",
+}
+UNKNOWN_ADVICE = ("Presented the fleet key but is not in fleet.hosts. If you expect it, pick "
+                  "its models and approve it (until the server restarts), or add it to "
+                  "fleet.hosts. If you do not, the fleet key may have leaked: rotate fleet.key.")
+REVISION_ADVICE = ("The box runs an older assignment than config says. Re-run install_set.py on "
+                   "it, or ansible-playbook playbooks/provision.yml --limit <box>; vLLM restarts "
+                   "with the new recipe.")
+ROUTE_ADVICE = ("LiteLLM has routes that match no intended server. The next reconcile deletes "
+                "llmao's own; the others were added by hand: delete them in LiteLLM if stale.")
+MISMATCH_ADVICE = ("LiteLLM's route serves another model than config names; the next reconcile "
+                   "replaces it.")
+APPROVED_ADVICE = ("Served until the server restarts. To keep a box, add its rows to "
+                   "fleet.hosts and restart llmao-server.")
+ROUTE_DRIFT = ("orphan_route", "unmanaged_route")
+
+
+@dataclass(frozen=True)
+class Observed:
+    """What the store holds about the fleet, read once per page."""
+
+    fetch_times: Mapping[str, float] = field(default_factory=dict)
+    applied: Mapping[str, str] = field(default_factory=dict)
+    verdicts: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    drift: Sequence[Mapping[str, Any]] = ()
+    pass_at: float | None = None
+    unknown: Sequence[UnknownBox] = ()
+    approvals: Sequence[Approval] = ()
+
+
+@dataclass(frozen=True)
+class Age:
+    """A time shown as how long ago, with the colour of its freshness."""
+
+    text: str
+    tone: str
+    at: float | None
+
+
+@dataclass(frozen=True)
+class Row:
+    """One intended server as the table shows it."""
+
+    provider: str
+    box: str
+    name: str
+    model_name: str
+    listen_port: int
+    public: str | None
+    state: str
+    reason: str
+    last_fetch: Age
+    in_litellm: bool | None
+    applied_revision: str | None
+    intended_revision: str
+    approved_by: str | None = None
+
+    @property
+    def public_port(self) -> str:
+        return self.public.rpartition(":")[2] if self.public else "?"
+
+    @property
+    def revision_current(self) -> bool | None:
+        """True when the box applied what we intend, None when it never said."""
+        if self.applied_revision is None:
+            return None
+        return self.applied_revision == self.intended_revision
+
+    def search_text(self) -> str:
+        """What the filter matches against, lower case."""
+        return " ".join((self.provider, self.box, self.name, self.model_name,
+                         str(self.listen_port), self.public or "", self.state,
+                         self.reason)).lower()
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One kind of trouble in the strip: who has it (subject, detail), and what to do."""
+
+    kind: str
+    title: str
+    advice: str
+    entries: tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True)
+class Stranger:
+    """A name that presented the fleet key from outside fleet.hosts, for the approve form."""
+
+    name: str
+    count: int
+    first_seen: Age
+    last_seen: Age
+
+
+@dataclass(frozen=True)
+class Page:
+    groups: tuple[tuple[str, tuple[Row, ...]], ...]
+    strangers: tuple[Stranger, ...]
+    problems: tuple[Problem, ...]
+    state_counts: tuple[tuple[str, int], ...]
+    last_pass: Age
+    box_count: int
+    server_count: int
+
+    def table(self) -> list[dict[str, Any]]:
+        """The table's data as plain JSON values (the benchmark's baseline)."""
+        return [asdict(row) for _, rows in self.groups for row in rows]
+
+
+def age(now: float, at: float | None, never: str = "never") -> Age:
+    """``12 s ago`` / ``5 min ago`` / ``3 h ago`` / ``2 d ago``: green < 1 h, amber < 1 day."""
+    if at is None:
+        return Age(never, "stale", None)
+    elapsed = max(0.0, now - at)
+    if elapsed < 60:
+        text = f"{elapsed:.0f} s ago"
+    elif elapsed < HOUR_S:
+        text = f"{elapsed // 60:.0f} min ago"
+    elif elapsed < DAY_S:
+        text = f"{elapsed // HOUR_S:.0f} h ago"
+    else:
+        text = f"{elapsed // DAY_S:.0f} d ago"
+    tone = "fresh" if elapsed < HOUR_S else "aging" if elapsed < DAY_S else "stale"
+    return Age(text, tone, at)
+
+
+def short(revision: str | None) -> str | None:
+    return revision[:SHORT_REVISION] if revision else None
+
+
+def provider_of(fleet: Fleet, verdict: Mapping[str, Any] | None) -> str:
+    """The listing that names the box, as reconcile saw it; ``local`` for a local fleet."""
+    if verdict and verdict.get("provider"):
+        return str(verdict["provider"])
+    return LOCAL_PROVIDER if not fleet.settings.providers else UNPLACED_PROVIDER
+
+
+def unprobed_state(fetched_at: float | None, now: float, approval: Approval | None) -> \
+        tuple[str, str]:
+    """The state of a server no reconcile pass has classified (yet, or ever: approved boxes)."""
+    if approval is not None:
+        why = "approved, not probed until it is in fleet.hosts"
+    else:
+        why = "no reconcile pass yet"
+    if fetched_at is None:
+        return State.AWAITING.value, f"has not fetched its config; {why}"
+    return State.LOADING.value, f"fetched its config {age(now, fetched_at).text}; {why}"
+
+
+Served = list[tuple[BoxAssignment, Approval | None]]
+
+
+def intended(fleet: Fleet, approvals: Iterable[Approval]) -> Served:
+    """Every box llmao serves: ``fleet.hosts`` first, then boxes an admin approved."""
+    boxes: Served = [(assignment, None) for assignment in fleet.assignments.values()]
+    for approval in approvals:
+        try:
+            boxes.append((fleet.approved_assignment(approval.box, approval.models), approval))
+        except ApprovalError:
+            continue  # it joined fleet.hosts (its rows decide), or the box API refuses it too
+    return boxes
+
+
+def build_row(fleet: Fleet, server: IntendedServer, assignment: BoxAssignment,
+              approval: Approval | None, observed: Observed, now: float) -> Row:
+    verdict = observed.verdicts.get(deployment_id(server.box, server.listen_port, server.name))
+    fetched_at = observed.fetch_times.get(server.box)
+    if verdict:
+        state, reason = str(verdict.get("state")), str(verdict.get("reason") or "")
+        in_litellm = bool(verdict.get("in_litellm"))
+        public = verdict.get("public")
+    else:
+        state, reason = unprobed_state(fetched_at, now, approval)
+        in_litellm = None
+        public = f"{server.box}:{server.listen_port}" if not fleet.settings.providers else None
+    return Row(provider_of(fleet, verdict), server.box, server.name, server.model_name,
+               server.listen_port, public, state, reason, age(now, fetched_at), in_litellm,
+               short(observed.applied.get(server.box)), short(assignment.revision) or "",
+               approval.approved_by if approval else None)
+
+
+def build_rows(fleet: Fleet, served: Served, observed: Observed, now: float) -> list[Row]:
+    return [build_row(fleet, server, assignment, approval, observed, now)
+            for assignment, approval in served for server in assignment.servers]
+
+
+def group_rows(rows: Iterable[Row]) -> tuple[tuple[str, tuple[Row, ...]], ...]:
+    """Rows by provider (alphabetical), each group by box, then listen port."""
+    groups: dict[str, list[Row]] = {}
+    for row in rows:
+        groups.setdefault(row.provider, []).append(row)
+    return tuple((provider, tuple(sorted(members, key=lambda r: (r.box, r.listen_port))))
+                 for provider, members in sorted(groups.items()))
+
+
+def state_problems(rows: Sequence[Row]) -> list[Problem]:
+    problems = []
+    for state, advice in PROBLEM_STATES.items():
+        entries = tuple((f"{row.box} {row.name} :{row.listen_port}", row.reason)
+                        for row in rows if row.state == state.value)
+        if entries:
+            problems.append(Problem(state.value.lower(), state.value, advice, entries))
+    return problems
+
+
+def revision_problem(served: Served, applied_revisions: Mapping[str, str]) -> Problem | None:
+    """Boxes whose reported revision is not the intended one (read live, not from a pass)."""
+    entries = []
+    for assignment, _ in served:
+        applied = applied_revisions.get(assignment.box)
+        if applied and applied != assignment.revision:
+            entries.append((assignment.box, f"applied rev {short(applied)}, "
+                                            f"intended rev {short(assignment.revision)}"))
+    if not entries:
+        return None
+    return Problem("revision", "Revision drift", REVISION_ADVICE, tuple(entries))
+
+
+def drift_problems(drift: Sequence[Mapping[str, Any]]) -> list[Problem]:
+    """LiteLLM-side drift from the last reconcile pass (revisions are read live instead)."""
+    routes = tuple((f"{item.get('model_name') or '?'} {item.get('id')}", str(item.get("what")))
+                   for item in drift if item.get("kind") in ROUTE_DRIFT)
+    mismatches = tuple((str(item.get("id")), str(item.get("what")))
+                       for item in drift if item.get("kind") == "model_mismatch")
+    problems = []
+    if routes:
+        problems.append(Problem("routes", "LiteLLM routes matching no intended server",
+                                ROUTE_ADVICE, routes))
+    if mismatches:
+        problems.append(Problem("mismatch", "Model mismatch in LiteLLM", MISMATCH_ADVICE,
+                                mismatches))
+    return problems
+
+
+def approved_problem(served: Served, now: float) -> Problem | None:
+    """Approved boxes, each with the ``fleet.hosts`` entry that would keep it."""
+    entries = []
+    for _, approval in served:
+        if approval is None:
+            continue
+        rows = ", ".join(f"[{model}, {port}]" for model, port in
+                         zip(approval.models, LISTEN_PORTS, strict=False))
+        entries.append((approval.box, f"approved by {approval.approved_by} "
+                                      f"{age(now, approval.approved_at).text}; to keep it: "
+                                      f"\"{approval.box}\": [{rows}]"))
+    if not entries:
+        return None
+    return Problem("approved", "Approved boxes", APPROVED_ADVICE, tuple(entries))
+
+
+def strangers(fleet: Fleet, observed: Observed, now: float) -> tuple[Stranger, ...]:
+    """Unknown names still waiting for a decision (approved ones are in the table)."""
+    approved = {approval.box for approval in observed.approvals}
+    return tuple(Stranger(u.name, u.count, age(now, u.first_seen), age(now, u.last_seen))
+                 for u in observed.unknown
+                 if u.name not in approved and u.name not in fleet.assignments)
+
+
+def matches(row: Row, query: str) -> bool:
+    return not query or query.lower() in row.search_text()
+
+
+def build_page(fleet: Fleet, observed: Observed, now: float, query: str = "") -> Page:
+    served = intended(fleet, observed.approvals)
+    rows = build_rows(fleet, served, observed, now)
+    problems = [*state_problems(rows), revision_problem(served, observed.applied),
+                *drift_problems(observed.drift), approved_problem(served, now)]
+    counts: dict[str, int] = {}
+    for row in rows:
+        counts[row.state] = counts.get(row.state, 0) + 1
+    order = [state.value for state in State]
+    return Page(
+        groups=group_rows(row for row in rows if matches(row, query)),
+        strangers=strangers(fleet, observed, now),
+        problems=tuple(problem for problem in problems if problem is not None),
+        state_counts=tuple(sorted(counts.items(), key=lambda item: order.index(item[0])
+                                  if item[0] in order else len(order))),
+        last_pass=age(now, observed.pass_at, never="no reconcile pass yet"),
+        box_count=len({row.box for row in rows}),
+        server_count=len(rows),
+    )

@@ -1,0 +1,60 @@
+"""The fleet page and the one action on it: approving a box that is not in ``fleet.hosts``."""
+
+from __future__ import annotations
+
+import time
+
+from flask import Response, flash, redirect, render_template, request, url_for
+
+from ansible_collections.llmao.fleet.plugins.module_utils.config_file import LISTEN_PORTS
+from ansible_collections.llmao.fleet.plugins.module_utils.fleet import ApprovalError
+
+from ..store import StateStore
+from .auth import audit, current_admin, llmao
+from .fleet_view import Observed, build_page
+
+QUERY_LENGTH = 100
+BOX_NAME_LENGTH = 253  # a DNS name's limit; addresses and pod ids are far shorter
+
+
+def observe(store: StateStore) -> Observed:
+    """Everything the page shows from the shared store, read once."""
+    return Observed(
+        fetch_times=store.fetch_times(),
+        applied={box: report.revision for box, report in store.applied_reports().items()},
+        unknown=store.unknown_boxes(),
+        approvals=store.approvals(),
+    )
+
+
+def index() -> Response:
+    return redirect(url_for("dashboard.fleet"))
+
+
+def fleet() -> str:
+    state = llmao()
+    query = request.args.get("q", "").strip()[:QUERY_LENGTH]
+    page = build_page(state.fleet, observe(state.store), time.time(), query)
+    models = [name for name, entry in state.fleet.models.items() if entry.self_hosted]
+    return render_template("dashboard/fleet.html", page=page, query=query, models=models,
+                           ports=LISTEN_PORTS, admin=current_admin())
+
+
+def approve() -> Response:
+    """Approve the picked models, in order, for one box; refusals are shown, not raised."""
+    box = request.form.get("box", "").strip()
+    models = [name for name in request.form.getlist("model") if name]
+    try:
+        if len(box) > BOX_NAME_LENGTH:
+            raise ApprovalError(f"a box name has at most {BOX_NAME_LENGTH} characters")
+        assignment = llmao().approve(box, models, current_admin() or "admin", time.time())
+    except ApprovalError as refused:
+        audit("approve", "refused", box=box[:BOX_NAME_LENGTH], models=models, why=str(refused))
+        flash(f"Not approved: {refused}.", "error")
+        return redirect(url_for("dashboard.fleet"))
+    audit("approve", "ok", box=assignment.box, models=models)
+    served = ", ".join(f"{server.model_name} on {server.listen_port}"
+                       for server in assignment.servers)
+    flash(f"Approved {assignment.box}: {served}. Its next config fetch gets them, until the "
+          "server restarts.", "info")
+    return redirect(url_for("dashboard.fleet"))
