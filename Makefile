@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.llmao-setup
 
-.PHONY: setup litellm-venv demo test lint sanity bench clean
+.PHONY: setup litellm-venv demo demo-stop test lint sanity bench clean
 
 setup: $(STAMP) litellm-venv
 
@@ -22,7 +22,10 @@ $(STAMP): pyproject.toml requirements.yml
 	@touch $@
 
 demo: setup
-	@$(BIN)/python -m rig.demo
+	@$(BIN)/python -m demo
+
+demo-stop:
+	@$(BIN)/python -m demo stop
 
 test: setup
 	@$(BIN)/python -m pytest

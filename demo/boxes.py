@@ -1,0 +1,233 @@
+"""The demo's boxes, booted the way a rented box boots: `provision.sh` runs the box program,
+which pulls the assignment from llmao and hands Supervisor one program per vLLM server.
+
+Two kinds, one boot:
+
+- container boxes (a container engine answers): the rig's box image, supervisord as PID 1, the
+  vLLM and nvidia-smi doubles where the real tools live, listen ports published on 127.0.0.1;
+  the engine's listing is the provider listing;
+- local boxes (no engine): each box is a loopback address of its own with its own supervisord,
+  config folder and data directory; its `bin/` holds what a box has on PATH (the vLLM and
+  nvidia-smi doubles, supervisord and supervisorctl pinned to its config), and VLLM_HOST makes
+  its programs bind its address, so three boxes share the listen ports 8001-8003 of one machine.
+
+Secrets reach a box only in its environment (a 0600 env file for containers), never argv.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from rig import REPO_ROOT
+from rig.box_image import ensure_box_image
+from rig.boxes import start_box
+from rig.dockerd import docker
+
+from .fleet import DemoFleet
+from .paths import shown
+from .processes import Record, spawn
+from .web import answers
+
+BOX_FILES = REPO_ROOT / "roles" / "vllm_box" / "files"
+PROVISION = BOX_FILES / "provision" / "vast" / "provision.sh"
+INSTALL_SET = BOX_FILES / "install_set.py"
+STUB_VLLM = REPO_ROOT / "rig" / "stub_vllm.py"
+STUB_NVIDIA_SMI = REPO_ROOT / "rig" / "stub_nvidia_smi.py"
+CONTAINER_PROGRAM_DIR = "/opt/llmao"
+CONTAINER_CA = "/etc/llmao/ca.pem"
+BOOT_TIMEOUT_S = 120.0
+SERVING_TIMEOUT_S = 90.0
+SOCKET_PATH_MAX = 100  # AF_UNIX paths end at 107 bytes
+GPU = '{"gpus": [{"total_mib": 24576, "free_mib": 24000, "name": "demo stub GPU"}]}\n'
+
+# (box, listen port) -> the base URL its server answers on, as the provider publishes it.
+PublicUrls = dict[tuple[str, int], str]
+
+
+class BootError(RuntimeError):
+    """A box did not boot; the message says which and where its log is."""
+
+
+@dataclass(frozen=True)
+class BoxBoot:
+    """What every box is told at boot: where llmao is, the fleet key, the CA to trust."""
+
+    llmao_url: str
+    fleet_key: str
+    ca_file: Path
+
+    def environment(self, box: str, ca_path: str) -> dict[str, str]:
+        return {"LLMAO_URL": self.llmao_url, "FLEET_KEY": self.fleet_key,
+                "PUBLIC_IPADDR": box, "SSL_CERT_FILE": ca_path}
+
+
+def _check_boot(box: str, returncode: int, output: str, log_path: Path) -> None:
+    log_path.write_text(output)
+    if returncode != 0:
+        tail = "\n".join(output.splitlines()[-8:])
+        raise BootError(f"box {box}: provision.sh exited with {returncode} "
+                        f"(log {shown(log_path)}):\n"
+                        f"{tail}")
+
+
+# --------------------------------------------------------------------------- local boxes
+
+
+def venv_tool(name: str) -> Path:
+    """A console script of the environment the demo runs in (supervisord, llmao-server, ...)."""
+    tool = Path(sys.executable).with_name(name)
+    if not tool.exists():
+        raise BootError(f"{tool} is missing: run `make setup` (the demo runs from .venv)")
+    return tool
+
+
+def _wrapper(exports: Mapping[str, str], argv: list[str]) -> str:
+    lines = ["#!/bin/sh"] + [f"export {key}={shlex.quote(value)}" for key, value in
+                             exports.items()]
+    return "\n".join([*lines, "exec " + " ".join(map(shlex.quote, argv)) + ' "$@"', ""])
+
+
+def supervisord_conf(folder: Path) -> str:
+    """A supervisord of the box's own: its socket, log, and the box's program folder."""
+    socket = folder / "supervisor.sock"
+    if len(str(socket)) > SOCKET_PATH_MAX:
+        raise BootError(f"{socket} is too long for a unix socket: move the checkout to a "
+                        "shorter path, or set LLMAO_DEMO_DIR to a short folder")
+    return (f"[unix_http_server]\nfile={socket}\nchmod=0700\n\n"
+            f"[supervisord]\nnodaemon=true\nlogfile={folder / 'supervisord.log'}\n"
+            f"pidfile={folder / 'supervisord.pid'}\nchildlogdir={folder / 'data' / 'logs'}\n\n"
+            "[rpcinterface:supervisor]\n"
+            "supervisor.rpcinterface_factory = supervisor.rpcinterface:make_main_rpcinterface\n\n"
+            f"[supervisorctl]\nserverurl=unix://{socket}\n\n"
+            f"[include]\nfiles = {folder / 'conf.d'}/*.conf\n")
+
+
+def write_local_box(folder: Path, box: str) -> None:
+    """The box's folders, its supervisord config, and the tools on its PATH."""
+    conf = folder / "supervisord.conf"
+    for sub in ("bin", "conf.d", "data/logs"):
+        (folder / sub).mkdir(parents=True, exist_ok=True)
+    conf.write_text(supervisord_conf(folder))
+    (folder / "gpu.json").write_text(GPU)
+    (folder / "vllm.json").write_text("{}\n")
+    python = sys.executable
+    tools = {
+        "vllm": _wrapper({"LLMAO_BOX_NAME": box,
+                          "STUB_VLLM_BEHAVIOUR": str(folder / "vllm.json")},
+                         [python, "-S", str(STUB_VLLM)]),
+        "nvidia-smi": _wrapper({"STUB_NVIDIA_SMI": str(folder / "gpu.json")},
+                               [python, "-S", str(STUB_NVIDIA_SMI)]),
+        "supervisord": _wrapper({}, [str(venv_tool("supervisord")), "-c", str(conf)]),
+        "supervisorctl": _wrapper({}, [str(venv_tool("supervisorctl")), "-c", str(conf)]),
+    }
+    for name, text in tools.items():
+        path = folder / "bin" / name
+        path.write_text(text)
+        path.chmod(0o755)
+
+
+def box_path(folder: Path) -> str:
+    return f"{folder / 'bin'}{os.pathsep}{os.environ.get('PATH', '/usr/bin:/bin')}"
+
+
+def wait_supervisor(folder: Path, box: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while subprocess.run([str(folder / "bin" / "supervisorctl"), "pid"], capture_output=True,
+                         check=False).returncode != 0:
+        if time.monotonic() > deadline:
+            raise BootError(f"box {box}: supervisord did not answer within {timeout:.0f} s "
+                            f"(log {shown(folder / 'supervisord.log')})")
+        time.sleep(0.2)
+
+
+def start_local_box(folder: Path, box: str, boot: BoxBoot, record: Record, logs: Path) -> None:
+    """Start the box's supervisord (recorded), then run provision.sh as the box would."""
+    write_local_box(folder, box)
+    base_env = {"PATH": box_path(folder), "HOME": os.environ.get("HOME", "/root"),
+                "LANG": "C.UTF-8"}
+    spawn(record, f"supervisord {box}", [str(folder / "bin" / "supervisord"), "-n"],
+          logs / f"supervisord-{box}.log", env=base_env, cwd=folder)
+    wait_supervisor(folder, box)
+    env = {**base_env, **boot.environment(box, str(boot.ca_file)),
+           "DATA_DIRECTORY": str(folder / "data"),
+           "SUPERVISOR_CONF_DIR": str(folder / "conf.d"),
+           "VLLM_BIN": str(folder / "bin" / "vllm"), "VLLM_HOST": box,
+           "LLMAO_INSTALL_SET": str(INSTALL_SET)}
+    done = subprocess.run(["bash", str(PROVISION)], env=env, cwd=folder, capture_output=True,
+                          text=True, timeout=BOOT_TIMEOUT_S, check=False)
+    _check_boot(box, done.returncode, done.stdout + done.stderr, logs / f"provision-{box}.log")
+
+
+def start_local_boxes(fleet: DemoFleet, boot: BoxBoot, record: Record, demo_dir: Path,
+                      say: Callable[[str], None]) -> PublicUrls:
+    """Every box of the fleet as local processes; public address = listen address."""
+    urls: PublicUrls = {}
+    ports = fleet.listen_ports()
+    for box in fleet.boxes:
+        start_local_box(demo_dir / "boxes" / box, box, boot, record, demo_dir / "logs")
+        for port in ports[box]:
+            urls[box, port] = f"http://{box}:{port}"
+            record.add_endpoint(box, port)
+        say(box)
+    return urls
+
+
+# --------------------------------------------------------------------------- container boxes
+
+
+def start_container_boxes(fleet: DemoFleet, boot: BoxBoot, record: Record, demo_dir: Path,
+                          say: Callable[[str], None]) -> PublicUrls:
+    """Every box of the fleet as a container of the rig's box image, booted by provision.sh."""
+    image = ensure_box_image()
+    urls: PublicUrls = {}
+    ports = fleet.listen_ports()
+    for name in fleet.boxes:
+        box = start_box(name, image=image)
+        record.add_container(box.container)
+        box.put_file(f"{CONTAINER_PROGRAM_DIR}/provision.sh", PROVISION.read_bytes(), 0o755)
+        box.put_file(f"{CONTAINER_PROGRAM_DIR}/install_set.py", INSTALL_SET.read_bytes(), 0o755)
+        box.put_file(CONTAINER_CA, boot.ca_file.read_bytes())
+        done = box.exec(["bash", f"{CONTAINER_PROGRAM_DIR}/provision.sh"],
+                        env=boot.environment(name, CONTAINER_CA), check=False,
+                        timeout=BOOT_TIMEOUT_S)
+        output = (done.stdout + done.stderr).decode(errors="replace")
+        _check_boot(name, done.returncode, output, demo_dir / "logs" / f"provision-{name}.log")
+        for port in ports[name]:
+            public = box.public_port(port)
+            urls[name, port] = f"http://127.0.0.1:{public}"
+            record.add_endpoint("127.0.0.1", public)
+        say(name)
+    return urls
+
+
+def remove_container(container: str) -> None:
+    docker("rm", "--force", "--volumes", container, check=False)
+
+
+def container_running(container: str) -> bool:
+    done = docker("inspect", "--format", "{{.State.Running}}", container, check=False)
+    return done.returncode == 0 and done.stdout.strip() == b"true"
+
+
+# --------------------------------------------------------------------------- serving
+
+
+def wait_serving(urls: PublicUrls, timeout: float = SERVING_TIMEOUT_S) -> None:
+    """Wait until every server's /health answers 200 at its public address."""
+    waiting = dict(urls)
+    deadline = time.monotonic() + timeout
+    while waiting:
+        waiting = {key: url for key, url in waiting.items() if not answers(f"{url}/health")}
+        if waiting and time.monotonic() > deadline:
+            names = ", ".join(f"{box}:{port}" for box, port in waiting)
+            raise BootError(f"not serving after {timeout:.0f} s: {names} (see the box logs "
+                            "under .demo/boxes/ or `docker logs`)")
+        if waiting:
+            time.sleep(0.3)

@@ -1,0 +1,146 @@
+"""The demo's own fleet files, made from the committed local fleet (`inventories/local/`).
+
+The committed files are the example an operator copies; the demo runs the very same fleet with
+what must differ per run filled in: fresh random secrets, the ports it found free, where its
+state lives, and (for container boxes) box names and the local engine's listing. Everything is
+written under `.demo/`, each file 0600 because config.yaml holds every secret of the fleet.
+The secrets a person needs (admin token, LiteLLM master key, fleet key) go into files of their
+own, so the printed commands read them (`curl -H @file`) and no secret is ever printed.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import yaml
+
+from ansible_collections.llmao.fleet.plugins.module_utils.fleet import Fleet, load_fleet
+from rig import REPO_ROOT
+
+TEMPLATE = REPO_ROOT / "inventories" / "local"
+INVENTORY_SOURCE = "plugin: llmao.fleet.fleet\nconfig: config.yaml\nmodels: models.yaml\n"
+
+
+def write_private(path: Path, text: str) -> None:
+    """Create (or replace) a file readable by its owner only, created so from the start."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.unlink(missing_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(text)
+
+
+def template_config() -> dict[str, Any]:
+    return yaml.safe_load((TEMPLATE / "config.yaml").read_text())
+
+
+def template_boxes() -> list[str]:
+    """The box names of the committed local fleet (loopback addresses), in file order."""
+    return list(template_config()["fleet"]["hosts"])
+
+
+def template_port(section: str) -> int:
+    """The port the committed fleet gives llmao (`server`) or LiteLLM (`litellm`)."""
+    return urlsplit(template_config()[section]["url"]).port or 443
+
+
+def _secret(prefix: str) -> str:
+    return prefix + secrets.token_urlsafe(24)
+
+
+@dataclass(frozen=True)
+class DemoSecrets:
+    """One run's secrets, random each time `make demo` starts a fleet."""
+
+    fleet_key: str = field(default_factory=lambda: _secret("fleet-"), repr=False)
+    salt: str = field(default_factory=lambda: _secret("salt-"), repr=False)
+    master_key: str = field(default_factory=lambda: _secret("sk-demo-"), repr=False)
+    admin_token: str = field(default_factory=lambda: _secret("admin-"), repr=False)
+
+
+@dataclass(frozen=True)
+class DemoFleet:
+    """Where the demo's fleet files are, and the loaded fleet they describe."""
+
+    folder: Path
+    boxes: tuple[str, ...]
+    secrets: DemoSecrets = field(repr=False)
+
+    @property
+    def config_path(self) -> Path:
+        return self.folder / "config.yaml"
+
+    @property
+    def models_path(self) -> Path:
+        return self.folder / "models.yaml"
+
+    @property
+    def inventory_path(self) -> Path:
+        return self.folder / "fleet.yml"
+
+    def load(self) -> Fleet:
+        return load_fleet(str(self.config_path), str(self.models_path))
+
+    def listen_ports(self) -> dict[str, list[int]]:
+        """Each box's listen ports, in row order."""
+        ports: dict[str, list[int]] = {box: [] for box in self.boxes}
+        for server in self.load().servers():
+            ports[server.box].append(server.listen_port)
+        return ports
+
+
+def demo_config(boxes: list[str], keys: DemoSecrets, *, server_url: str, litellm_url: str,
+                state: Path, providers: dict[str, Any] | None) -> dict[str, Any]:
+    """The committed config with this run's values; box i of the template becomes boxes[i]."""
+    config = template_config()
+    rows = list(config["fleet"]["hosts"].values())
+    if len(boxes) != len(rows):
+        raise ValueError(f"the local fleet has {len(rows)} boxes, {len(boxes)} names given")
+    config["fleet"].update(key=keys.fleet_key, vllm_api_salt=keys.salt,
+                           hosts=dict(zip(boxes, rows, strict=True)))
+    config["litellm"] = {"url": litellm_url, "master_key": keys.master_key}
+    config["server"] = {"url": server_url, "state": str(state)}
+    config["admin"] = {"token": keys.admin_token}
+    if providers:
+        config["providers"] = providers
+    return config
+
+
+def write_demo_fleet(folder: Path, boxes: list[str], *, server_url: str, litellm_url: str,
+                     state: Path, providers: dict[str, Any] | None = None) -> DemoFleet:
+    """Write config.yaml, models.yaml and the inventory source, and check they load."""
+    keys = DemoSecrets()
+    config = demo_config(boxes, keys, server_url=server_url, litellm_url=litellm_url,
+                         state=state, providers=providers)
+    write_private(folder / "config.yaml", yaml.safe_dump(config, sort_keys=False))
+    write_private(folder / "models.yaml", (TEMPLATE / "models.yaml").read_text())
+    write_private(folder / "fleet.yml", INVENTORY_SOURCE)
+    fleet = DemoFleet(folder, tuple(boxes), keys)
+    fleet.load()  # a template that does not load stops the demo here, with the core's message
+    return fleet
+
+
+@dataclass(frozen=True)
+class CredentialFiles:
+    """The files the printed commands read a secret from (all 0600)."""
+
+    admin_token: Path
+    litellm_headers: Path
+    box_headers: Path
+
+
+def write_credential_files(folder: Path, fleet: DemoFleet, box: str) -> CredentialFiles:
+    """The admin token, LiteLLM's and one box's request headers, for `curl -H @file`."""
+    files = CredentialFiles(folder / "admin-token", folder / "litellm.headers",
+                            folder / "box.headers")
+    write_private(files.admin_token, fleet.secrets.admin_token + "\n")
+    write_private(files.litellm_headers,
+                  f"Authorization: Bearer {fleet.secrets.master_key}\n")
+    write_private(files.box_headers,
+                  f"Authorization: Bearer {fleet.secrets.fleet_key}\nX-LLMAO-Host: {box}\n")
+    return files

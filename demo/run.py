@@ -1,0 +1,302 @@
+"""`make demo` and `make demo-stop`: bring the local fleet up step by step, or stop it all.
+
+`make demo` returns once everything is up and leaves the services running in the background:
+what it prints are commands to try next in the same shell, and a demo that held the terminal
+would need a second one for them. `make demo-stop` (or Ctrl-C / a failure during start-up) stops
+every process and container the record names, and the dockerd only when the demo started it.
+A second `make demo` while one runs starts nothing and prints the same summary again.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+import signal
+import ssl
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from rig.boxes import BOX_LABEL, host_gateway_address
+from rig.dockerd import EngineError, EngineMissing, ensure_engine, our_pid, stop_engine
+
+from .boxes import (
+    BoxBoot,
+    container_running,
+    remove_container,
+    start_container_boxes,
+    start_local_boxes,
+    wait_serving,
+)
+from .fleet import template_boxes, template_port, write_credential_files, write_demo_fleet
+from .paths import demo_dir, shown
+from .processes import Record, stop_process
+from .reconcile import interval_s, run_pass, start_loop
+from .services import chat, launch_litellm, owned_routes, pick_port, start_llmao, wait_litellm
+from .tls import make_demo_tls
+from .web import call
+
+MODE_ENV = "LLMAO_DEMO_BOXES"
+STEPS = 5
+LOCK_NAME = "lock"
+
+
+class Progress:
+    """One line per step: its title when it starts, what came of it and its time when done."""
+
+    def __init__(self) -> None:
+        self.began = time.monotonic()
+        self.step_began = self.began
+        self.open = False
+
+    def step(self, number: int, title: str) -> None:
+        self.end_line()
+        print(f"[{number}/{STEPS}] {title}:", end="", flush=True)
+        self.step_began, self.open = time.monotonic(), True
+
+    def add(self, text: str) -> None:
+        print(f" {text}", end="", flush=True)
+
+    def done(self, text: str = "") -> None:
+        print(f" {text}{' ' if text else ''}({time.monotonic() - self.step_began:.1f} s)",
+              flush=True)
+        self.open = False
+
+    def end_line(self) -> None:
+        if self.open:
+            print(flush=True)
+            self.open = False
+
+    def total(self) -> float:
+        return time.monotonic() - self.began
+
+
+@contextmanager
+def locked(folder: Path) -> Iterator[None]:
+    """One `demo` or `demo stop` at a time: a second one waits, then finds the work done."""
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / LOCK_NAME, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def running(record: Record) -> bool:
+    return (record.phase == "up" and all(entry.alive() for entry in record.processes)
+            and all(container_running(container) for container in record.containers))
+
+
+def stop_recorded(record: Record) -> None:
+    """Stop everything the record names: the loop first (so it stops acting), then the rest in
+    reverse start order, then the dockerd the demo started."""
+    for entry in reversed(record.processes):
+        if entry.role == "reconcile loop":
+            stop_process(entry)
+    for container in reversed(record.containers):
+        remove_container(container)
+    for entry in reversed(record.processes):
+        stop_process(entry)
+    if record.dockerd_pid is not None and our_pid() == record.dockerd_pid:
+        stop_engine()
+    record.phase = "stopped"
+    record.save()
+
+
+def clear(folder: Path) -> None:
+    """Drop an earlier run's files (its secrets, state and logs); the lock stays."""
+    for entry in folder.iterdir():
+        if entry.name == LOCK_NAME:
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
+
+
+def choose_mode(record: Record) -> tuple[str, str]:
+    """("container" | "local", why). LLMAO_DEMO_BOXES=local|container forces one; by default
+    container boxes when an engine answers or dockerd can be started, else local processes."""
+    wanted = os.environ.get(MODE_ENV, "").strip() or "auto"
+    if wanted not in ("auto", "local", "container"):
+        raise ValueError(f"{MODE_ENV}={wanted!r}: expected local, container or auto")
+    if wanted == "local":
+        return "local", f"{MODE_ENV}=local"
+    try:
+        started = ensure_engine()
+    except EngineMissing as exc:
+        if wanted == "container":
+            raise
+        return "local", f"no container engine: {exc}"
+    except EngineError as exc:
+        if wanted == "container":
+            raise
+        return "local", f"the container engine did not start: {exc}"
+    if started:
+        record.dockerd_pid = our_pid()
+        record.save()
+        return "container", "started dockerd (stopped again by make demo-stop)"
+    return "container", "a container engine answers"
+
+
+def bring_up(folder: Path, record: Record, progress: Progress) -> str:
+    """The five steps; returns the summary to print (no secret in it: paths to them)."""
+    logs = folder / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    mode, why = choose_mode(record)
+    record.mode = mode
+    record.save()
+    print(f"llmao demo: {'container boxes' if mode == 'container' else 'local box processes'}"
+          f" ({why})", flush=True)
+    if mode == "local":
+        boxes, host = template_boxes(), "127.0.0.1"
+        providers = None
+    else:
+        boxes = [f"demo-box-{index}" for index in range(1, len(template_boxes()) + 1)]
+        host, providers = host_gateway_address(), {"docker": {"label": BOX_LABEL}}
+    llmao_port = pick_port(host, template_port("server"))
+    litellm_port = pick_port("127.0.0.1", template_port("litellm"))
+
+    progress.step(1, "CA, certificate and llmao-server over HTTPS")
+    tls = make_demo_tls(folder / "tls", [host, "localhost"] if host == "127.0.0.1" else [host])
+    fleet = write_demo_fleet(folder / "fleet", boxes, server_url=f"https://{host}:{llmao_port}",
+                             litellm_url=f"http://127.0.0.1:{litellm_port}",
+                             state=folder / "state.sqlite3", providers=providers)
+    credentials = write_credential_files(folder, fleet, boxes[0])
+    keys = fleet.secrets
+    litellm = launch_litellm(record, keys.master_key, litellm_port, logs)
+    llmao_url = start_llmao(record, fleet, tls, host, llmao_port, logs)
+    progress.done(llmao_url)
+
+    kind = "containers" if mode == "container" else "local processes"
+    progress.step(2, f"{len(boxes)} boxes ({kind}) boot and pull their assignment")
+    boot = BoxBoot(llmao_url, keys.fleet_key, tls.ca_file)
+    starter = start_container_boxes if mode == "container" else start_local_boxes
+    urls = starter(fleet, boot, record, folder, progress.add)
+    progress.done()
+
+    progress.step(3, "LiteLLM proxy (real, .venv-litellm)")
+    wait_litellm(litellm)
+    progress.done(litellm.url)
+
+    progress.step(4, f"reconcile once {len(urls)} vLLM servers serve")
+    wait_serving(urls)
+    reconcile_log = logs / "reconcile.log"
+    status = run_pass(fleet.inventory_path, tls.ca_file, reconcile_log)
+    if status != 0:
+        raise RuntimeError(f"reconcile failed (status {status}); see {shown(reconcile_log)}")
+    routes = owned_routes(litellm.url, keys.master_key)
+    every = interval_s()
+    start_loop(record, fleet.inventory_path, tls.ca_file, reconcile_log, every)
+    progress.done(f"{len(routes)} of {len(urls)} servers in LiteLLM; again every {every:g} s")
+
+    progress.step(5, "a chat through LiteLLM")
+    model = next(iter(fleet.load().servers())).model_name
+    answer = chat(litellm.url, keys.master_key, model)
+    answered_by = answer.removeprefix("answered by ").split(" port ")[0]
+    progress.done(f"chat answered by {answered_by}")
+
+    context = ssl.create_default_context(cafile=str(tls.ca_file))
+    return summary_text(
+        mode=mode, boxes=len(boxes), servers=len(urls), every=every, answered_by=answered_by,
+        dashboard=f"{llmao_url}/fleet", dashboard_served=dashboard_served(llmao_url, context),
+        chat_command=(f"curl -sS {litellm.url}/v1/chat/completions -H "
+                      f"@{shown(credentials.litellm_headers)} -H 'Content-Type: "
+                      f"application/json' -d '{{\"model\": \"{model}\", \"messages\": "
+                      '[{"role": "user", "content": "Who answers?"}]}\''),
+        assignment_command=(f"curl -sS --cacert {shown(tls.ca_file)} -H "
+                            f"@{shown(credentials.box_headers)} {llmao_url}/vllm/config"),
+        admin_token=shown(credentials.admin_token), ca=shown(tls.ca_file),
+        inventory=shown(fleet.inventory_path), logs=shown(logs))
+
+
+def dashboard_served(llmao_url: str, context: ssl.SSLContext) -> bool:
+    """Whether this llmao-server serves the dashboard yet (any answer but 404)."""
+    try:
+        return call(f"{llmao_url}/fleet", context=context)[0] != 404
+    except OSError:
+        return False
+
+
+def summary_text(*, mode: str, boxes: int, servers: int, every: float, answered_by: str,
+                 dashboard: str, dashboard_served: bool, chat_command: str,
+                 assignment_command: str, admin_token: str, ca: str, inventory: str,
+                 logs: str) -> str:
+    kind = "container boxes" if mode == "container" else "local boxes"
+    dashboard_note = "" if dashboard_served else "   (not served by this llmao-server yet)"
+    lines = [
+        "",
+        f"llmao demo is up: {boxes} {kind}, {servers} vLLM servers, llmao-server, LiteLLM, "
+        f"reconcile every {every:g} s",
+        f"chat answered by {answered_by}",
+        "",
+        f"  dashboard    {dashboard}{dashboard_note}",
+        f"               log in with the admin token in {admin_token} (this run's, mode 0600);",
+        f"               the certificate is signed by the demo CA {ca}",
+        f"  chat         {chat_command}",
+        f"  assignment   {assignment_command}",
+        f"  reconcile    SSL_CERT_FILE={ca} .venv/bin/ansible-playbook playbooks/reconcile.yml "
+        f"-i {inventory}",
+        f"  logs         {logs}/",
+        "  stop         make demo-stop",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def start() -> int:
+    folder = demo_dir()
+    with locked(folder):
+        previous = Record.load(folder / "pids.json")
+        if previous is not None and running(previous):
+            print("llmao demo is already running: nothing started (make demo-stop stops it)")
+            print((folder / "summary.txt").read_text(), end="")
+            return 0
+        if previous is not None and previous.phase != "stopped":
+            print("stopping what is left of an earlier demo", flush=True)
+            stop_recorded(previous)
+        clear(folder)
+        record = Record(folder / "pids.json")
+        record.save()
+        progress = Progress()
+        # SIGTERM during start-up is handled like Ctrl-C: stop everything started so far.
+        signal.signal(signal.SIGTERM, signal.default_int_handler)
+        try:
+            summary = bring_up(folder, record, progress)
+        except (KeyboardInterrupt, Exception) as exc:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut this
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            progress.end_line()
+            reason = "interrupted" if isinstance(exc, KeyboardInterrupt) else f"failed: {exc}"
+            print(f"llmao demo {reason}", file=sys.stderr, flush=True)
+            print("stopping everything it started ...", file=sys.stderr, flush=True)
+            stop_recorded(record)
+            print(f"stopped; logs are in {shown(folder / 'logs')}/", file=sys.stderr)
+            return 130 if isinstance(exc, KeyboardInterrupt) else 1
+        record.phase = "up"
+        record.save()
+        text = summary + f"(up in {progress.total():.0f} s)\n"
+        (folder / "summary.txt").write_text(text)
+        print(text, end="")
+        return 0
+
+
+def stop() -> int:
+    folder = demo_dir()
+    if not (folder / "pids.json").exists():
+        print("no llmao demo to stop")
+        return 0
+    with locked(folder):
+        record = Record.load(folder / "pids.json")
+        if record is None or record.phase == "stopped":
+            print("the llmao demo is not running")
+            return 0
+        began = time.monotonic()
+        stop_recorded(record)
+        print(f"llmao demo stopped ({len(record.processes)} processes, "
+              f"{len(record.containers)} containers) in {time.monotonic() - began:.1f} s")
+    return 0

@@ -1,0 +1,163 @@
+"""`make demo` end to end, in the local-process mode (so it runs without a container engine):
+
+- `python -m demo` (what `make demo` runs) reaches "chat answered by <box>", prints the
+  dashboard URL, and the commands it prints work as printed (curl through LiteLLM to a box,
+  curl for a box's assignment), with no secret on their command line or in any output;
+- the services keep running after it returns, a second start starts nothing, and the
+  background reconcile loop makes passes of its own;
+- `python -m demo stop` leaves nothing running: no recorded PID, no process that mentions the
+  demo's folder, no port the demo served.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from ansible_collections.llmao.fleet.plugins.module_utils.fleet import load_fleet
+from demo.fleet import template_boxes
+from demo.processes import start_time
+from rig.litellm_process import LiteLLMMissing, litellm_python
+
+pytestmark = [pytest.mark.litellm, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[2]
+START_TIMEOUT_S = 240
+LOOP_INTERVAL_S = 3
+
+
+def demo(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "demo", *args], cwd=REPO, env=env, text=True,
+                          capture_output=True, timeout=START_TIMEOUT_S, check=False)
+
+
+def port_open(host: str, port: int) -> bool:
+    with socket.socket() as probe:
+        probe.settimeout(1)
+        return probe.connect_ex((host, port)) == 0
+
+
+def printed_command(output: str, label: str) -> list[str]:
+    """The command the summary prints after ``label`` (e.g. `chat   curl ...`)."""
+    match = re.search(rf"^  {label} +(curl .*)$", output, re.MULTILINE)
+    assert match, f"no {label} command in:\n{output}"
+    return shlex.split(match.group(1))
+
+
+def processes_mentioning(text: str) -> list[int]:
+    """PIDs whose command line or environment mentions text (read from /proc, as root)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            blob = (proc / "cmdline").read_bytes() + (proc / "environ").read_bytes()
+        except OSError:
+            continue
+        if text.encode() in blob:
+            found.append(int(proc.name))
+    return found
+
+
+def demo_secrets(folder: Path) -> list[str]:
+    config = folder / "fleet" / "config.yaml"
+    fleet = load_fleet(str(config), str(folder / "fleet" / "models.yaml"))
+    settings = yaml.safe_load(config.read_text())
+    found = [settings["fleet"]["key"], settings["fleet"]["vllm_api_salt"],
+             settings["litellm"]["master_key"], settings["admin"]["token"]]
+    return found + [server.api_key for server in fleet.servers()]
+
+
+def wait_for_loop_pass(log: Path, passes: int, timeout: float = 90.0) -> None:
+    deadline = time.monotonic() + timeout
+    while log.read_text().count("==> reconcile pass at") < passes:
+        assert time.monotonic() < deadline, f"the background loop made no pass:\n{log.read_text()}"
+        time.sleep(1)
+
+
+@pytest.fixture
+def demo_env(tmp_path: Path) -> dict[str, str]:
+    try:
+        litellm_python()
+    except LiteLLMMissing as exc:
+        if os.environ.get("CI") == "true":
+            raise
+        pytest.skip(str(exc))
+    busy = [f"{box}:{port}" for box in template_boxes() for port in (8001, 8002)
+            if port_open(box, port)]
+    if busy:
+        pytest.skip(f"the local fleet's addresses are in use ({', '.join(busy)}): is a "
+                    "`make demo` running? `make demo-stop` stops it")
+    return {**os.environ, "LLMAO_DEMO_BOXES": "local", "LLMAO_DEMO_DIR": str(tmp_path / "demo"),
+            "LLMAO_DEMO_RECONCILE_S": str(LOOP_INTERVAL_S)}
+
+
+def test_demo_starts_answers_a_chat_and_stops_without_a_trace(demo_env):
+    folder = Path(demo_env["LLMAO_DEMO_DIR"])
+    outputs: list[str] = []
+    try:
+        first = demo(demo_env)
+        outputs.append(first.stdout + first.stderr)
+        assert first.returncode == 0, outputs[-1]
+        assert re.search(r"^chat answered by 127\.0\.0\.[234]$", first.stdout, re.MULTILINE)
+        assert re.search(r"^  dashboard +https://127\.0\.0\.1:\d+/fleet", first.stdout,
+                         re.MULTILINE), first.stdout
+        for step in range(1, 6):
+            assert f"[{step}/5] " in first.stdout
+        record = json.loads((folder / "pids.json").read_text())
+        assert record["phase"] == "up" and record["mode"] == "local"
+        roles = sorted(entry["role"] for entry in record["processes"])
+        assert roles == ["litellm", "llmao-server", "reconcile loop", "supervisord 127.0.0.2",
+                         "supervisord 127.0.0.3", "supervisord 127.0.0.4"]
+        assert all(start_time(entry["pid"]) == entry["started"]
+                   for entry in record["processes"]), "every service outlives `make demo`"
+
+        # The printed commands work as printed, their secrets read from 0600 files.
+        if shutil.which("curl"):
+            chat = subprocess.run(printed_command(first.stdout, "chat"), capture_output=True,
+                                  text=True, timeout=60, check=True)
+            answer = json.loads(chat.stdout)["choices"][0]["message"]["content"]
+            assert re.fullmatch(r"answered by 127\.0\.0\.[234] port 800[12]", answer)
+            fetched = subprocess.run(printed_command(first.stdout, "assignment"),
+                                     capture_output=True, text=True, timeout=60, check=True)
+            assignment = json.loads(fetched.stdout)
+            assert assignment["host"] == "127.0.0.2"
+            assert [server["port"] for server in assignment["servers"]] == [8001, 8002]
+        for name in ("admin-token", "litellm.headers", "box.headers", "fleet/config.yaml"):
+            assert (folder / name).stat().st_mode & 0o077 == 0, name
+
+        # Idempotent: a second start finds it running and starts nothing.
+        second = demo(demo_env)
+        outputs.append(second.stdout + second.stderr)
+        assert second.returncode == 0, outputs[-1]
+        assert "already running: nothing started" in second.stdout
+        assert json.loads((folder / "pids.json").read_text())["processes"] == \
+            record["processes"]
+
+        wait_for_loop_pass(folder / "logs" / "reconcile.log", passes=2)
+    finally:
+        stopped = demo(demo_env, "stop")
+        outputs.append(stopped.stdout + stopped.stderr)
+    assert stopped.returncode == 0, outputs[-1]
+    assert "llmao demo stopped" in stopped.stdout
+
+    for entry in record["processes"]:
+        assert start_time(entry["pid"]) != entry["started"], f"{entry['role']} still runs"
+    assert processes_mentioning(str(folder)) == []
+    open_ports = [(host, port) for host, port in record["endpoints"] if port_open(host, port)]
+    assert open_ports == []
+
+    logs = [path.read_text(errors="replace") for path in folder.rglob("*.log")]
+    for secret in demo_secrets(folder):
+        assert not any(secret in text for text in outputs + logs)
