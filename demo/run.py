@@ -13,15 +13,16 @@ import fcntl
 import os
 import shutil
 import signal
-import ssl
 import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from rig.boxes import BOX_LABEL, host_gateway_address
-from rig.dockerd import EngineError, EngineMissing, ensure_engine, our_pid, stop_engine
+from rig.dockerd import EngineError, ensure_engine, our_pid, stop_engine
 
 from .boxes import (
     BoxBoot,
@@ -36,8 +37,8 @@ from .paths import demo_dir, shown
 from .processes import Record, stop_process
 from .reconcile import interval_s, run_pass, start_loop
 from .services import chat, launch_litellm, owned_routes, pick_port, start_llmao, wait_litellm
+from .summary import Summary
 from .tls import make_demo_tls
-from .web import call
 
 MODE_ENV = "LLMAO_DEMO_BOXES"
 STEPS = 5
@@ -118,64 +119,80 @@ def clear(folder: Path) -> None:
             entry.unlink()
 
 
-def choose_mode(record: Record) -> tuple[str, str]:
-    """("container" | "local", why). LLMAO_DEMO_BOXES=local|container forces one; by default
-    container boxes when an engine answers or dockerd can be started, else local processes."""
+@dataclass(frozen=True)
+class Layout:
+    """What differs between the two kinds of boxes: their names, where llmao-server binds
+    (the address boxes reach it at), and the provider listing that maps their ports."""
+
+    mode: str
+    boxes: list[str]
+    llmao_host: str
+    providers: dict[str, Any] | None
+
+    @classmethod
+    def local(cls) -> Layout:
+        return cls("local", template_boxes(), "127.0.0.1", None)
+
+    @classmethod
+    def container(cls) -> Layout:
+        boxes = [f"demo-box-{index}" for index in range(1, len(template_boxes()) + 1)]
+        return cls("container", boxes, host_gateway_address(),
+                   {"docker": {"label": BOX_LABEL}})
+
+    @property
+    def certificate_names(self) -> list[str]:
+        return [self.llmao_host, "localhost"] if self.mode == "local" else [self.llmao_host]
+
+
+def choose_layout(record: Record) -> tuple[Layout, str]:
+    """The layout and why. LLMAO_DEMO_BOXES=local|container forces one; by default container
+    boxes when an engine answers or dockerd can be started, else local processes."""
     wanted = os.environ.get(MODE_ENV, "").strip() or "auto"
     if wanted not in ("auto", "local", "container"):
         raise ValueError(f"{MODE_ENV}={wanted!r}: expected local, container or auto")
     if wanted == "local":
-        return "local", f"{MODE_ENV}=local"
+        return Layout.local(), f"{MODE_ENV}=local"
     try:
         started = ensure_engine()
-    except EngineMissing as exc:
+    except EngineError as exc:  # EngineMissing too: dockerd is not installed
         if wanted == "container":
             raise
-        return "local", f"no container engine: {exc}"
-    except EngineError as exc:
-        if wanted == "container":
-            raise
-        return "local", f"the container engine did not start: {exc}"
+        return Layout.local(), f"no container engine: {exc}"
     if started:
         record.dockerd_pid = our_pid()
         record.save()
-        return "container", "started dockerd (stopped again by make demo-stop)"
-    return "container", "a container engine answers"
+        return Layout.container(), "started dockerd, stopped again by make demo-stop"
+    return Layout.container(), "a container engine answers"
 
 
-def bring_up(folder: Path, record: Record, progress: Progress) -> str:
-    """The five steps; returns the summary to print (no secret in it: paths to them)."""
+def bring_up(folder: Path, record: Record, progress: Progress) -> Summary:
+    """The five steps, each with its progress line."""
     logs = folder / "logs"
     logs.mkdir(parents=True, exist_ok=True)
-    mode, why = choose_mode(record)
-    record.mode = mode
+    layout, why = choose_layout(record)
+    record.mode = layout.mode
     record.save()
-    print(f"llmao demo: {'container boxes' if mode == 'container' else 'local box processes'}"
-          f" ({why})", flush=True)
-    if mode == "local":
-        boxes, host = template_boxes(), "127.0.0.1"
-        providers = None
-    else:
-        boxes = [f"demo-box-{index}" for index in range(1, len(template_boxes()) + 1)]
-        host, providers = host_gateway_address(), {"docker": {"label": BOX_LABEL}}
+    kind = "container boxes" if layout.mode == "container" else "local box processes"
+    print(f"llmao demo: {kind} ({why})", flush=True)
+    host = layout.llmao_host
     llmao_port = pick_port(host, template_port("server"))
     litellm_port = pick_port("127.0.0.1", template_port("litellm"))
 
     progress.step(1, "CA, certificate and llmao-server over HTTPS")
-    tls = make_demo_tls(folder / "tls", [host, "localhost"] if host == "127.0.0.1" else [host])
-    fleet = write_demo_fleet(folder / "fleet", boxes, server_url=f"https://{host}:{llmao_port}",
+    tls = make_demo_tls(folder / "tls", layout.certificate_names)
+    fleet = write_demo_fleet(folder / "fleet", layout.boxes,
+                             server_url=f"https://{host}:{llmao_port}",
                              litellm_url=f"http://127.0.0.1:{litellm_port}",
-                             state=folder / "state.sqlite3", providers=providers)
-    credentials = write_credential_files(folder, fleet, boxes[0])
+                             state=folder / "state.sqlite3", providers=layout.providers)
+    credentials = write_credential_files(folder, fleet, layout.boxes[0])
     keys = fleet.secrets
-    litellm = launch_litellm(record, keys.master_key, litellm_port, logs)
+    litellm = launch_litellm(record, keys.master_key, litellm_port, logs)  # waited for at 3
     llmao_url = start_llmao(record, fleet, tls, host, llmao_port, logs)
     progress.done(llmao_url)
 
-    kind = "containers" if mode == "container" else "local processes"
-    progress.step(2, f"{len(boxes)} boxes ({kind}) boot and pull their assignment")
+    progress.step(2, f"{len(layout.boxes)} boxes boot and pull their assignment")
     boot = BoxBoot(llmao_url, keys.fleet_key, tls.ca_file)
-    starter = start_container_boxes if mode == "container" else start_local_boxes
+    starter = start_container_boxes if layout.mode == "container" else start_local_boxes
     urls = starter(fleet, boot, record, folder, progress.add)
     progress.done()
 
@@ -183,7 +200,7 @@ def bring_up(folder: Path, record: Record, progress: Progress) -> str:
     wait_litellm(litellm)
     progress.done(litellm.url)
 
-    progress.step(4, f"reconcile once {len(urls)} vLLM servers serve")
+    progress.step(4, f"reconcile, once all {len(urls)} vLLM servers answer")
     wait_serving(urls)
     reconcile_log = logs / "reconcile.log"
     status = run_pass(fleet.inventory_path, tls.ca_file, reconcile_log)
@@ -200,52 +217,12 @@ def bring_up(folder: Path, record: Record, progress: Progress) -> str:
     answered_by = answer.removeprefix("answered by ").split(" port ")[0]
     progress.done(f"chat answered by {answered_by}")
 
-    context = ssl.create_default_context(cafile=str(tls.ca_file))
-    return summary_text(
-        mode=mode, boxes=len(boxes), servers=len(urls), every=every, answered_by=answered_by,
-        dashboard=f"{llmao_url}/fleet", dashboard_served=dashboard_served(llmao_url, context),
-        chat_command=(f"curl -sS {litellm.url}/v1/chat/completions -H "
-                      f"@{shown(credentials.litellm_headers)} -H 'Content-Type: "
-                      f"application/json' -d '{{\"model\": \"{model}\", \"messages\": "
-                      '[{"role": "user", "content": "Who answers?"}]}\''),
-        assignment_command=(f"curl -sS --cacert {shown(tls.ca_file)} -H "
-                            f"@{shown(credentials.box_headers)} {llmao_url}/vllm/config"),
-        admin_token=shown(credentials.admin_token), ca=shown(tls.ca_file),
-        inventory=shown(fleet.inventory_path), logs=shown(logs))
-
-
-def dashboard_served(llmao_url: str, context: ssl.SSLContext) -> bool:
-    """Whether this llmao-server serves the dashboard yet (any answer but 404)."""
-    try:
-        return call(f"{llmao_url}/fleet", context=context)[0] != 404
-    except OSError:
-        return False
-
-
-def summary_text(*, mode: str, boxes: int, servers: int, every: float, answered_by: str,
-                 dashboard: str, dashboard_served: bool, chat_command: str,
-                 assignment_command: str, admin_token: str, ca: str, inventory: str,
-                 logs: str) -> str:
-    kind = "container boxes" if mode == "container" else "local boxes"
-    dashboard_note = "" if dashboard_served else "   (not served by this llmao-server yet)"
-    lines = [
-        "",
-        f"llmao demo is up: {boxes} {kind}, {servers} vLLM servers, llmao-server, LiteLLM, "
-        f"reconcile every {every:g} s",
-        f"chat answered by {answered_by}",
-        "",
-        f"  dashboard    {dashboard}{dashboard_note}",
-        f"               log in with the admin token in {admin_token} (this run's, mode 0600);",
-        f"               the certificate is signed by the demo CA {ca}",
-        f"  chat         {chat_command}",
-        f"  assignment   {assignment_command}",
-        f"  reconcile    SSL_CERT_FILE={ca} .venv/bin/ansible-playbook playbooks/reconcile.yml "
-        f"-i {inventory}",
-        f"  logs         {logs}/",
-        "  stop         make demo-stop",
-        "",
-    ]
-    return "\n".join(lines)
+    return Summary(
+        mode=layout.mode, boxes=len(layout.boxes), servers=len(urls), every_s=every,
+        answered_by=answered_by, model=model, llmao_url=llmao_url, litellm_url=litellm.url,
+        ca_file=tls.ca_file, admin_token_file=credentials.admin_token,
+        litellm_headers=credentials.litellm_headers, box_headers=credentials.box_headers,
+        inventory=fleet.inventory_path, logs=logs)
 
 
 def start() -> int:
@@ -279,7 +256,7 @@ def start() -> int:
             return 130 if isinstance(exc, KeyboardInterrupt) else 1
         record.phase = "up"
         record.save()
-        text = summary + f"(up in {progress.total():.0f} s)\n"
+        text = summary.text() + f"(up in {progress.total():.0f} s)\n"
         (folder / "summary.txt").write_text(text)
         print(text, end="")
         return 0
