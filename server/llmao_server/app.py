@@ -17,7 +17,7 @@ from flask import Flask
 from ansible_collections.llmao.fleet.plugins.module_utils.config_errors import ConfigError
 from ansible_collections.llmao.fleet.plugins.module_utils.fleet import Fleet, load_fleet
 
-from . import health
+from . import admin_api, health
 from .api_errors import flask_error_handler
 from .box_api import BoxApi
 from .dashboard import init_dashboard
@@ -42,6 +42,7 @@ def create_app(test_config: Mapping[str, Any] | None = None) -> Flask:
     app.extensions["llmao"] = state
     ensure_server_logging()
     app.register_blueprint(health.bp)
+    app.register_blueprint(admin_api.bp)
     init_dashboard(app)
     # Flask's routes answer errors in the box API's JSON shape.
     app.register_error_handler(Exception, flask_error_handler)

@@ -19,6 +19,7 @@ from llmao_server.store import (
     AppliedReport,
     AppliedServer,
     Approval,
+    ReconcilePass,
     SqliteStore,
     StateStore,
     StoreError,
@@ -96,6 +97,17 @@ def test_approvals_are_kept_replaced_and_cleared(store: StateStore) -> None:
     assert [a.box for a in store.approvals()] == ["b", "a"]
     store.clear_approvals()
     assert store.approvals() == []
+
+
+def test_only_the_latest_reconcile_pass_is_kept(store: StateStore) -> None:
+    assert store.last_pass() is None
+    first = ReconcilePass(10.0, {"llmao:a:8001:m": {"state": "Healthy", "memory": {
+        "state": "Healthy", "consecutive_failures": 0}}}, ({"kind": "orphan_route"},), 11.0)
+    store.record_pass(first)
+    assert store.last_pass() == first
+    second = ReconcilePass(20.0, {"llmao:b:8001:m": {"state": "Loading"}}, (), 21.0)
+    store.record_pass(second)
+    assert store.last_pass() == second
 
 
 def test_failed_logins_are_counted_per_client_within_a_window(store: StateStore) -> None:

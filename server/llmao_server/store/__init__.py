@@ -8,6 +8,7 @@ from .base import (
     AppliedReport,
     AppliedServer,
     Approval,
+    ReconcilePass,
     StateStore,
     StoreError,
     UnknownBox,
@@ -15,7 +16,7 @@ from .base import (
 from .sqlite import SqliteStore
 
 __all__ = ["LOGIN_CLIENT_LIMIT", "UNKNOWN_LIMIT", "AppliedReport", "AppliedServer", "Approval",
-           "SqliteStore", "StateStore", "StoreError", "UnknownBox", "open_store"]
+           "ReconcilePass", "SqliteStore", "StateStore", "StoreError", "UnknownBox", "open_store"]
 
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 

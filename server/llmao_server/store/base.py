@@ -1,10 +1,11 @@
 """What the server remembers about the fleet, and the one interface every store implements.
 
-The box API writes (fetch times, unknown boxes, applied revisions); the
-dashboard and reconcile read. Every worker of a server, and later every
-server behind a load balancer, must see the same state, so it lives in a
-database rather than in a process. The interface is kept narrow so that a
-PostgreSQL store can stand beside the SQLite one without the callers knowing.
+The box API writes (fetch times, unknown boxes, applied revisions), reconcile
+writes its latest pass (verdicts, drift); the dashboard and reconcile read.
+Every worker of a server, and later every server behind a load balancer, must
+see the same state, so it lives in a database rather than in a process. The
+interface is kept narrow so that a PostgreSQL store can stand beside the SQLite
+one without the callers knowing.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 UNKNOWN_LIMIT = 50
 # Client addresses whose failed admin logins are counted; the oldest windows go first.
@@ -62,6 +64,17 @@ class AppliedReport:
     reported_at: float
 
 
+@dataclass(frozen=True)
+class ReconcilePass:
+    """The latest reconcile pass as reconcile posted it: one verdict per server (by its
+    deployment id, with the lifecycle memory the next pass needs), the drift, and when."""
+
+    pass_at: float
+    verdicts: Mapping[str, Mapping[str, Any]]
+    drift: tuple[Mapping[str, Any], ...]
+    recorded_at: float
+
+
 class StateStore(ABC):
     """The fleet's observed state. Times are seconds since the epoch (``time.time()``)."""
 
@@ -108,6 +121,14 @@ class StateStore(ABC):
     @abstractmethod
     def applied_reports(self) -> dict[str, AppliedReport]:
         """Box name → its latest applied report."""
+
+    @abstractmethod
+    def record_pass(self, record: ReconcilePass) -> None:
+        """Keep this pass, replacing the one before: only the latest pass is ever kept."""
+
+    @abstractmethod
+    def last_pass(self) -> ReconcilePass | None:
+        """The latest reconcile pass, or None before the first."""
 
     @abstractmethod
     def note_login_failure(self, client: str, now: float, window_s: float) -> int:

@@ -20,6 +20,7 @@ from .base import (
     AppliedReport,
     AppliedServer,
     Approval,
+    ReconcilePass,
     StateStore,
     UnknownBox,
 )
@@ -45,6 +46,13 @@ SCHEMA = (
         applied_at TEXT NOT NULL,
         servers TEXT NOT NULL,
         reported_at DOUBLE PRECISION NOT NULL)""",
+    # One row: the latest reconcile pass, replaced whole by the next one.
+    """CREATE TABLE IF NOT EXISTS reconcile_pass (
+        slot INTEGER PRIMARY KEY,
+        pass_at DOUBLE PRECISION NOT NULL,
+        recorded_at DOUBLE PRECISION NOT NULL,
+        verdicts TEXT NOT NULL,
+        drift TEXT NOT NULL)""",
     """CREATE TABLE IF NOT EXISTS login_failures (
         client TEXT PRIMARY KEY,
         window_start DOUBLE PRECISION NOT NULL,
@@ -78,6 +86,13 @@ RECORD_APPLIED = """
     ON CONFLICT (box) DO UPDATE SET revision = excluded.revision,
         applied_at = excluded.applied_at, servers = excluded.servers,
         reported_at = excluded.reported_at"""
+
+RECORD_PASS = """
+    INSERT INTO reconcile_pass (slot, pass_at, recorded_at, verdicts, drift)
+    VALUES (1, ?, ?, ?, ?)
+    ON CONFLICT (slot) DO UPDATE SET pass_at = excluded.pass_at,
+        recorded_at = excluded.recorded_at, verdicts = excluded.verdicts,
+        drift = excluded.drift"""
 
 APPROVE = """
     INSERT INTO approvals (box, models, approved_by, approved_at) VALUES (?, ?, ?, ?)
@@ -142,6 +157,11 @@ class SqlStore(StateStore):
         self._write((APPROVE, [(approval.box, json.dumps(list(approval.models)),
                                 approval.approved_by, approval.approved_at)]))
 
+    def record_pass(self, record: ReconcilePass) -> None:
+        self._write((RECORD_PASS, [(record.pass_at, record.recorded_at,
+                                    json.dumps(dict(record.verdicts)),
+                                    json.dumps(list(record.drift)))]))
+
     def clear_approvals(self) -> None:
         self._write(("DELETE FROM approvals", [()]))
 
@@ -179,6 +199,15 @@ class SqlStore(StateStore):
             return 0, now
         failures, window_start = rows[0]
         return failures, window_start + window_s
+
+    def last_pass(self) -> ReconcilePass | None:
+        rows = self._query("SELECT pass_at, recorded_at, verdicts, drift FROM reconcile_pass "
+                           "WHERE slot = 1")
+        if not rows:
+            return None
+        pass_at, recorded_at, verdicts, drift = rows[0]
+        return ReconcilePass(pass_at, json.loads(verdicts), tuple(json.loads(drift)),
+                             recorded_at)
 
     def applied_reports(self) -> dict[str, AppliedReport]:
         rows = self._query("SELECT box, revision, applied_at, servers, reported_at "

@@ -1,0 +1,142 @@
+"""The admin API reconcile uses: read what the server observed, keep the last pass's verdicts.
+
+``GET /admin/api/observations`` gives, for every box in ``fleet.hosts``, the time
+of its last config fetch and the revision it reports it applied, with the
+previous reconcile pass's verdicts (which carry the lifecycle memory the next
+pass needs) and the server's clock, so that reconcile measures ages against
+the clock the fetch times were taken with. ``POST /admin/api/verdicts`` replaces
+the stored pass with a new one; the dashboard shows it.
+
+Both need ``Authorization: Bearer <admin.token>``, compared in constant time.
+No admin token configured: 503 whatever the request carries, as the box API
+does for the fleet key.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import time
+from typing import Any, NoReturn
+
+from flask import Blueprint, Response, current_app, request
+
+from ansible_collections.llmao.fleet.plugins.module_utils.bearer import is_placeholder
+from ansible_collections.llmao.fleet.plugins.module_utils.lifecycle import State
+
+from .api_errors import JSON, ApiError
+from .state import ServerState
+from .store import ReconcilePass
+
+bp = Blueprint("admin_api", __name__, url_prefix="/admin/api")
+
+VERDICTS_MAX_BYTES = 16 * 2**20
+MAX_VERDICTS = 30_000
+MAX_DRIFT = 10_000
+MAX_ID = 300
+STATES = frozenset(state.value for state in State)
+
+
+def llmao_state() -> ServerState:
+    return current_app.extensions["llmao"]
+
+
+@bp.before_request
+def require_admin_token() -> None:
+    """503 without a configured token, 401 without a bearer, 403 with the wrong one."""
+    token = llmao_state().fleet.settings.admin_token
+    if is_placeholder(token):
+        raise ApiError(503, "admin_token_not_configured",
+                       "this server has no admin token (admin.token in config.yaml is missing, "
+                       "empty or CHANGE_ME); the admin API is closed until it is set")
+    scheme, _, presented = request.headers.get("Authorization", "").partition(" ")
+    presented = presented.strip()
+    if scheme.lower() != "bearer" or not presented:
+        raise ApiError(401, "admin_token_required",
+                       "present the admin token as 'Authorization: Bearer <admin.token>'")
+    if not hmac.compare_digest(presented.encode("utf-8"), (token or "").encode("utf-8")):
+        raise ApiError(403, "admin_token_wrong", "the admin token is not this server's")
+
+
+def json_answer(document: Any) -> Response:
+    return Response(json.dumps(document), 200, mimetype=JSON,
+                    headers={"Cache-Control": "no-store"})
+
+
+@bp.get("/observations")
+def observations() -> Response:
+    state = llmao_state()
+    fetches = state.store.fetch_times()
+    reports = state.store.applied_reports()
+    boxes = {}
+    for box in state.fleet.assignments:
+        report = reports.get(box)
+        boxes[box] = {
+            "last_fetch": fetches.get(box),
+            "applied": None if report is None else {
+                "revision": report.revision, "applied_at": report.applied_at,
+                "reported_at": report.reported_at},
+        }
+    last = state.store.last_pass()
+    return json_answer({
+        "now": time.time(),
+        "boxes": boxes,
+        "verdicts": dict(last.verdicts) if last else {},
+        "drift": list(last.drift) if last else [],
+        "pass_at": last.pass_at if last else None,
+    })
+
+
+@bp.post("/verdicts")
+def record_verdicts() -> Response:
+    record = read_pass(read_json_body(), time.time())
+    llmao_state().store.record_pass(record)
+    return json_answer({"recorded": len(record.verdicts), "pass_at": record.pass_at})
+
+
+def read_json_body() -> Any:
+    if request.content_length is not None and request.content_length > VERDICTS_MAX_BYTES:
+        raise ApiError(413, "too_large", f"the body is over {VERDICTS_MAX_BYTES} bytes")
+    data = request.stream.read(VERDICTS_MAX_BYTES + 1)
+    if len(data) > VERDICTS_MAX_BYTES:
+        raise ApiError(413, "too_large", f"the body is over {VERDICTS_MAX_BYTES} bytes")
+    try:
+        return json.loads(data)
+    except ValueError:
+        bad("the body must be JSON (Content-Type: application/json)")
+
+
+def read_pass(doc: Any, now: float) -> ReconcilePass:
+    """A pass as reconcile posts it: ``{"pass_at", "verdicts": {id: {...}}, "drift": [...]}``."""
+    if not isinstance(doc, dict):
+        bad("the body must be a JSON object with pass_at, verdicts and drift")
+    pass_at = doc.get("pass_at")
+    if isinstance(pass_at, bool) or not isinstance(pass_at, int | float):
+        bad("pass_at must be a time in seconds since the epoch")
+    verdicts = doc.get("verdicts")
+    if not isinstance(verdicts, dict) or len(verdicts) > MAX_VERDICTS:
+        bad(f"verdicts must be an object of at most {MAX_VERDICTS} server ids")
+    drift = doc.get("drift")
+    if not isinstance(drift, list) or len(drift) > MAX_DRIFT:
+        bad(f"drift must be a list of at most {MAX_DRIFT} items")
+    for key, verdict in verdicts.items():
+        check_verdict(key, verdict)
+    if not all(isinstance(item, dict) for item in drift):
+        bad("every drift item must be an object")
+    return ReconcilePass(float(pass_at), verdicts, drift, now)
+
+
+def check_verdict(key: str, verdict: Any) -> None:
+    where = f"verdicts[{key[:MAX_ID]!r}]"
+    if not key or len(key) > MAX_ID:
+        bad(f"a server id must be 1 to {MAX_ID} characters")
+    if not isinstance(verdict, dict):
+        bad(f"{where} must be an object")
+    if verdict.get("state") not in STATES:
+        bad(f"{where}.state must be one of {', '.join(sorted(STATES))}")
+    if not isinstance(verdict.get("memory", {}), dict):
+        bad(f"{where}.memory must be an object")
+
+
+def bad(message: str) -> NoReturn:
+    raise ApiError(400, "bad_verdicts", message)
