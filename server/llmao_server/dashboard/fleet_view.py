@@ -28,7 +28,7 @@ HOUR_S = 3600.0
 DAY_S = 24 * HOUR_S
 SHORT_REVISION = 8
 LOCAL_PROVIDER = "local"
-UNPLACED_PROVIDER = "not listed yet"
+UNPLACED_PROVIDER = "provider not known yet"
 
 # The strip, in the order an operator should read it; each kind says what to do.
 PROBLEM_STATES = {

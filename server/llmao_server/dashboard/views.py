@@ -19,9 +19,13 @@ BOX_NAME_LENGTH = 253  # a DNS name's limit; addresses and pod ids are far short
 
 def observe(store: StateStore) -> Observed:
     """Everything the page shows from the shared store, read once."""
+    last_pass = store.last_pass()
     return Observed(
         fetch_times=store.fetch_times(),
         applied={box: report.revision for box, report in store.applied_reports().items()},
+        verdicts=last_pass.verdicts if last_pass else {},
+        drift=last_pass.drift if last_pass else (),
+        pass_at=last_pass.pass_at if last_pass else None,
         unknown=store.unknown_boxes(),
         approvals=store.approvals(),
     )

@@ -1,0 +1,132 @@
+"""The dashboard in headless Chromium against the real ``llmao-server`` (two workers).
+
+An operator logs in, sees a box that presented the fleet key from outside
+``fleet.hosts``, approves it with two models, and the box's next fetch gets
+them; forms without their CSRF token and a browser without a session are
+refused.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+
+import pytest
+from playwright.sync_api import Locator, Page, expect
+
+from tests.dashboard.live_server import LiveServer
+from tests.server.fleet_pair import ADMIN_TOKEN, KNOWN, UNKNOWN
+
+pytestmark = pytest.mark.browser
+
+RECORDED_WITHIN_S = 5.0
+
+
+def log_in(page: Page, server: LiveServer, name: str = "alice") -> None:
+    page.goto(f"{server.url}/fleet")
+    expect(page).to_have_url(f"{server.url}/login")
+    page.get_by_label("Your name").fill(name)
+    page.get_by_label("Admin token").fill(ADMIN_TOKEN)
+    page.get_by_role("button", name="Log in").click()
+    expect(page).to_have_url(f"{server.url}/fleet")
+
+
+def reload_until(page: Page, locator: Locator, seconds: float = RECORDED_WITHIN_S) -> None:
+    """Reload until ``locator`` shows: fetches reach the shared store within about a second."""
+    deadline = time.monotonic() + seconds
+    while locator.count() == 0 and time.monotonic() < deadline:
+        time.sleep(0.25)
+        page.reload()
+    expect(locator.first).to_be_visible()
+
+
+def stranger(page: Page, box: str) -> Locator:
+    return page.locator(f'tr.stranger[data-box="{box}"]')
+
+
+def server_rows(page: Page, box: str) -> Locator:
+    return page.locator(f'tr.server[data-box="{box}"]')
+
+
+def test_an_admin_approves_a_new_box_and_its_next_fetch_gets_the_models(
+        live_servers: Callable[..., LiveServer], new_page: Callable[[], Page]) -> None:
+    server = live_servers()
+    page = new_page()
+    log_in(page, server)
+    assert [server.fetch_config(UNKNOWN)[0] for _ in range(2)] == [404, 404]
+
+    reload_until(page, stranger(page, UNKNOWN))
+    row = stranger(page, UNKNOWN)
+    expect(row.locator("td.count")).to_have_text("2")
+    selects = row.locator("select")
+    selects.nth(0).select_option("qwen")
+    selects.nth(1).select_option("gemma")
+    row.get_by_role("button", name="Approve").click()
+    expect(page.locator(".flash.info")).to_contain_text(
+        f"Approved {UNKNOWN}: qwen on 8001, gemma on 8002")
+
+    status, body = server.fetch_config(UNKNOWN)
+    assert status == 200
+    assert [(s["name"], s["port"]) for s in json.loads(body)["servers"]] == \
+        [("qwen", 8001), ("gemma", 8002)]
+
+    loading = server_rows(page, UNKNOWN).filter(has_text="Loading")
+    reload_until(page, loading.filter(has_text="fetched its config"))
+    expect(server_rows(page, UNKNOWN)).to_have_count(2)
+    expect(loading).to_have_count(2)
+    expect(stranger(page, UNKNOWN)).to_have_count(0)
+    assert "admin action=approve outcome=ok who='alice'" in server.log()
+
+
+def test_the_filter_box_narrows_the_table_as_you_type(
+        live_servers: Callable[..., LiveServer], new_page: Callable[[], Page]) -> None:
+    server = live_servers()
+    page = new_page()
+    log_in(page, server)
+    rows = page.locator("tr.server")
+    expect(rows).to_have_count(4)
+    page.get_by_label("Filter servers").fill("qwen")
+    expect(page.locator("tr.server:visible")).to_have_count(2)
+    page.get_by_label("Filter servers").fill(KNOWN)
+    expect(page.locator("tr.server:visible")).to_have_count(2)
+    page.get_by_label("Filter servers").fill("")
+    expect(page.locator("tr.server:visible")).to_have_count(4)
+
+
+def test_a_form_posted_without_its_csrf_token_is_refused(
+        live_servers: Callable[..., LiveServer], new_page: Callable[[], Page]) -> None:
+    server = live_servers()
+    page = new_page()
+    log_in(page, server)
+    server.fetch_config(UNKNOWN)
+    reload_until(page, stranger(page, UNKNOWN))
+    row = stranger(page, UNKNOWN)
+    row.locator('input[name="csrf_token"]').evaluate("field => field.remove()")
+    row.locator("select").nth(0).select_option("gemma")
+    with page.expect_response(f"{server.url}/fleet/approve") as answer:
+        row.get_by_role("button", name="Approve").click()
+    assert answer.value.status == 403
+    expect(page.locator("main")).to_contain_text("CSRF token is missing")
+    assert server.fetch_config(UNKNOWN)[0] == 404
+
+
+def test_logged_out_the_page_and_every_action_are_refused(
+        live_servers: Callable[..., LiveServer], new_page: Callable[[], Page]) -> None:
+    server = live_servers()
+    page = new_page()
+    log_in(page, server)
+    page.get_by_role("button", name="Log out").click()
+    expect(page).to_have_url(f"{server.url}/login")
+    page.goto(f"{server.url}/fleet")
+    expect(page).to_have_url(f"{server.url}/login")
+
+    stranger_page = new_page()  # a browser that never logged in
+    stranger_page.goto(f"{server.url}/fleet")
+    expect(stranger_page).to_have_url(f"{server.url}/login")
+    for current in (page, stranger_page):
+        for path, form in (("/fleet/approve", {"box": UNKNOWN, "model": "gemma"}),
+                           ("/logout", {})):
+            answer = current.request.post(f"{server.url}{path}", form=form)
+            assert answer.status == 403, path
+    assert server.fetch_config(UNKNOWN)[0] == 404
