@@ -22,6 +22,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -147,8 +148,11 @@ def wait_supervisor(folder: Path, box: str, timeout: float = 30.0) -> None:
         time.sleep(0.2)
 
 
-def start_local_box(folder: Path, box: str, boot: BoxBoot, record: Record, logs: Path) -> None:
-    """Start the box's supervisord (recorded), then run provision.sh as the box would."""
+def boot_local_box(box: str, ports: list[int], boot: BoxBoot, record: Record,
+                   demo_dir: Path) -> dict[int, str]:
+    """Start the box's supervisord (recorded), then run provision.sh as the box would; the
+    servers answer on the box's own address (public = listen)."""
+    folder, logs = demo_dir / "boxes" / box, demo_dir / "logs"
     write_local_box(folder, box)
     base_env = {"PATH": box_path(folder), "HOME": os.environ.get("HOME", "/root"),
                 "LANG": "C.UTF-8"}
@@ -163,47 +167,45 @@ def start_local_box(folder: Path, box: str, boot: BoxBoot, record: Record, logs:
     done = subprocess.run(["bash", str(PROVISION)], env=env, cwd=folder, capture_output=True,
                           text=True, timeout=BOOT_TIMEOUT_S, check=False)
     _check_boot(box, done.returncode, done.stdout + done.stderr, logs / f"provision-{box}.log")
+    for port in ports:
+        record.add_endpoint(box, port)
+    return {port: f"http://{box}:{port}" for port in ports}
 
 
-def start_local_boxes(fleet: DemoFleet, boot: BoxBoot, record: Record, demo_dir: Path,
-                      say: Callable[[str], None]) -> PublicUrls:
-    """Every box of the fleet as local processes; public address = listen address."""
-    urls: PublicUrls = {}
+def boot_container_box(name: str, ports: list[int], boot: BoxBoot, record: Record,
+                       demo_dir: Path, image: str) -> dict[int, str]:
+    """A container of the rig's box image (recorded), booted by provision.sh inside it; the
+    servers answer on the ports the engine published on 127.0.0.1."""
+    box = start_box(name, image=image)
+    record.add_container(box.container)
+    box.put_file(f"{CONTAINER_PROGRAM_DIR}/provision.sh", PROVISION.read_bytes(), 0o755)
+    box.put_file(f"{CONTAINER_PROGRAM_DIR}/install_set.py", INSTALL_SET.read_bytes(), 0o755)
+    box.put_file(CONTAINER_CA, boot.ca_file.read_bytes())
+    done = box.exec(["bash", f"{CONTAINER_PROGRAM_DIR}/provision.sh"],
+                    env=boot.environment(name, CONTAINER_CA), check=False,
+                    timeout=BOOT_TIMEOUT_S)
+    output = (done.stdout + done.stderr).decode(errors="replace")
+    _check_boot(name, done.returncode, output, demo_dir / "logs" / f"provision-{name}.log")
+    public = {port: box.public_port(port) for port in ports}
+    for port in public.values():
+        record.add_endpoint("127.0.0.1", port)
+    return {port: f"http://127.0.0.1:{public[port]}" for port in ports}
+
+
+def boot_boxes(fleet: DemoFleet, boot: BoxBoot, record: Record, demo_dir: Path,
+               containers: bool, say: Callable[[str], None]) -> PublicUrls:
+    """Boot every box of the fleet at once, as rented boxes boot; name each as it is done."""
+    extra = {"image": ensure_box_image()} if containers else {}
+    boot_one = boot_container_box if containers else boot_local_box
     ports = fleet.listen_ports()
-    for box in fleet.boxes:
-        start_local_box(demo_dir / "boxes" / box, box, boot, record, demo_dir / "logs")
-        for port in ports[box]:
-            urls[box, port] = f"http://{box}:{port}"
-            record.add_endpoint(box, port)
-        say(box)
-    return urls
-
-
-# --------------------------------------------------------------------------- container boxes
-
-
-def start_container_boxes(fleet: DemoFleet, boot: BoxBoot, record: Record, demo_dir: Path,
-                          say: Callable[[str], None]) -> PublicUrls:
-    """Every box of the fleet as a container of the rig's box image, booted by provision.sh."""
-    image = ensure_box_image()
     urls: PublicUrls = {}
-    ports = fleet.listen_ports()
-    for name in fleet.boxes:
-        box = start_box(name, image=image)
-        record.add_container(box.container)
-        box.put_file(f"{CONTAINER_PROGRAM_DIR}/provision.sh", PROVISION.read_bytes(), 0o755)
-        box.put_file(f"{CONTAINER_PROGRAM_DIR}/install_set.py", INSTALL_SET.read_bytes(), 0o755)
-        box.put_file(CONTAINER_CA, boot.ca_file.read_bytes())
-        done = box.exec(["bash", f"{CONTAINER_PROGRAM_DIR}/provision.sh"],
-                        env=boot.environment(name, CONTAINER_CA), check=False,
-                        timeout=BOOT_TIMEOUT_S)
-        output = (done.stdout + done.stderr).decode(errors="replace")
-        _check_boot(name, done.returncode, output, demo_dir / "logs" / f"provision-{name}.log")
-        for port in ports[name]:
-            public = box.public_port(port)
-            urls[name, port] = f"http://127.0.0.1:{public}"
-            record.add_endpoint("127.0.0.1", public)
-        say(name)
+    with ThreadPoolExecutor(max_workers=len(fleet.boxes)) as pool:
+        booting = {pool.submit(boot_one, box, ports[box], boot, record, demo_dir, **extra): box
+                   for box in fleet.boxes}
+        for done in as_completed(booting):
+            box = booting[done]
+            urls.update({(box, port): url for port, url in done.result().items()})
+            say(box)
     return urls
 
 

@@ -14,6 +14,7 @@ import json
 import os
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -58,6 +59,8 @@ class Record:
     containers: list[str] = field(default_factory=list)
     endpoints: list[tuple[str, int]] = field(default_factory=list)
     dockerd_pid: int | None = None
+    # Boxes boot in threads of their own, each recording what it starts.
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     @classmethod
     def load(cls, path: Path) -> Record | None:
@@ -72,6 +75,10 @@ class Record:
                    data.get("dockerd_pid"))
 
     def save(self) -> None:
+        with self._lock:
+            self._write()
+
+    def _write(self) -> None:
         data = {"phase": self.phase, "mode": self.mode,
                 "processes": [asdict(entry) for entry in self.processes],
                 "containers": self.containers,
@@ -83,17 +90,20 @@ class Record:
 
     def add_process(self, role: str, pid: int) -> Recorded:
         entry = Recorded(role, pid, start_time(pid) or 0)
-        self.processes.append(entry)
-        self.save()
+        with self._lock:
+            self.processes.append(entry)
+            self._write()
         return entry
 
     def add_container(self, container: str) -> None:
-        self.containers.append(container)
-        self.save()
+        with self._lock:
+            self.containers.append(container)
+            self._write()
 
     def add_endpoint(self, host: str, port: int) -> None:
-        self.endpoints.append((host, port))
-        self.save()
+        with self._lock:
+            self.endpoints.append((host, port))
+            self._write()
 
 
 def spawn(record: Record, role: str, argv: Sequence[str], log_path: Path, *,

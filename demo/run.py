@@ -26,10 +26,9 @@ from rig.dockerd import EngineError, ensure_engine, our_pid, stop_engine
 
 from .boxes import (
     BoxBoot,
+    boot_boxes,
     container_running,
     remove_container,
-    start_container_boxes,
-    start_local_boxes,
     wait_serving,
 )
 from .fleet import template_boxes, template_port, write_credential_files, write_demo_fleet
@@ -192,8 +191,7 @@ def bring_up(folder: Path, record: Record, progress: Progress) -> Summary:
 
     progress.step(2, f"{len(layout.boxes)} boxes boot and pull their assignment")
     boot = BoxBoot(llmao_url, keys.fleet_key, tls.ca_file)
-    starter = start_container_boxes if layout.mode == "container" else start_local_boxes
-    urls = starter(fleet, boot, record, folder, progress.add)
+    urls = boot_boxes(fleet, boot, record, folder, layout.mode == "container", progress.add)
     progress.done()
 
     progress.step(3, "LiteLLM proxy (real, .venv-litellm)")
@@ -240,7 +238,9 @@ def start() -> int:
         record = Record(folder / "pids.json")
         record.save()
         progress = Progress()
-        # SIGTERM during start-up is handled like Ctrl-C: stop everything started so far.
+        # Ctrl-C (even where the shell made a background job ignore it) and SIGTERM during
+        # start-up both stop everything started so far.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         signal.signal(signal.SIGTERM, signal.default_int_handler)
         try:
             summary = bring_up(folder, record, progress)
