@@ -52,8 +52,10 @@ notes:
     C(args), C(legacy) and the recipe's optional numbers), C(llmao_revision) (the hash of the
     assignment the box is told), C(llmao_public_ports) (listen port to public port, where known),
     C(llmao_provider), and C(ansible_host) when the box name is an IP address."
-  - "Group vars of C(llmao_boxes): C(llmao_config_file) and C(llmao_models_file), the absolute
-    paths this inventory was read from, for modules that read the same files."
+  - "Group vars of C(llmao_boxes) and of C(all): C(llmao_config_file) and C(llmao_models_file),
+    the absolute paths this inventory was read from, for modules that read the same files. Set
+    on C(all) too so that a play on the controller (C(hosts: localhost), as
+    C(playbooks/reconcile.yml)) finds them: the implicit localhost reads C(all)'s variables."
   - "C(llmao_provider) is C(local) when C(config.yaml) configures no provider listing (public
     ports equal listen ports) and C(unlisted) otherwise, until the provider listings are read."
   - "With O(cache=true) the cached entry is only used while C(config.yaml) and C(models.yaml)
@@ -261,7 +263,8 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
         inventory = self.inventory
         inventory.add_group(ALL_BOXES)
         for name, value in description["files"].items():
-            inventory.set_variable(ALL_BOXES, name, value)
+            for group in (ALL_BOXES, "all"):
+                inventory.set_variable(group, name, value)
         groups = {}
         provider_groups = {}
         constructing = self._constructing()

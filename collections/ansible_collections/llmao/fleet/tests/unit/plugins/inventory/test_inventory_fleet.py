@@ -126,8 +126,10 @@ def test_configured_provider_leaves_only_seeded_public_ports(write_fleet, base_c
     assert inventory.get_host("pod-abc123").get_vars()["llmao_public_ports"] == {8001: 40001}
 
 
-def test_llmao_boxes_names_the_files_for_modules(fleet: Fleet) -> None:
-    group_vars = populate(fleet).groups["llmao_boxes"].get_vars()
+@pytest.mark.parametrize("group", ["llmao_boxes", "all"])
+def test_the_files_are_named_for_modules(fleet: Fleet, group: str) -> None:
+    """On ``all`` too: a play on the implicit localhost reads only ``all``'s variables."""
+    group_vars = populate(fleet).groups[group].get_vars()
     assert group_vars == {"llmao_config_file": fleet.config_path,
                           "llmao_models_file": fleet.models_path}
 
