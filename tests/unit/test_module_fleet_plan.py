@@ -61,6 +61,7 @@ def test_first_pass_registers_the_healthy_and_says_so(fleet):
     assert "Loading" in qwen_line and qwen_line.endswith("=> unchanged, not in LiteLLM")
     assert "Awaiting" in legacy_line
     assert result["memories"][GEMMA]["state"] == "Healthy"
+    assert {server["provider"] for server in result["servers"]} == {"local"}
     assert result["now"] == NOW
 
 

@@ -96,6 +96,11 @@ servers:
     previous_state:
       description: The state the previous pass recorded, or null.
       type: str
+    provider:
+      description:
+        - The provider whose listing names the box, C(local) for a fleet without listings,
+          C(unlisted) when no listing names it.
+      type: str
     reason:
       description: Why the server is in that state.
       type: str
@@ -238,6 +243,7 @@ def plan_result(plan: Plan, observations: Observations) -> dict[str, Any]:
     for server_plan in plan.servers:
         previous = observations.memories.get(server_plan.id)
         servers.append({**server_plan.summary(),
+                        "provider": observations.listings.provider_of(server_plan.server.box),
                         "previous_state": previous.state.value if previous and previous.state
                         else None})
     orphans = [{"state": "absent", "id": route.id, "model_name": route.model_name,

@@ -1,0 +1,153 @@
+"""``playbooks/reconcile.yml`` on a local fleet: stub vLLM servers on loopback addresses, the
+real ``llmao-server`` and the LiteLLM contract fake. Fast (no containers), so every behaviour
+of the play that does not need a box or LiteLLM itself is checked here; the end-to-end test
+runs the same play against container boxes and the real proxy.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from ansible_collections.llmao.fleet.plugins.module_utils.litellm_client import LiteLLM
+from ansible_collections.llmao.fleet.plugins.module_utils.litellm_routes import PUBLIC_BASE_KEY
+from ansible_collections.llmao.fleet.plugins.module_utils.llmao_admin import LlmaoAdmin
+from rig.boxes import LocalStub, free_port
+from rig.litellm_process import LiteLLMProcess
+from tests.llmao_process import LlmaoServer, start_llmao_server
+from tests.local_fleet import (
+    MODEL,
+    LocalFleet,
+    loopback_boxes,
+    one_model_hosts,
+    start_stubs,
+    stop_stubs,
+)
+from tests.reconcile_run import PlaybookRun, run_reconcile
+
+
+@pytest.fixture
+def local(tmp_path: Path, fake_litellm: LiteLLMProcess, litellm_master_key: str) -> LocalFleet:
+    """Two boxes of one server each: the first serves, the second never starts."""
+    local = LocalFleet(tmp_path / "fleet", one_model_hosts(loopback_boxes(2)))
+    local.write(litellm={"url": fake_litellm.url, "master_key": litellm_master_key},
+                server={"url": f"http://127.0.0.1:{free_port()}",
+                        "state": str(tmp_path / "state.sqlite3")})
+    return local
+
+
+@pytest.fixture
+def serving(local: LocalFleet) -> Iterator[list[LocalStub]]:
+    fleet = local.load()
+    first = next(iter(fleet.assignments))
+    only_first = LocalFleet(local.folder / "first", {first: local.hosts[first]}, salt=local.salt)
+    stubs = start_stubs(only_first.write())
+    yield stubs
+    stop_stubs(stubs)
+
+
+@pytest.fixture
+def server(local: LocalFleet, tmp_path: Path) -> Iterator[LlmaoServer]:
+    port = int(local.load().settings.server_url.rsplit(":", 1)[1])
+    with start_llmao_server(local.config_path, local.models_path, tmp_path, port=port,
+                            workers=1) as running:
+        yield running
+
+
+@pytest.fixture
+def litellm(local: LocalFleet) -> Iterator[LiteLLM]:
+    """The fake as the modules see it; this test's deployments are removed afterwards."""
+    client = LiteLLM.from_settings(local.load().settings)
+    yield client
+    ours = tuple(f"llmao:{box}:" for box in local.hosts) + ("llmao:192.0.2.50:",
+                                                              "hand-made-route")
+    for route in client.routes():
+        if route.id.startswith(ours):
+            client.delete(route.id)
+
+
+def reconcile(local: LocalFleet, *flags: str) -> PlaybookRun:
+    return run_reconcile(local.inventory_path, *flags)
+
+
+def boxes_of(local: LocalFleet) -> tuple[str, str]:
+    first, second = local.hosts
+    return first, second
+
+
+def test_first_pass_registers_the_serving_server_and_the_second_changes_nothing(
+        local, serving, server, litellm):
+    first_box, silent_box = boxes_of(local)
+    first = reconcile(local)
+    assert first.returncode == 0, first.output
+    assert f"{first_box} {MODEL}-8001 ({MODEL}, 8001 -> {first_box}:8001): Healthy: " \
+           f"serving its model with our bearer => register: Healthy, not in LiteLLM" \
+        in first.output
+    assert f"{silent_box} {MODEL}-8001 ({MODEL}, 8001 -> {silent_box}:8001): Awaiting: " \
+        in first.output
+    assert first.changed == 2  # the registration, and the verdicts' new states
+    assert [r.id for r in litellm.routes() if first_box in r.id] == \
+        [f"llmao:{first_box}:8001:{MODEL}-8001"]
+    audit = [json.loads(line) for line in
+             (local.folder / "llmao-audit.jsonl").read_text().splitlines()]
+    assert [(a["action"], a["id"]) for a in audit] == [
+        ("register", f"llmao:{first_box}:8001:{MODEL}-8001")]
+    second = reconcile(local)
+    assert (second.returncode, second.changed) == (0, 0), second.output
+    assert "=> unchanged, in LiteLLM" in second.output
+
+
+def test_check_and_diff_show_the_change_and_make_none(local, serving, server, litellm):
+    first_box, _ = boxes_of(local)
+    checked = reconcile(local, "--check", "--diff")
+    assert checked.returncode == 0, checked.output
+    assert "=> register: Healthy, not in LiteLLM" in checked.output
+    assert f'"api_base": "http://{first_box}:8001/v1"' in checked.output
+    assert '"api_key": "********"' in checked.output
+    assert not any(first_box in route.id for route in litellm.routes())
+    assert not (local.folder / "llmao-audit.jsonl").exists()
+    assert LlmaoAdmin(server.url, local.admin_token).observations().pass_at is None
+
+
+def test_routes_of_no_server_llmao_deletes_its_own_and_reports_the_rest(
+        local, server, litellm):
+    orphan = {"model_name": MODEL,
+              "litellm_params": {"model": f"hosted_vllm/{MODEL}",
+                                 "api_base": "http://192.0.2.50:8001/v1", "api_key": "x"},
+              "model_info": {"id": "llmao:192.0.2.50:8001:gone",
+                             PUBLIC_BASE_KEY: "http://192.0.2.50:8001/v1"}}
+    hand_made = {"model_name": MODEL,
+                 "litellm_params": {"model": f"hosted_vllm/{MODEL}",
+                                    "api_base": "http://192.0.2.60:8001/v1", "api_key": "x"},
+                 "model_info": {"id": "hand-made-route"}}
+    litellm.register(orphan)
+    litellm.register(hand_made)
+    run = reconcile(local)
+    assert run.returncode == 0, run.output
+    assert "llmao:192.0.2.50:8001:gone (stub-model): delete: llmao route matches no " \
+           "intended server" in run.output
+    assert "hand-made-route (stub-model at http://192.0.2.60:8001/v1): route in LiteLLM " \
+           "that matches no intended server (not llmao's: left alone)" in run.output
+    ids = {route.id for route in litellm.routes()}
+    assert "hand-made-route" in ids and "llmao:192.0.2.50:8001:gone" not in ids
+
+
+def test_unreachable_litellm_fails_the_pass_before_any_change(local, serving, server):
+    url = f"http://127.0.0.1:{free_port()}"
+    local.write(litellm={"url": url, "master_key": "sk-unused-master-key-0001"})
+    run = reconcile(local)
+    assert run.returncode != 0 and run.failed == 1
+    assert f"LiteLLM at {url} unreachable" in run.output
+    assert "nothing was changed" in run.output
+    assert "Probe every server" not in run.output
+    assert not (local.folder / "llmao-audit.jsonl").exists()
+
+
+def test_no_secret_in_verbose_output(local, serving, server, litellm):
+    run = reconcile(local, "-vvv", "--diff")
+    assert run.returncode == 0, run.output
+    leaked = [secret for secret in local.secrets() if secret in run.output]
+    assert leaked == []

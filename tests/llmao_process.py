@@ -1,0 +1,92 @@
+"""Run the real ``llmao-server`` for reconcile's tests and benchmark, and stop it by its PID."""
+
+from __future__ import annotations
+
+import os
+import signal
+import ssl
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rig.boxes import free_port
+
+SERVER = Path(sys.executable).with_name("llmao-server")
+START_TIMEOUT_S = 60.0
+STOP_TIMEOUT_S = 30.0
+
+
+@dataclass
+class LlmaoServer:
+    """A running ``llmao-server``: its base URL, log and process."""
+
+    url: str
+    process: subprocess.Popen[bytes]
+    log_path: Path
+    context: ssl.SSLContext | None = field(default=None, repr=False)
+    _stopped: bool = field(default=False, repr=False)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def answers(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"{self.url}/healthz", timeout=2,
+                                        context=self.context) as answer:
+                return answer.status == 200
+        except (urllib.error.URLError, OSError):
+            return False
+
+    def stop(self) -> None:
+        """SIGTERM to its PID (gunicorn stops its workers), SIGKILL if it lingers."""
+        if self._stopped:
+            return
+        self._stopped = True
+        if self.process.poll() is None:
+            os.kill(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                os.kill(self.process.pid, signal.SIGKILL)
+                self.process.wait()
+
+    def __enter__(self) -> LlmaoServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def start_llmao_server(config: Path, models: Path, log_dir: Path, *, host: str = "127.0.0.1",
+                       port: int | None = None, workers: int = 2,
+                       tls: tuple[Path, Path, Path] | None = None) -> LlmaoServer:
+    """Start it on host:port (a free port when None) and wait for ``/healthz``.
+
+    ``tls`` is (CA file, certificate, key): the server serves HTTPS with the pair and this
+    side trusts the CA.
+    """
+    port = port or free_port(host)
+    argv = [str(SERVER), "--config", str(config), "--models", str(models),
+            "--bind", f"{host}:{port}", "--workers", str(workers)]
+    context = None
+    if tls is not None:
+        ca_file, certfile, keyfile = tls
+        argv += ["--certfile", str(certfile), "--keyfile", str(keyfile)]
+        context = ssl.create_default_context(cafile=str(ca_file))
+    log_path = log_dir / f"llmao-server-{port}.log"
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log,
+                                   stderr=subprocess.STDOUT)
+    scheme = "https" if tls else "http"
+    server = LlmaoServer(f"{scheme}://{host}:{port}", process, log_path, context)
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while not server.answers():
+        if process.poll() is not None or time.monotonic() > deadline:
+            server.stop()
+            raise RuntimeError(f"llmao-server did not start; its log:\n{server.log()[-3000:]}")
+        time.sleep(0.1)
+    return server
