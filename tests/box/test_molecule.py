@@ -21,6 +21,7 @@ from ansible_collections.llmao.fleet.plugins.module_utils.fleet import load_flee
 REPO = Path(__file__).resolve().parents[2]
 FLEET_DIR = REPO / "molecule" / "shared" / "fleet"
 SCENARIO_TIMEOUT_S = 600
+FAILURE = re.compile(r"fatal:|FAILED|^E |Error|failed=[1-9]|changed=[1-9].*idempotence")
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -40,8 +41,16 @@ def run_scenario(name: str) -> str:
                           stdin=subprocess.DEVNULL, capture_output=True, text=True,
                           timeout=SCENARIO_TIMEOUT_S, check=False)
     output = done.stdout + done.stderr
-    assert done.returncode == 0, f"molecule test -s {name} failed:\n{output[-6000:]}"
+    assert done.returncode == 0, f"molecule test -s {name} failed:\n{failure_lines(output)}"
     return output
+
+
+def failure_lines(output: str) -> str:
+    """The lines that say what went wrong (the scenario's end is only its clean-up)."""
+    lines = output.splitlines()
+    marked = [i for i, line in enumerate(lines) if FAILURE.search(line)]
+    keep = sorted({j for i in marked for j in range(max(i - 3, 0), min(i + 12, len(lines)))})
+    return "\n".join(lines[j] for j in keep[:300]) or output[-6000:]
 
 
 def assert_no_secret(output: str) -> None:

@@ -11,10 +11,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import time
-import urllib.error
-import urllib.request
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -22,6 +18,13 @@ import testinfra
 
 from ansible_collections.llmao.fleet.plugins.module_utils.fleet import load_fleet
 from ansible_collections.llmao.fleet.plugins.module_utils.intent import IntendedServer
+from tests.box.probes import (
+    COMMAND_LINES,
+    answers_health,
+    assert_no_bearer_on_command_lines,
+    assert_serves,
+    wait_for,
+)
 
 FLEET_DIR = Path(__file__).resolve().parents[2] / "shared" / "fleet"
 FLEET = load_fleet(str(FLEET_DIR / "config.yaml"), str(FLEET_DIR / "models.yaml"))
@@ -29,7 +32,6 @@ BOXES = ("llmao-molecule-a", "llmao-molecule-b")
 SERVERS = [server for box in BOXES for server in FLEET.assignment(box).servers]
 CONF_DIR = "/etc/supervisor/conf.d"
 RECORD = "/data/llmao/applied.json"
-WAIT_S = 40.0
 
 by_server = pytest.mark.parametrize("server", SERVERS, ids=lambda s: f"{s.box}:{s.name}")
 by_box = pytest.mark.parametrize("box", BOXES)
@@ -43,14 +45,6 @@ def hosts() -> dict[str, testinfra.host.Host]:
             for box in BOXES}
 
 
-def wait_for(what: str, check: Callable[[], bool], timeout: float = WAIT_S) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            pytest.fail(f"{what}: not within {timeout:g} s")
-        time.sleep(0.5)
-
-
 def published(box: str, listen_port: int) -> tuple[str, int]:
     """The (address, port) the engine published a box's listen port on."""
     out = subprocess.run(["docker", "port", box, f"{listen_port}/tcp"], capture_output=True,
@@ -59,23 +53,9 @@ def published(box: str, listen_port: int) -> tuple[str, int]:
     return address, int(port)
 
 
-def get(server: IntendedServer, path: str, bearer: str | None = None) -> tuple[int, bytes]:
+def base_url(server: IntendedServer) -> str:
     address, port = published(server.box, server.listen_port)
-    request = urllib.request.Request(f"http://{address}:{port}{path}")
-    if bearer is not None:
-        request.add_header("Authorization", f"Bearer {bearer}")
-    try:
-        with urllib.request.urlopen(request, timeout=5) as answer:
-            return answer.status, answer.read()
-    except urllib.error.HTTPError as answer:
-        return answer.code, answer.read()
-
-
-def answers_health(server: IntendedServer) -> bool:
-    try:
-        return get(server, "/health")[0] == 200
-    except OSError:
-        return False
+    return f"http://{address}:{port}"
 
 
 def program_state(host: testinfra.host.Host, name: str) -> str:
@@ -91,21 +71,13 @@ def test_every_program_runs(hosts, server):
 
 
 @by_server
-def test_listen_port_is_published_on_loopback_only_and_answers_health(server):
-    address, _ = published(server.box, server.listen_port)
-    assert address == "127.0.0.1"
-    wait_for(f"{server.name} /health", lambda: answers_health(server))
+def test_listen_port_is_published_on_loopback_only(server):
+    assert published(server.box, server.listen_port)[0] == "127.0.0.1"
 
 
 @by_server
-def test_models_need_the_bearer_and_list_the_served_name(server):
-    status, _ = get(server, "/v1/models")
-    assert status == 401
-    status, _ = get(server, "/v1/models", bearer="sk-vllm-not-the-key")
-    assert status == 401
-    status, body = get(server, "/v1/models", bearer=server.api_key)
-    assert status == 200
-    assert [model["id"] for model in json.loads(body)["data"]] == [server.served_model_name]
+def test_health_answers_and_models_need_the_bearer(server):
+    assert_serves(base_url(server), server.api_key, server.served_model_name)
 
 
 @by_server
@@ -118,14 +90,8 @@ def test_program_files_are_private(hosts, server):
 
 @by_box
 def test_no_bearer_on_any_command_line(hosts, box):
-    """Read every command line back to the controller; grepping on the box would put the
-    bearer on grep's own command line."""
-    listing = hosts[box].check_output(
-        "for f in /proc/[0-9]*/cmdline; do tr '\\000' ' ' < $f; echo; done")
-    servers = FLEET.assignment(box).servers
-    for server in servers:
-        assert f"--port {server.listen_port}" in listing, "the vLLM process is not running"
-        assert server.api_key not in listing
+    assert_no_bearer_on_command_lines(hosts[box].check_output(COMMAND_LINES),
+                                      FLEET.assignment(box).servers)
 
 
 @by_box
@@ -145,4 +111,5 @@ def test_supervisor_restarts_a_killed_vllm(hosts, server):
     host.run_expect([0], f"kill -9 {before}")
     wait_for(f"{server.name} restarted", lambda: host.run(
         f"supervisorctl pid {server.name}").stdout.strip() not in ("", "0", before))
-    wait_for(f"{server.name} /health after the restart", lambda: answers_health(server))
+    wait_for(f"{server.name} /health after the restart",
+             lambda: answers_health(base_url(server)))
