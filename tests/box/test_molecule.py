@@ -20,6 +20,7 @@ from ansible_collections.llmao.fleet.plugins.module_utils.fleet import load_flee
 
 REPO = Path(__file__).resolve().parents[2]
 FLEET_DIR = REPO / "molecule" / "shared" / "fleet"
+BASE_CONFIG = REPO / ".config" / "molecule" / "config.yml"
 SCENARIO_TIMEOUT_S = 600
 FAILURE = re.compile(r"fatal:|FAILED|^E |Error|failed=[1-9]|changed=[1-9].*idempotence")
 
@@ -33,13 +34,13 @@ def fleet_secrets() -> list[str]:
 
 
 def run_scenario(name: str) -> str:
-    """``molecule test -s NAME``; its whole output, or a failure that shows the end of it."""
+    """``molecule test -s NAME``; its whole output, or a failure that shows what went wrong."""
     env = {**os.environ,
            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
            "NO_COLOR": "1", "PY_COLORS": "0", "ANSIBLE_FORCE_COLOR": "0"}
-    done = subprocess.run(["molecule", "test", "-s", name], cwd=REPO, env=env,
-                          stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                          timeout=SCENARIO_TIMEOUT_S, check=False)
+    done = subprocess.run(["molecule", "--base-config", str(BASE_CONFIG), "test", "-s", name],
+                          cwd=REPO, env=env, stdin=subprocess.DEVNULL, capture_output=True,
+                          text=True, timeout=SCENARIO_TIMEOUT_S, check=False)
     output = done.stdout + done.stderr
     assert done.returncode == 0, f"molecule test -s {name} failed:\n{failure_lines(output)}"
     return output

@@ -178,8 +178,11 @@ def test_no_secret_in_the_server_log_or_what_the_boxes_said(pulled):
 def test_push_and_pull_leave_byte_identical_programs(pulled, box_factory, provision):
     name = "pull-box-a"
     pushed = box_factory(name)
-    run = provision(pulled.fleet, {name: pushed})
-    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
+    run = provision(pulled.fleet, {name: pushed}, "-vvv")
+    said = run.stdout + run.stderr
+    for secret in pulled.fleet.secrets():
+        assert secret not in said, "a secret reached ansible-playbook -vvv's output"
+    assert run.returncode == 0, said[-4000:]
     secrets = pulled.fleet.secrets()
     pulled_programs = programs_on(pulled.boxes[name], secrets)
     assert sorted(pulled_programs) == ["llmao-tiny-chat.conf", "llmao-tiny-code.conf"]
