@@ -9,45 +9,16 @@ refused.
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable
 
 import pytest
-from playwright.sync_api import Locator, Page, expect
+from playwright.sync_api import Page, expect
 
+from tests.dashboard.browsing import log_in, reload_until, server_rows, stranger
 from tests.dashboard.live_server import LiveServer
-from tests.server.fleet_pair import ADMIN_TOKEN, KNOWN, UNKNOWN
+from tests.server.fleet_pair import KNOWN, UNKNOWN
 
 pytestmark = pytest.mark.browser
-
-RECORDED_WITHIN_S = 5.0
-
-
-def log_in(page: Page, server: LiveServer, name: str = "alice") -> None:
-    page.goto(f"{server.url}/fleet")
-    expect(page).to_have_url(f"{server.url}/login")
-    page.get_by_label("Your name").fill(name)
-    page.get_by_label("Admin token").fill(ADMIN_TOKEN)
-    page.get_by_role("button", name="Log in").click()
-    expect(page).to_have_url(f"{server.url}/fleet")
-
-
-def reload_until(page: Page, locator: Locator, seconds: float = RECORDED_WITHIN_S) -> None:
-    """Reload until ``locator`` shows: fetches reach the shared store within about a second."""
-    deadline = time.monotonic() + seconds
-    while locator.count() == 0 and time.monotonic() < deadline:
-        time.sleep(0.25)
-        page.reload()
-    expect(locator.first).to_be_visible()
-
-
-def stranger(page: Page, box: str) -> Locator:
-    return page.locator(f'tr.stranger[data-box="{box}"]')
-
-
-def server_rows(page: Page, box: str) -> Locator:
-    return page.locator(f'tr.server[data-box="{box}"]')
-
 
 def test_an_admin_approves_a_new_box_and_its_next_fetch_gets_the_models(
         live_servers: Callable[..., LiveServer], new_page: Callable[[], Page]) -> None:
@@ -72,7 +43,7 @@ def test_an_admin_approves_a_new_box_and_its_next_fetch_gets_the_models(
         [("qwen", 8001), ("gemma", 8002)]
 
     loading = server_rows(page, UNKNOWN).filter(has_text="Loading")
-    reload_until(page, loading.filter(has_text="fetched its config"))
+    reload_until(page, loading)
     expect(server_rows(page, UNKNOWN)).to_have_count(2)
     expect(loading).to_have_count(2)
     expect(stranger(page, UNKNOWN)).to_have_count(0)

@@ -22,8 +22,8 @@ from playwright.sync_api import Page, expect
 from ansible_collections.llmao.fleet.plugins.module_utils.fleet import load_fleet
 from llmao_server.store import open_store
 from tests.dashboard import mixed_fleet
+from tests.dashboard.browsing import log_in
 from tests.dashboard.live_server import LiveServer
-from tests.dashboard.test_browser import log_in
 from tests.server.fleet_pair import UNKNOWN, write_pair
 
 pytestmark = pytest.mark.browser

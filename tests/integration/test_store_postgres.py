@@ -11,13 +11,7 @@ database behave as one server for boxes (the dashboard's side of it is in
 from __future__ import annotations
 
 import multiprocessing
-import os
-import signal
-import subprocess
-import sys
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -28,9 +22,8 @@ from llmao_server.store import Approval, StoreError, UnknownBox, open_store
 from llmao_server.store.postgres import PostgresStore, shown_url
 from rig.boxes import free_port
 from rig.postgres import PostgresCluster, session_cluster
-from tests.server.fleet_pair import KNOWN, SECRETS, UNKNOWN, box_headers, write_pair
-
-SERVER = Path(sys.executable).with_name("llmao-server")
+from tests.dashboard.live_server import LiveServer, start_server
+from tests.server.fleet_pair import KNOWN, SECRETS, UNKNOWN, write_pair
 
 
 @pytest.fixture
@@ -111,60 +104,21 @@ def test_a_connection_the_database_dropped_is_replaced(cluster: PostgresCluster,
 # ------------------------------------------------------- two llmao-server instances
 
 
-def start_instance(tmp_path: Path, name: str, database: str) -> tuple[subprocess.Popen, int]:
-    """One ``llmao-server`` (two workers) on its own port, state in ``database``."""
-    config_path, models_path = write_pair(tmp_path / name)
-    port = free_port()
-    log = open(tmp_path / f"{name}.log", "wb")  # noqa: SIM115 - closed by the caller's process
-    environment = {**os.environ, "HOME": str(tmp_path / "home")}
-    process = subprocess.Popen(
-        [str(SERVER), "--config", config_path, "--models", models_path,
-         "--bind", f"127.0.0.1:{port}", "--workers", "2", "--state", database],
-        stdout=log, stderr=subprocess.STDOUT, env=environment)
-    log.close()
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2):
-                return process, port
-        except OSError:
-            if process.poll() is not None or time.monotonic() > deadline:
-                stop(process)
-                pytest.fail((tmp_path / f"{name}.log").read_text())
-            time.sleep(0.1)
-
-
-def stop(process: subprocess.Popen) -> None:
-    if process.poll() is None:
-        os.kill(process.pid, signal.SIGTERM)
-        process.wait(30)
-
-
 @pytest.fixture
-def two_instances(tmp_path: Path, database: str) -> Iterator[tuple[int, int]]:
-    first, first_port = start_instance(tmp_path, "one", database)
+def two_instances(tmp_path: Path, database: str) -> Iterator[tuple[LiveServer, LiveServer]]:
+    """Two ``llmao-server`` processes (two workers each) on one database."""
+    started: list[LiveServer] = []
     try:
-        second, second_port = start_instance(tmp_path, "two", database)
-    except BaseException:
-        stop(first)
-        raise
-    yield first_port, second_port
-    stop(first)
-    stop(second)
-    for name in ("one", "two"):
-        log = (tmp_path / f"{name}.log").read_text(errors="replace")
-        assert not [secret for secret in SECRETS if secret in log]
-        assert urlsplit(database).password not in log
-
-
-def fetch(port: int, host: str) -> int:
-    request = urllib.request.Request(f"http://127.0.0.1:{port}/vllm/config",
-                                     headers=box_headers(host=host))
-    try:
-        with urllib.request.urlopen(request, timeout=10) as answer:
-            return answer.status
-    except urllib.error.HTTPError as refused:
-        return refused.code
+        for name in ("one", "two"):
+            config_path, models_path = write_pair(tmp_path / name)
+            started.append(start_server(tmp_path, name, config_path, models_path, database))
+        yield started[0], started[1]
+    finally:
+        for server in started:
+            server.stop()
+    for server in started:
+        assert not [secret for secret in SECRETS if secret in server.log()]
+        assert urlsplit(database).password not in server.log()
 
 
 def wait_for(check: Callable[[], bool], seconds: float = 5.0) -> bool:
@@ -177,18 +131,18 @@ def wait_for(check: Callable[[], bool], seconds: float = 5.0) -> bool:
 
 
 @pytest.mark.slow
-def test_two_instances_on_one_database_serve_as_one(two_instances: tuple[int, int],
-                                                    database: str) -> None:
+def test_two_instances_on_one_database_serve_as_one(
+        two_instances: tuple[LiveServer, LiveServer], database: str) -> None:
     first, second = two_instances
-    assert fetch(first, KNOWN) == 200
-    assert fetch(second, UNKNOWN) == 404
+    assert first.fetch_config(KNOWN)[0] == 200
+    assert second.fetch_config(UNKNOWN)[0] == 404
     store = open_store(database)
     try:
         assert wait_for(lambda: KNOWN in store.fetch_times()
                         and [u.name for u in store.unknown_boxes()] == [UNKNOWN])
         # An approval in the shared store is honoured by both instances.
         store.approve(Approval(UNKNOWN, ("qwen", "gemma"), "alice", time.time()))
-        assert fetch(first, UNKNOWN) == 200
-        assert fetch(second, UNKNOWN) == 200
+        assert first.fetch_config(UNKNOWN)[0] == 200
+        assert second.fetch_config(UNKNOWN)[0] == 200
     finally:
         store.close()
