@@ -77,7 +77,7 @@ class Progress:
 @contextmanager
 def locked(folder: Path) -> Iterator[None]:
     """One `demo` or `demo stop` at a time: a second one waits, then finds the work done."""
-    folder.mkdir(parents=True, exist_ok=True)
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)  # it holds the run's secrets
     with open(folder / LOCK_NAME, "a") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:

@@ -146,6 +146,8 @@ def test_demo_starts_answers_a_chat_and_stops_without_a_trace(demo_env):
             record["processes"]
 
         wait_for_loop_pass(folder / "logs" / "reconcile.log", passes=2)
+        running = processes_mentioning(str(folder))
+        assert len(running) >= 10, "the vLLM stubs, supervisords, servers and loop are seen"
     finally:
         stopped = demo(demo_env, "stop")
         outputs.append(stopped.stdout + stopped.stderr)
