@@ -10,7 +10,7 @@ show when reconcile has not spoken yet, and what to do about each problem.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 from ansible_collections.llmao.fleet.plugins.module_utils.config_file import LISTEN_PORTS
@@ -152,7 +152,8 @@ class Page:
 
     def table(self) -> list[dict[str, Any]]:
         """The table's data as plain JSON values (the benchmark's baseline)."""
-        return [asdict(row) for _, rows in self.groups for row in rows]
+        return [{**vars(row), "last_fetch": vars(row.last_fetch)}
+                for _, rows in self.groups for row in rows]
 
 
 def age(now: float, at: float | None, never: str = "never") -> Age:
@@ -242,13 +243,13 @@ def group_rows(rows: Iterable[Row]) -> tuple[tuple[str, tuple[Row, ...]], ...]:
 
 
 def state_problems(rows: Sequence[Row]) -> list[Problem]:
-    problems = []
-    for state, advice in PROBLEM_STATES.items():
-        entries = tuple((f"{row.box} {row.name} :{row.listen_port}", row.reason)
-                        for row in rows if row.state == state.value)
-        if entries:
-            problems.append(Problem(state.value.lower(), state.value, advice, entries))
-    return problems
+    """One problem per troubled state, its servers in table order."""
+    troubled: dict[str, list[tuple[str, str]]] = {state.value: [] for state in PROBLEM_STATES}
+    for row in rows:
+        if row.state in troubled:
+            troubled[row.state].append((f"{row.box} {row.name} :{row.listen_port}", row.reason))
+    return [Problem(state.value.lower(), state.value, advice, tuple(troubled[state.value]))
+            for state, advice in PROBLEM_STATES.items() if troubled[state.value]]
 
 
 def revision_problem(served: Served, applied_revisions: Mapping[str, str]) -> Problem | None:
