@@ -23,7 +23,7 @@ import sys
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from rig import REPO_ROOT
@@ -32,7 +32,7 @@ from rig.boxes import start_box
 from rig.dockerd import docker
 
 from .fleet import DemoFleet
-from .paths import shown
+from .paths import shown, venv_tool
 from .processes import Record, spawn
 from .web import answers
 
@@ -61,7 +61,7 @@ class BoxBoot:
     """What every box is told at boot: where llmao is, the fleet key, the CA to trust."""
 
     llmao_url: str
-    fleet_key: str
+    fleet_key: str = field(repr=False)
     ca_file: Path
 
     def environment(self, box: str, ca_path: str) -> dict[str, str]:
@@ -74,19 +74,10 @@ def _check_boot(box: str, returncode: int, output: str, log_path: Path) -> None:
     if returncode != 0:
         tail = "\n".join(output.splitlines()[-8:])
         raise BootError(f"box {box}: provision.sh exited with {returncode} "
-                        f"(log {shown(log_path)}):\n"
-                        f"{tail}")
+                        f"(log {shown(log_path)}):\n{tail}")
 
 
 # --------------------------------------------------------------------------- local boxes
-
-
-def venv_tool(name: str) -> Path:
-    """A console script of the environment the demo runs in (supervisord, llmao-server, ...)."""
-    tool = Path(sys.executable).with_name(name)
-    if not tool.exists():
-        raise BootError(f"{tool} is missing: run `make setup` (the demo runs from .venv)")
-    return tool
 
 
 def _wrapper(exports: Mapping[str, str], argv: list[str]) -> str:

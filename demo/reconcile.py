@@ -17,7 +17,7 @@ from pathlib import Path
 
 from rig import REPO_ROOT
 
-from .boxes import venv_tool
+from .paths import venv_tool
 from .processes import Record, spawn
 
 PLAYBOOK = REPO_ROOT / "playbooks" / "reconcile.yml"

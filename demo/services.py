@@ -17,9 +17,8 @@ from rig import REPO_ROOT
 from rig.boxes import free_port
 from rig.litellm_process import READY_TIMEOUT_S, LiteLLMProcess, command_for, wait_ready
 
-from .boxes import venv_tool
 from .fleet import DemoFleet
-from .paths import shown
+from .paths import shown, venv_tool
 from .processes import Record, spawn
 from .tls import DemoTls
 from .web import answers, call
