@@ -145,7 +145,7 @@ def boot_local_box(box: str, ports: list[int], boot: BoxBoot, record: Record,
     servers answer on the box's own address (public = listen)."""
     folder, logs = demo_dir / "boxes" / box, demo_dir / "logs"
     write_local_box(folder, box)
-    base_env = {"PATH": box_path(folder), "HOME": os.environ.get("HOME", "/root"),
+    base_env = {"PATH": box_path(folder), "HOME": os.environ.get("HOME", str(folder)),
                 "LANG": "C.UTF-8"}
     spawn(record, f"supervisord {box}", [str(folder / "bin" / "supervisord"), "-n"],
           logs / f"supervisord-{box}.log", env=base_env, cwd=folder)
