@@ -20,7 +20,7 @@ from tests.server.fleet_pair import KNOWN, UNKNOWN
 
 pytestmark = pytest.mark.browser
 
-def test_an_admin_approves_a_new_box_and_its_next_fetch_gets_the_models(
+def test_an_admin_approves_a_new_box_and_its_next_fetch_gets_the_models_until_a_restart(
         live_servers: Callable[..., LiveServer], new_page: Callable[[], Page]) -> None:
     server = live_servers()
     page = new_page()
@@ -48,6 +48,11 @@ def test_an_admin_approves_a_new_box_and_its_next_fetch_gets_the_models(
     expect(loading).to_have_count(2)
     expect(stranger(page, UNKNOWN)).to_have_count(0)
     assert "admin action=approve outcome=ok who='alice'" in server.log()
+
+    # The approval lasts until the server restarts.
+    server.stop()
+    restarted = live_servers("restarted")
+    assert restarted.fetch_config(UNKNOWN)[0] == 404
 
 
 def test_the_filter_box_narrows_the_table_as_you_type(
