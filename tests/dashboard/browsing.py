@@ -6,13 +6,13 @@ import time
 
 from playwright.sync_api import Locator, Page, expect
 
-from tests.dashboard.live_server import LiveServer
+from tests.llmao_process import LlmaoServer
 from tests.server.fleet_pair import ADMIN_TOKEN
 
 RECORDED_WITHIN_S = 5.0
 
 
-def log_in(page: Page, server: LiveServer, name: str = "alice") -> None:
+def log_in(page: Page, server: LlmaoServer, name: str = "alice") -> None:
     page.goto(f"{server.url}/fleet")
     expect(page).to_have_url(f"{server.url}/login")
     page.get_by_label("Your name").fill(name)

@@ -17,7 +17,8 @@ from flask.testing import FlaskClient
 from playwright.sync_api import Browser, BrowserContext, Page, sync_playwright
 
 from llmao_server.app import create_app
-from tests.dashboard.live_server import LiveServer, start_server
+from tests.dashboard.live_server import start_server
+from tests.llmao_process import LlmaoServer
 from tests.server.fleet_pair import SECRETS, write_pair
 
 
@@ -92,15 +93,14 @@ def new_page(chromium: Browser) -> Iterator[Callable[[], Page]]:
 
 
 @pytest.fixture
-def live_servers(tmp_path: Path) -> Iterator[Callable[..., LiveServer]]:
+def live_servers(tmp_path: Path) -> Iterator[Callable[..., LlmaoServer]]:
     """live_servers(name, config_document=None, state=None): real llmao-server processes,
     stopped at the end; their logs must hold no secret."""
-    started: list[LiveServer] = []
+    started: list[LlmaoServer] = []
 
     def start(name: str = "llmao", config_document: dict[str, Any] | None = None,
-              state: str | None = None) -> LiveServer:
-        config_path, models_path = write_pair(tmp_path / name, config_document)
-        server = start_server(tmp_path, name, config_path, models_path,
+              state: str | None = None) -> LlmaoServer:
+        server = start_server(tmp_path, name, config_document,
                               state or str(tmp_path / "state.sqlite3"))
         started.append(server)
         return server

@@ -1,10 +1,10 @@
 """A fleet in every kind of weather, for the dashboard's screenshot.
 
-The verdicts are not written by hand: the core's own ``plan_pass`` classifies
-probes that describe each situation (serving, loading, silent past the grace,
-401 to our bearer, gone from the listings), and ``verdicts_document`` shapes
-them as reconcile posts them. Each verdict also names the provider whose
-listing holds the box, which is how the page groups rows.
+The verdicts are not written by hand: reconcile's own planning step
+(``llmao.fleet.fleet_plan``) classifies probes that describe each situation
+(serving, loading, silent past the grace, 401 to our bearer, gone from the
+listings) against Vast and RunPod listings, and ``verdicts_document`` shapes
+the result exactly as reconcile posts it to llmao.
 """
 
 from __future__ import annotations
@@ -22,11 +22,9 @@ from ansible_collections.llmao.fleet.plugins.module_utils.listings import (
 )
 from ansible_collections.llmao.fleet.plugins.module_utils.litellm_routes import Route
 from ansible_collections.llmao.fleet.plugins.module_utils.llmao_admin import verdicts_document
-from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_plan import (
-    memory_record,
-    plan_pass,
-    server_key,
-)
+from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_plan import server_key
+from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_records import Observations
+from ansible_collections.llmao.fleet.plugins.modules.fleet_plan import make_plan, plan_result
 from llmao_server.store import AppliedReport, ReconcilePass, StateStore, UnknownBox
 from tests.server.fleet_pair import CONFIG, LEGACY, UNKNOWN
 
@@ -94,11 +92,9 @@ def seed(store: StateStore, fleet: Fleet, now: float) -> None:
             routes.append(Route(server_key(server), server.model_name, endpoint.base_url,
                                 endpoint.base_url))
     applied = {box: report.revision for box, report in store.applied_reports().items()}
-    plan = plan_pass(fleet, now, fetches, {}, listed, probes, routes, applied)
-    summaries = [{**server_plan.summary(), "provider": listed.provider_of(server_plan.server.box)}
-                 for server_plan in plan.servers]
-    document = verdicts_document(now, summaries,
-                                 {key: memory_record(m) for key, m in plan.memories.items()},
-                                 list(plan.drift))
+    observations = Observations(now, fetches, applied, {}, listed, tuple(routes))
+    result = plan_result(make_plan(fleet, observations, probes), observations)
+    document = verdicts_document(result["now"], result["servers"], result["memories"],
+                                 result["drift"])
     store.record_pass(ReconcilePass(document["pass_at"], document["verdicts"],
                                     tuple(document["drift"]), now))

@@ -15,17 +15,18 @@ import pytest
 from playwright.sync_api import Page, expect
 
 from tests.dashboard.browsing import log_in, reload_until, server_rows, stranger
-from tests.dashboard.live_server import LiveServer
+from tests.dashboard.live_server import fetch_config
+from tests.llmao_process import LlmaoServer
 from tests.server.fleet_pair import KNOWN, UNKNOWN
 
 pytestmark = pytest.mark.browser
 
 def test_an_admin_approves_a_new_box_and_its_next_fetch_gets_the_models_until_a_restart(
-        live_servers: Callable[..., LiveServer], new_page: Callable[[], Page]) -> None:
+        live_servers: Callable[..., LlmaoServer], new_page: Callable[[], Page]) -> None:
     server = live_servers()
     page = new_page()
     log_in(page, server)
-    assert [server.fetch_config(UNKNOWN)[0] for _ in range(2)] == [404, 404]
+    assert [fetch_config(server, UNKNOWN)[0] for _ in range(2)] == [404, 404]
 
     reload_until(page, stranger(page, UNKNOWN))
     row = stranger(page, UNKNOWN)
@@ -37,7 +38,7 @@ def test_an_admin_approves_a_new_box_and_its_next_fetch_gets_the_models_until_a_
     expect(page.locator(".flash.info")).to_contain_text(
         f"Approved {UNKNOWN}: qwen on 8001, gemma on 8002")
 
-    status, body = server.fetch_config(UNKNOWN)
+    status, body = fetch_config(server, UNKNOWN)
     assert status == 200
     assert [(s["name"], s["port"]) for s in json.loads(body)["servers"]] == \
         [("qwen", 8001), ("gemma", 8002)]
@@ -52,11 +53,11 @@ def test_an_admin_approves_a_new_box_and_its_next_fetch_gets_the_models_until_a_
     # The approval lasts until the server restarts.
     server.stop()
     restarted = live_servers("restarted")
-    assert restarted.fetch_config(UNKNOWN)[0] == 404
+    assert fetch_config(restarted, UNKNOWN)[0] == 404
 
 
 def test_the_filter_box_narrows_the_table_as_you_type(
-        live_servers: Callable[..., LiveServer], new_page: Callable[[], Page]) -> None:
+        live_servers: Callable[..., LlmaoServer], new_page: Callable[[], Page]) -> None:
     server = live_servers()
     page = new_page()
     log_in(page, server)
@@ -71,11 +72,11 @@ def test_the_filter_box_narrows_the_table_as_you_type(
 
 
 def test_a_form_posted_without_its_csrf_token_is_refused(
-        live_servers: Callable[..., LiveServer], new_page: Callable[[], Page]) -> None:
+        live_servers: Callable[..., LlmaoServer], new_page: Callable[[], Page]) -> None:
     server = live_servers()
     page = new_page()
     log_in(page, server)
-    server.fetch_config(UNKNOWN)
+    fetch_config(server, UNKNOWN)
     reload_until(page, stranger(page, UNKNOWN))
     row = stranger(page, UNKNOWN)
     row.locator('input[name="csrf_token"]').evaluate("field => field.remove()")
@@ -84,11 +85,11 @@ def test_a_form_posted_without_its_csrf_token_is_refused(
         row.get_by_role("button", name="Approve").click()
     assert answer.value.status == 403
     expect(page.locator("main")).to_contain_text("CSRF token is missing")
-    assert server.fetch_config(UNKNOWN)[0] == 404
+    assert fetch_config(server, UNKNOWN)[0] == 404
 
 
 def test_logged_out_the_page_and_every_action_are_refused(
-        live_servers: Callable[..., LiveServer], new_page: Callable[[], Page]) -> None:
+        live_servers: Callable[..., LlmaoServer], new_page: Callable[[], Page]) -> None:
     server = live_servers()
     page = new_page()
     log_in(page, server)
@@ -105,4 +106,4 @@ def test_logged_out_the_page_and_every_action_are_refused(
                            ("/logout", {})):
             answer = current.request.post(f"{server.url}{path}", form=form)
             assert answer.status == 403, path
-    assert server.fetch_config(UNKNOWN)[0] == 404
+    assert fetch_config(server, UNKNOWN)[0] == 404

@@ -23,7 +23,7 @@ from ansible_collections.llmao.fleet.plugins.module_utils.fleet import load_flee
 from llmao_server.store import open_store
 from tests.dashboard import mixed_fleet
 from tests.dashboard.browsing import log_in
-from tests.dashboard.live_server import LiveServer
+from tests.llmao_process import LlmaoServer
 from tests.server.fleet_pair import UNKNOWN, write_pair
 
 pytestmark = pytest.mark.browser
@@ -35,7 +35,7 @@ def png_size(path: Path) -> tuple[int, int]:
     return struct.unpack(">II", header[16:24])
 
 
-def test_a_mixed_fleet_is_readable_at_a_glance(live_servers: Callable[..., LiveServer],
+def test_a_mixed_fleet_is_readable_at_a_glance(live_servers: Callable[..., LlmaoServer],
                                                new_page: Callable[[], Page],
                                                tmp_path: Path) -> None:
     document = mixed_fleet.config_document()

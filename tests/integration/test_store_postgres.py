@@ -22,8 +22,9 @@ from llmao_server.store import Approval, StoreError, UnknownBox, open_store
 from llmao_server.store.postgres import PostgresStore, shown_url
 from rig.boxes import free_port
 from rig.postgres import PostgresCluster, session_cluster
-from tests.dashboard.live_server import LiveServer, start_server
-from tests.server.fleet_pair import KNOWN, SECRETS, UNKNOWN, write_pair
+from tests.dashboard.live_server import fetch_config, start_server
+from tests.llmao_process import LlmaoServer
+from tests.server.fleet_pair import KNOWN, SECRETS, UNKNOWN
 
 
 @pytest.fixture
@@ -105,13 +106,12 @@ def test_a_connection_the_database_dropped_is_replaced(cluster: PostgresCluster,
 
 
 @pytest.fixture
-def two_instances(tmp_path: Path, database: str) -> Iterator[tuple[LiveServer, LiveServer]]:
+def two_instances(tmp_path: Path, database: str) -> Iterator[tuple[LlmaoServer, LlmaoServer]]:
     """Two ``llmao-server`` processes (two workers each) on one database."""
-    started: list[LiveServer] = []
+    started: list[LlmaoServer] = []
     try:
         for name in ("one", "two"):
-            config_path, models_path = write_pair(tmp_path / name)
-            started.append(start_server(tmp_path, name, config_path, models_path, database))
+            started.append(start_server(tmp_path, name, None, database))
         yield started[0], started[1]
     finally:
         for server in started:
@@ -132,17 +132,17 @@ def wait_for(check: Callable[[], bool], seconds: float = 5.0) -> bool:
 
 @pytest.mark.slow
 def test_two_instances_on_one_database_serve_as_one(
-        two_instances: tuple[LiveServer, LiveServer], database: str) -> None:
+        two_instances: tuple[LlmaoServer, LlmaoServer], database: str) -> None:
     first, second = two_instances
-    assert first.fetch_config(KNOWN)[0] == 200
-    assert second.fetch_config(UNKNOWN)[0] == 404
+    assert fetch_config(first, KNOWN)[0] == 200
+    assert fetch_config(second, UNKNOWN)[0] == 404
     store = open_store(database)
     try:
         assert wait_for(lambda: KNOWN in store.fetch_times()
                         and [u.name for u in store.unknown_boxes()] == [UNKNOWN])
         # An approval in the shared store is honoured by both instances.
         store.approve(Approval(UNKNOWN, ("qwen", "gemma"), "alice", time.time()))
-        assert first.fetch_config(UNKNOWN)[0] == 200
-        assert second.fetch_config(UNKNOWN)[0] == 200
+        assert fetch_config(first, UNKNOWN)[0] == 200
+        assert fetch_config(second, UNKNOWN)[0] == 200
     finally:
         store.close()
