@@ -20,7 +20,7 @@ from ansible_collections.llmao.fleet.plugins.module_utils.intent import (
     IntendedServer,
 )
 from ansible_collections.llmao.fleet.plugins.module_utils.lifecycle import State
-from ansible_collections.llmao.fleet.plugins.module_utils.litellm_routes import deployment_id
+from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_plan import server_key
 
 from ..store import Approval, UnknownBox
 
@@ -47,9 +47,6 @@ PROBLEM_STATES = {
                     "is probably gone, and the fleet.hosts row outlives it. Remove the row "
                     "(llmao never retires one by itself).",
 }
-UNKNOWN_ADVICE = ("Presented the fleet key but is not in fleet.hosts. If you expect it, pick "
-                  "its models and approve it (until the server restarts), or add it to "
-                  "fleet.hosts. If you do not, the fleet key may have leaked: rotate fleet.key.")
 REVISION_ADVICE = ("The box runs an older assignment than config says. Re-run install_set.py on "
                    "it, or ansible-playbook playbooks/provision.yml --limit <box>; vLLM restarts "
                    "with the new recipe.")
@@ -212,7 +209,7 @@ def intended(fleet: Fleet, approvals: Iterable[Approval]) -> Served:
 
 def build_row(fleet: Fleet, server: IntendedServer, assignment: BoxAssignment,
               approval: Approval | None, observed: Observed, now: float) -> Row:
-    verdict = observed.verdicts.get(deployment_id(server.box, server.listen_port, server.name))
+    verdict = observed.verdicts.get(server_key(server))
     fetched_at = observed.fetch_times.get(server.box)
     if verdict:
         state, reason = str(verdict.get("state")), str(verdict.get("reason") or "")
@@ -243,7 +240,7 @@ def group_rows(rows: Iterable[Row]) -> tuple[tuple[str, tuple[Row, ...]], ...]:
 
 
 def state_problems(rows: Sequence[Row]) -> list[Problem]:
-    """One problem per troubled state, its servers in table order."""
+    """One problem per troubled state, its servers in fleet order."""
     troubled: dict[str, list[tuple[str, str]]] = {state.value: [] for state in PROBLEM_STATES}
     for row in rows:
         if row.state in troubled:
