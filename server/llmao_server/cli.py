@@ -38,7 +38,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--certfile", help="TLS certificate chain (PEM)")
     parser.add_argument("--keyfile", help="TLS private key (PEM)")
     parser.add_argument("--state", metavar="PATH_OR_URL",
-                        help="state store: a SQLite file, overriding server.state")
+                        help="state store: a SQLite file or a postgresql:// URL, "
+                             "overriding server.state")
     return parser.parse_args(argv)
 
 
