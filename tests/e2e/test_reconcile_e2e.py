@@ -35,7 +35,7 @@ from tests.llmao_process import LlmaoServer, start_llmao_server
 from tests.local_fleet import MODEL, LocalFleet, loopback_boxes
 from tests.reconcile_run import REPO, PlaybookRun, run_reconcile
 
-pytestmark = [pytest.mark.docker, pytest.mark.litellm]
+pytestmark = [pytest.mark.docker, pytest.mark.litellm, pytest.mark.slow]
 
 INSTALL_SET = REPO / "roles" / "vllm_box" / "files" / "install_set.py"
 BOX_PROGRAM = "/opt/llmao/install_set.py"

@@ -15,20 +15,18 @@ from collections.abc import Iterator
 import pytest
 
 from ansible_collections.llmao.fleet.plugins.module_utils.fleet import Fleet
-from ansible_collections.llmao.fleet.plugins.module_utils.litellm_client import (
-    LiteLLM,
-    LiteLLMError,
-)
+from ansible_collections.llmao.fleet.plugins.module_utils.litellm_client import LiteLLM
 from ansible_collections.llmao.fleet.plugins.module_utils.litellm_routes import (
     PUBLIC_BASE_KEY,
     deployment_id,
 )
 from ansible_collections.llmao.fleet.plugins.modules.litellm_deployment import (
     MASKED,
-    DeploymentError,
+    ApplyError,
+    Outcome,
     append_audit,
+    apply_all,
     audit_entry,
-    run,
 )
 from rig.boxes import free_port
 from rig.litellm_process import LiteLLMProcess
@@ -64,10 +62,15 @@ def box_of(fleet: Fleet) -> str:
 
 
 def params(fleet: Fleet, **changes) -> dict:
+    """One deployment as the module's options give it."""
     base = {"state": "present", "box": box_of(fleet), "listen_port": 8001, "name": None,
-            "id": None, "public_host": None, "public_port": None, "reason": "test",
-            "audit_log": None, "timeout": 15.0}
+            "id": None, "public_host": None, "public_port": None, "reason": "test"}
     return {**base, **changes}
+
+
+def run(fleet: Fleet, item: dict, check_mode: bool) -> Outcome:
+    (outcome,) = apply_all(fleet, [item], check_mode, timeout=15.0)
+    return outcome
 
 
 def our_id(fleet: Fleet) -> str:
@@ -149,33 +152,56 @@ def test_a_deployment_without_our_marker_is_left_alone(fleet, litellm):
             "model_info": {"id": our_id(fleet)}}
     litellm.register(body)
     for state in ("present", "absent"):
-        with pytest.raises(DeploymentError, match="not llmao's, left alone"):
+        with pytest.raises(ApplyError, match="not llmao's, left alone"):
             run(fleet, params(fleet, state=state), check_mode=False)
     assert litellm.route(our_id(fleet)) is not None
 
 
 def test_only_llmao_ids_and_intended_servers(fleet, litellm):
-    with pytest.raises(DeploymentError, match="not an llmao deployment id"):
+    with pytest.raises(ApplyError, match="not an llmao deployment id"):
         run(fleet, params(fleet, state="absent", box=None, id="hand-made"), check_mode=False)
-    with pytest.raises(DeploymentError, match="no server on listen port 8003"):
+    with pytest.raises(ApplyError, match="no server on listen port 8003"):
         run(fleet, params(fleet, listen_port=8003), check_mode=False)
 
 
 def test_a_refused_master_key_is_named(tmp_path, litellm_proxy):
     local = LocalFleet(tmp_path, one_model_hosts(loopback_boxes(1), 1, MODEL), models=[MODEL])
     fleet = local.write(litellm={"url": litellm_proxy.url, "master_key": "sk-not-the-key-123"})
-    with pytest.raises(LiteLLMError, match="refused the master key") as caught:
+    with pytest.raises(ApplyError, match="refused the master key") as caught:
         run(fleet, params(fleet), check_mode=False)
-    assert caught.value.key_refused and "sk-not-the-key-123" not in str(caught.value)
+    assert "sk-not-the-key-123" not in str(caught.value)
 
 
 def test_an_unreachable_litellm_is_named(tmp_path, litellm_master_key):
     url = f"http://127.0.0.1:{free_port()}"
     local = LocalFleet(tmp_path, one_model_hosts(loopback_boxes(1), 1, MODEL), models=[MODEL])
     fleet = local.write(litellm={"url": url, "master_key": litellm_master_key})
-    with pytest.raises(LiteLLMError, match=f"LiteLLM at {url} unreachable") as caught:
+    with pytest.raises(ApplyError, match=f"LiteLLM at {url} unreachable"):
         run(fleet, params(fleet, state="absent"), check_mode=False)
-    assert caught.value.unreachable
+
+
+def test_many_in_one_call_each_recorded_as_it_is_made(tmp_path, litellm_proxy,
+                                                     litellm_master_key):
+    local = LocalFleet(tmp_path / "many", one_model_hosts(loopback_boxes(3), 2, MODEL),
+                       models=[MODEL])
+    fleet = local.write(litellm={"url": litellm_proxy.url, "master_key": litellm_master_key})
+    items = [params(fleet, box=server.box, listen_port=server.listen_port, reason=server.name)
+             for server in fleet.servers()]
+    recorded: list[tuple[str, str]] = []
+    try:
+        outcomes = apply_all(fleet, items, False, 15.0,
+                             lambda outcome, why: recorded.append((outcome.id, why)))
+        assert [o.action for o in outcomes] == ["register"] * 6
+        assert recorded == [(o.id, s.name) for o, s in zip(outcomes, fleet.servers(),
+                                                           strict=True)]
+        items.insert(3, params(fleet, state="absent", box=None, id="hand-made"))
+        with pytest.raises(ApplyError, match="hand-made is not an llmao") as caught:
+            apply_all(fleet, items, False, 15.0)
+        assert [o.action for o in caught.value.done] == ["none"] * 3
+    finally:
+        for server in fleet.servers():
+            run(fleet, params(fleet, state="absent", box=server.box,
+                              listen_port=server.listen_port), False)
 
 
 def test_the_audit_line_holds_no_secret(fleet, litellm, tmp_path):

@@ -28,6 +28,8 @@ from tests.local_fleet import (
 )
 from tests.reconcile_run import PlaybookRun, run_reconcile
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture
 def local(tmp_path: Path, fake_litellm: LiteLLMProcess, litellm_master_key: str) -> LocalFleet:
@@ -146,8 +148,14 @@ def test_unreachable_litellm_fails_the_pass_before_any_change(local, serving, se
     assert not (local.folder / "llmao-audit.jsonl").exists()
 
 
-def test_no_secret_in_verbose_output(local, serving, server, litellm):
-    run = reconcile(local, "-vvv", "--diff")
+def test_no_secret_in_verbose_output_nor_the_audit_log(local, serving, server, litellm,
+                                                        tmp_path):
+    audit = tmp_path / "elsewhere" / "audit.jsonl"
+    audit.parent.mkdir()
+    run = reconcile(local, "-vvv", "--diff", "-e", f"llmao_audit_log={audit}")
     assert run.returncode == 0, run.output
-    leaked = [secret for secret in local.secrets() if secret in run.output]
+    assert json.loads(audit.read_text())["action"] == "register"
+    assert not (local.folder / "llmao-audit.jsonl").exists()
+    texts = (run.output, audit.read_text())
+    leaked = [secret for secret in local.secrets() if any(secret in text for text in texts)]
     assert leaked == []

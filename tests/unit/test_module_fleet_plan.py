@@ -53,6 +53,10 @@ def test_first_pass_registers_the_healthy_and_says_so(fleet):
                       "listen_port": 8001, "name": "gemma", "model_name": "gemma",
                       "public_host": "203.0.113.10", "public_port": 8001,
                       "change": "register", "why": "Healthy, not in LiteLLM"}
+    assert result["deployments"] == [{"state": "present", "box": "203.0.113.10",
+                                      "listen_port": 8001, "name": "gemma",
+                                      "public_host": "203.0.113.10", "public_port": 8001,
+                                      "reason": "Healthy, not in LiteLLM"}]
     assert result["counts"] == {"Healthy": 1, "Loading": 1, "Awaiting": 1, "changes": 1}
     gemma_line, qwen_line, legacy_line = result["lines"]
     assert gemma_line.startswith("203.0.113.10 gemma (gemma, 8001 -> 203.0.113.10:8001): "
@@ -81,6 +85,8 @@ def test_orphans_and_drift_are_printed(fleet):
     assert result["changes"] == [{"state": "absent", "id": orphan.id, "model_name": "gemma",
                                   "change": "delete",
                                   "why": "llmao route matches no intended server"}]
+    assert result["deployments"] == [{"state": "absent", "id": orphan.id,
+                                      "reason": "llmao route matches no intended server"}]
     assert result["lines"][-1] == (f"{orphan.id} (gemma): delete: llmao route matches no "
                                    "intended server")
     revision = load_fleet(fleet.config_path, fleet.models_path).assignment(

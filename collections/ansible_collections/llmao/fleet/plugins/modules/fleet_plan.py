@@ -118,9 +118,15 @@ servers:
       type: bool
 changes:
   description:
-    - The LiteLLM changes of this pass, ready to loop M(llmao.fleet.litellm_deployment) over
-      (C(state), C(id), C(box), C(listen_port), C(name), C(public_host), C(public_port),
-      C(change), C(why)).
+    - The LiteLLM changes of this pass (C(state), C(id), C(box), C(listen_port), C(name),
+      C(model_name), C(public_host), C(public_port), C(change), C(why)).
+  returned: success
+  type: list
+  elements: dict
+deployments:
+  description:
+    - The same changes as the O(llmao.fleet.litellm_deployment#module:deployments) option takes
+      them, to apply the whole plan in one task.
   returned: success
   type: list
   elements: dict
@@ -185,6 +191,9 @@ ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
 }
 
 
+DEPLOYMENT_KEYS = ("state", "box", "listen_port", "name", "public_host", "public_port")
+
+
 class PlanError(ValueError):
     """The inputs cannot be planned from; the message says which and why."""
 
@@ -209,6 +218,15 @@ def apply_item(plan: ServerPlan) -> dict[str, Any]:
             "public_host": endpoint.host if endpoint else None,
             "public_port": endpoint.port if endpoint else None,
             "change": plan.change, "why": plan.why}
+
+
+def deployment_input(change: dict[str, Any]) -> dict[str, Any]:
+    """A change as one entry of M(litellm_deployment)'s ``deployments`` option."""
+    item = {key: change[key] for key in DEPLOYMENT_KEYS if key in change}
+    if "box" not in change:
+        item["id"] = change["id"]  # a route of no intended server: only its id is known
+    item["reason"] = change["why"]
+    return item
 
 
 def server_line(entry: dict[str, Any]) -> str:
@@ -259,6 +277,7 @@ def plan_result(plan: Plan, observations: Observations) -> dict[str, Any]:
         "now": observations.now,
         "servers": servers,
         "changes": changes,
+        "deployments": [deployment_input(change) for change in changes],
         "drift": drift,
         "memories": {key: memory_record(memory) for key, memory in plan.memories.items()},
         "lines": lines,

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 module: litellm_deployment
-short_description: Make one vLLM server's LiteLLM deployment present or absent
+short_description: Make vLLM servers' LiteLLM deployments present or absent
 version_added: 0.1.0
 author:
   - llmao fleet contributors (!UNKNOWN)
 description:
   - Registers (C(/model/new)) or deletes (C(/model/delete)) the LiteLLM deployment of one server
-    of the fleet, found by its deterministic id C(llmao:<box>:<listen port>:<name>).
+    of the fleet, found by its deterministic id C(llmao:<box>:<listen port>:<name>); or of every
+    server O(deployments) lists, in one task.
   - "The deployment registered is the server's C(models.yaml) entry with C(api_base) on the
     server's public address and the server's bearer as C(api_key); its C(model_info) carries the
     id and a plaintext copy of the public base (C(llmao_public_base)), which is how llmao tells
@@ -27,7 +28,7 @@ description:
     plaintext marker fails the task and is left as it is.
   - The bearer is derived inside the module from O(config); the master key comes from
     C(litellm.master_key). Neither appears in the result, the diff or the audit log.
-  - Every change (not in check mode) appends one JSON line to O(audit_log).
+  - Every change (not in check mode) appends one JSON line to O(audit_log) as soon as it is made.
 extends_documentation_fragment:
   - llmao.fleet.fleet_files
   - ansible.builtin.action_common_attributes
@@ -43,13 +44,14 @@ options:
     description:
       - C(present) registers the server's deployment, or replaces it if it no longer fits.
       - C(absent) deletes it.
+      - Ignored with O(deployments), whose entries say it each.
     type: str
     choices: [present, absent]
     default: present
   box:
     description:
       - The box, a C(fleet.hosts) key. With O(state=present) the server must be in C(config.yaml).
-      - Mutually exclusive with O(id).
+      - Mutually exclusive with O(id) and O(deployments).
     type: str
   listen_port:
     description:
@@ -82,6 +84,46 @@ options:
       - Why the change is made; written to the audit log with it.
     type: str
     default: ""
+  deployments:
+    description:
+      - Many deployments in one task, each described by the options above (O(state), O(box),
+        O(listen_port), O(name), O(id), O(public_host), O(public_port), O(reason)), applied in
+        order. M(llmao.fleet.fleet_plan) returns a pass's changes in this form as
+        C(deployments).
+      - One task for the whole plan keeps a pass over hundreds of servers fast; a loop would pay
+        a module run per deployment.
+      - The first failure stops the task; the changes made before it are done and audited.
+    type: list
+    elements: dict
+    suboptions:
+      state:
+        description: C(present) or C(absent).
+        type: str
+        choices: [present, absent]
+        default: present
+      box:
+        description: The box, a C(fleet.hosts) key.
+        type: str
+      listen_port:
+        description: The server's listen port on O(deployments[].box).
+        type: int
+        aliases: [port]
+      name:
+        description: The server's name; defaults to the row's.
+        type: str
+      id:
+        description: The deployment id, for C(absent) only.
+        type: str
+      public_host:
+        description: The public address LiteLLM dials.
+        type: str
+      public_port:
+        description: The public port LiteLLM dials.
+        type: int
+      reason:
+        description: Why; written to the audit log.
+        type: str
+        default: ""
   audit_log:
     description:
       - The JSON-lines file every change is appended to. No secret is ever written to it.
@@ -100,19 +142,11 @@ seealso:
 """
 
 EXAMPLES = r"""
-- name: Apply a reconcile plan
+- name: Apply a reconcile plan in one task
   llmao.fleet.litellm_deployment:
     config: "{{ llmao_config_file }}"
     models: "{{ llmao_models_file }}"
-    state: "{{ item.state }}"
-    box: "{{ item.box | default(omit) }}"
-    listen_port: "{{ item.listen_port | default(omit) }}"
-    name: "{{ item.name | default(omit) }}"
-    id: "{{ omit if item.box is defined else item.id }}"
-    public_host: "{{ item.public_host | default(omit, true) }}"
-    public_port: "{{ item.public_port | default(omit, true) }}"
-    reason: "{{ item.why }}"
-  loop: "{{ plan.changes }}"
+    deployments: "{{ plan.deployments }}"
 
 - name: Register the server on port 8001 of one box, at the address its listing gives
   llmao.fleet.litellm_deployment:
@@ -132,24 +166,31 @@ EXAMPLES = r"""
 RETURN = r"""
 id:
   description: The deployment id.
-  returned: always
+  returned: without O(deployments)
   type: str
   sample: "llmao:203.0.113.10:8001:gemma4-26b"
 action:
   description: What was done (or would be, in check mode), C(register), C(replace), C(delete) or
     C(none).
-  returned: success
+  returned: without O(deployments)
   type: str
 deployment:
   description: The deployment after the task, as C(id), C(model_name), C(api_base),
     C(llmao_public_base) (the key masked), or an empty dict when absent.
-  returned: success
+  returned: without O(deployments)
   type: dict
+results:
+  description: One entry (C(id), C(action), C(deployment)) per entry of O(deployments), in order.
+  returned: with O(deployments)
+  type: list
+  elements: dict
 """
 
+import functools
 import json
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -160,6 +201,7 @@ from ansible_collections.llmao.fleet.plugins.module_utils.hostnames import norma
 from ansible_collections.llmao.fleet.plugins.module_utils.intent import IntendedServer
 from ansible_collections.llmao.fleet.plugins.module_utils.listings import (
     Endpoint,
+    Listings,
     read_listings,
 )
 from ansible_collections.llmao.fleet.plugins.module_utils.litellm_client import (
@@ -180,8 +222,7 @@ from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_module impor
     load_reconcile_fleet,
 )
 
-ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
-    **FILES_SPEC,
+DEPLOYMENT_OPTIONS: dict[str, dict[str, Any]] = {
     "state": {"type": "str", "choices": ["present", "absent"], "default": "present"},
     "box": {"type": "str"},
     "listen_port": {"type": "int", "aliases": ["port"]},
@@ -190,15 +231,28 @@ ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
     "public_host": {"type": "str"},
     "public_port": {"type": "int"},
     "reason": {"type": "str", "default": ""},
+}
+DEPLOYMENT_RULES: dict[str, Any] = {
+    "mutually_exclusive": [("id", "box")],
+    "required_one_of": [("id", "box")],
+    "required_together": [("box", "listen_port"), ("public_host", "public_port")],
+    "required_if": [("state", "present", ("box",))],
+}
+SINGLE_ONLY = ("box", "listen_port", "name", "id", "public_host", "public_port")
+ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
+    **FILES_SPEC,
+    **DEPLOYMENT_OPTIONS,
+    "deployments": {"type": "list", "elements": "dict", "options": DEPLOYMENT_OPTIONS,
+                    **DEPLOYMENT_RULES},
     "audit_log": {"type": "path"},
     "timeout": {"type": "float", "default": 15.0},
 }
 ARGUMENT_RULES: dict[str, Any] = {
-    "mutually_exclusive": [("id", "box")],
-    "required_one_of": [("id", "box"), *FILES_RULES["required_one_of"]],
+    "mutually_exclusive": [("id", "box"), *(("deployments", name) for name in SINGLE_ONLY)],
+    "required_one_of": [("id", "box", "deployments"), *FILES_RULES["required_one_of"]],
     "required_together": [("box", "listen_port"), ("public_host", "public_port"),
                           *FILES_RULES["required_together"]],
-    "required_if": [("state", "present", ("box",))],
+    "required_if": [("state", "present", ("box", "deployments"), True)],
 }
 AUDIT_LOG_NAME = "llmao-audit.jsonl"
 MASKED = "********"
@@ -290,40 +344,69 @@ def ensure_absent(litellm: LiteLLM, deployment: str, check_mode: bool) -> Outcom
     return Outcome(deployment, DELETE, route_view(route), {})
 
 
-def absent_id(fleet: Fleet, params: dict[str, Any]) -> str:
+def absent_id(fleet: Fleet, item: dict[str, Any]) -> str:
     """The id to delete: given, or built from box, port and name (the row's name if omitted)."""
-    if params["id"] is not None:
-        if not params["id"].startswith(ID_PREFIX):
-            raise DeploymentError(f"{params['id']} is not an llmao deployment id "
+    if item["id"] is not None:
+        if not item["id"].startswith(ID_PREFIX):
+            raise DeploymentError(f"{item['id']} is not an llmao deployment id "
                                   f"({ID_PREFIX}...): left alone")
-        return params["id"]
-    name = params["name"]
+        return item["id"]
+    name = item["name"]
     if name is None:
-        name = find_server(fleet, params["box"], params["listen_port"], None).name
-    return deployment_id(normalize_host(params["box"]), params["listen_port"], name)
+        name = find_server(fleet, item["box"], item["listen_port"], None).name
+    return deployment_id(normalize_host(item["box"]), item["listen_port"], name)
 
 
-def public_endpoint(fleet: Fleet, server: IntendedServer, host: str | None, port: int | None,
-                    timeout: float) -> Endpoint:
+def public_endpoint(server: IntendedServer, host: str | None, port: int | None,
+                    listings: Callable[[], Listings]) -> Endpoint:
     if host is not None and port is not None:
         return Endpoint(host, port, "given")
-    listings = read_listings(fleet.settings.providers, timeout)
-    endpoint = listings.endpoint(server.box, server.listen_port, server.seed_public_port)
+    read = listings()
+    endpoint = read.endpoint(server.box, server.listen_port, server.seed_public_port)
     if endpoint is None:
-        failed = "; ".join(f"{kind}: {why}" for kind, why in listings.failed.items())
+        failed = "; ".join(f"{kind}: {why}" for kind, why in read.failed.items())
         raise DeploymentError(f"no public address known for {server.box} port "
                               f"{server.listen_port}" + (f" ({failed})" if failed else ""))
     return endpoint
 
 
-def run(fleet: Fleet, params: dict[str, Any], check_mode: bool) -> Outcome:
-    litellm = LiteLLM.from_settings(fleet.settings, params["timeout"])
-    if params["state"] == "absent":
-        return ensure_absent(litellm, absent_id(fleet, params), check_mode)
-    server = find_server(fleet, params["box"], params["listen_port"], params["name"])
-    endpoint = public_endpoint(fleet, server, params["public_host"], params["public_port"],
-                               params["timeout"])
+def apply_deployment(fleet: Fleet, litellm: LiteLLM, item: dict[str, Any], check_mode: bool,
+                     listings: Callable[[], Listings]) -> Outcome:
+    """One entry: the single-deployment options, or one element of ``deployments``."""
+    if item["state"] == "absent":
+        return ensure_absent(litellm, absent_id(fleet, item), check_mode)
+    server = find_server(fleet, item["box"], item["listen_port"], item["name"])
+    endpoint = public_endpoint(server, item["public_host"], item["public_port"], listings)
     return ensure_present(litellm, server, endpoint, check_mode)
+
+
+class ApplyError(RuntimeError):
+    """An entry failed; ``done`` holds what the entries before it did (and audited)."""
+
+    def __init__(self, message: str, done: list[Outcome]):
+        super().__init__(message)
+        self.done = done
+
+
+def apply_all(fleet: Fleet, items: list[dict[str, Any]], check_mode: bool, timeout: float,
+              record: Callable[[Outcome, str], None] | None = None) -> list[Outcome]:
+    """Every entry in order; ``record`` is told of each change as soon as it is made."""
+    litellm = LiteLLM.from_settings(fleet.settings, timeout)
+    listings = functools.cache(lambda: read_listings(fleet.settings.providers, timeout))
+    done: list[Outcome] = []
+    for item in items:
+        try:
+            outcome = apply_deployment(fleet, litellm, item, check_mode, listings)
+        except (DeploymentError, LiteLLMError) as exc:
+            raise ApplyError(str(exc), done) from None
+        done.append(outcome)
+        if outcome.changed and record is not None:
+            try:
+                record(outcome, item["reason"])
+            except OSError as exc:
+                raise ApplyError(f"{outcome.action} of {outcome.id} done, but the audit log "
+                                 f"could not be written: {exc}", done) from None
+    return done
 
 
 def audit_path(fleet: Fleet, given: str | None) -> str:
@@ -348,28 +431,43 @@ def append_audit(path: str, entry: dict[str, Any]) -> None:
         os.close(fd)
 
 
+def outcome_diff(outcome: Outcome) -> dict[str, Any]:
+    header = f"LiteLLM deployment {outcome.id}"
+    return {"before": outcome.before, "after": outcome.after, "before_header": header,
+            "after_header": header}
+
+
+def outcome_result(outcome: Outcome) -> dict[str, Any]:
+    return {"id": outcome.id, "action": outcome.action, "deployment": outcome.after}
+
+
 def main() -> None:
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True,
                            **ARGUMENT_RULES)
     fleet = load_reconcile_fleet(module)
     params = module.params
+    bulk = params["deployments"] is not None
+    items = params["deployments"] if bulk else [params]
+    path = audit_path(fleet, params["audit_log"])
+
+    def record(outcome: Outcome, reason: str) -> None:
+        if not module.check_mode:
+            append_audit(path, audit_entry(outcome, reason, time.time()))
+
     try:
-        outcome = run(fleet, params, module.check_mode)
-    except (DeploymentError, LiteLLMError) as exc:
-        module.fail_json(msg=str(exc), id=params["id"] or "")
-    if outcome.changed and not module.check_mode:
-        try:
-            append_audit(audit_path(fleet, params["audit_log"]),
-                         audit_entry(outcome, params["reason"], time.time()))
-        except OSError as exc:
-            module.fail_json(msg=f"{outcome.action} of {outcome.id} done, but the audit log "
-                                 f"could not be written: {exc}", changed=True, id=outcome.id)
-    result: dict[str, Any] = {"changed": outcome.changed, "id": outcome.id,
-                              "action": outcome.action, "deployment": outcome.after}
+        outcomes = apply_all(fleet, items, module.check_mode, params["timeout"], record)
+    except ApplyError as exc:
+        module.fail_json(msg=str(exc), changed=any(o.changed for o in exc.done),
+                         results=[outcome_result(o) for o in exc.done])
+    changed = [outcome for outcome in outcomes if outcome.changed]
+    result: dict[str, Any] = {"changed": bool(changed)}
+    if bulk:
+        result["results"] = [outcome_result(outcome) for outcome in outcomes]
+    else:
+        result.update(outcome_result(outcomes[0]))
     if module._diff:
-        result["diff"] = {"before": outcome.before, "after": outcome.after,
-                          "before_header": f"LiteLLM deployment {outcome.id}",
-                          "after_header": f"LiteLLM deployment {outcome.id}"}
+        diffs = [outcome_diff(outcome) for outcome in changed]
+        result["diff"] = diffs if bulk else outcome_diff(outcomes[0])
     module.exit_json(**result)
 
 
