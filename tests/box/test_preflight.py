@@ -22,6 +22,7 @@ SHORTFALL = ("GPU 0: tiny-chat 3 GiB + tiny-code 2 GiB = 5 GiB of vram_gb needed
              "2.0 GiB free")
 PROGRAM_FILES = "/etc/supervisor/conf.d/llmao-*.conf"
 RECORD = "/data/llmao/applied.json"
+BOX_DIR = "/opt/llmao"
 
 
 def assert_nothing_written(box: Box) -> None:
@@ -44,10 +45,10 @@ def test_the_program_and_the_role_refuse_alike_and_write_nothing(box_factory, wr
     fleet = write_fleet({BOX: [["tiny-chat", 8001], ["tiny-code", 8002]]})
     box = box_factory(BOX, gpu=SMALL_CARD)
 
-    box.put_file("/root/install_set.py", PROGRAM.read_bytes())
-    box.put_file("/root/assignment.json", fleet.fleet.assignment(BOX).body, 0o600)
-    pulled = box.exec(["python3", "/root/install_set.py", "--payload", "/root/assignment.json"],
-                      check=False)
+    box.put_file(f"{BOX_DIR}/install_set.py", PROGRAM.read_bytes())
+    box.put_file(f"{BOX_DIR}/assignment.json", fleet.fleet.assignment(BOX).body, 0o600)
+    pulled = box.exec(["python3", f"{BOX_DIR}/install_set.py",
+                       "--payload", f"{BOX_DIR}/assignment.json"], check=False)
     assert pulled.returncode == 1
     program_says = pulled.stderr.decode().strip()
     assert program_says.startswith("install_set: the assignment does not fit this box; "

@@ -68,7 +68,7 @@ EXAMPLES = r"""
   ansible.builtin.copy:
     content: "{{ lookup('llmao.fleet.box_assignment', llmao_box,
                  config=llmao_config_file, models=llmao_models_file) }}"
-    dest: /root/assignment.json
+    dest: /var/lib/llmao/assignment.json
     mode: "0600"
   no_log: true
 

@@ -77,10 +77,10 @@ seealso:
 """
 
 EXAMPLES = r"""
-- name: Write the programs of the assignment delivered to /root/assignment.json
+- name: Write the programs of the assignment delivered to /var/lib/llmao/assignment.json
   llmao.fleet.box_program:
     program: /usr/local/lib/llmao/install_set.py
-    payload: /root/assignment.json
+    payload: /var/lib/llmao/assignment.json
     data_directory: /workspace
   register: programs
 
