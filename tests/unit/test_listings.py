@@ -162,3 +162,23 @@ def test_unreachable_provider_is_a_failure():
     unreachable = {"vast": Provider("vast", api_key="k", url="http://127.0.0.1:9")}
     listings = read_listings(unreachable, timeout=2)
     assert listings.listed("203.0.113.10") is Listed.UNKNOWN
+
+
+def _inspect_answer(returncode, stdout, stderr):
+    import subprocess
+    return subprocess.CompletedProcess(["docker", "inspect"], returncode, stdout, stderr)
+
+
+def test_a_container_gone_between_ps_and_inspect_is_skipped():
+    from ansible_collections.llmao.fleet.plugins.module_utils.listings import _inspected_containers
+
+    answer = _inspect_answer(1, json.dumps(DOCKER), "Error: No such object: 0123abcd\n")
+    (box,) = parse_docker(_inspected_containers(answer), "llmao.box")
+    assert box.names == ("box-a",)
+
+
+def test_another_inspect_failure_is_an_error():
+    from ansible_collections.llmao.fleet.plugins.module_utils.listings import _inspected_containers
+
+    with pytest.raises(ListingError, match="inspect failed"):
+        _inspected_containers(_inspect_answer(1, "", "Cannot connect to the Docker daemon\n"))

@@ -235,10 +235,24 @@ def fetch_docker(label: str, timeout: float) -> list[ListedBox]:
         if not ids.stdout.split():
             return []
         inspected = subprocess.run(["docker", "inspect", *ids.stdout.split()],
-                                   capture_output=True, text=True, timeout=timeout, check=True)
-        return parse_docker(json.loads(inspected.stdout), label)
+                                   capture_output=True, text=True, timeout=timeout, check=False)
+        return parse_docker(_inspected_containers(inspected), label)
     except (OSError, subprocess.SubprocessError, ValueError) as exc:
         raise ListingError(f"docker: cannot list containers: {exc}") from None
+
+
+def _inspected_containers(inspected: subprocess.CompletedProcess) -> list:
+    """What ``docker inspect`` found; a container removed since ``docker ps`` is skipped.
+
+    The engine still prints the others and exits 1 with "No such object" for the
+    gone one: that is a smaller fleet, not an unreadable listing. Any other
+    failure is.
+    """
+    vanished_only = all("No such object" in line
+                        for line in inspected.stderr.splitlines() if line.strip())
+    if inspected.returncode != 0 and not vanished_only:
+        raise ListingError(f"docker: inspect failed: {inspected.stderr.strip()[:200]}")
+    return json.loads(inspected.stdout or "[]")
 
 
 def read_listings(providers: Mapping[str, Provider], timeout: float) -> Listings:
