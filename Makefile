@@ -15,8 +15,8 @@ litellm-venv:
 $(STAMP): pyproject.toml requirements.yml
 	@echo "==> creating $(VENV) and installing llmao fleet (editable) with its test tools"
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	@$(BIN)/python -m pip install --quiet --upgrade pip
-	@$(BIN)/python -m pip install --quiet -e '.[test]'
+	@$(BIN)/python -m pip install -qq --upgrade pip
+	@$(BIN)/python -m pip install -qq -e '.[test]'
 	@echo "==> the collections the project uses (community.general, community.docker, ansible.posix)"
 	@$(BIN)/python scripts/bundled_collections.py
 	@touch $@
