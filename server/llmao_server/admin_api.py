@@ -1,7 +1,9 @@
 """The admin API reconcile uses: read what the server observed, keep the last pass's verdicts.
 
-``GET /admin/api/observations`` gives, for every box in ``fleet.hosts``, the time
-of its last config fetch and the revision it reports it applied, with the
+``GET /admin/api/observations`` gives, for every box in ``fleet.hosts`` or
+approved by an admin, the time of its last config fetch and the revision it
+reports it applied; the approvals in force (box to model names in port order,
+which reconcile adds to the fleet it loads), the
 previous reconcile pass's verdicts (which carry the lifecycle memory the next
 pass needs) and the server's clock, so that reconcile measures ages against
 the clock the fetch times were taken with. ``POST /admin/api/verdicts`` replaces
@@ -68,8 +70,9 @@ def observations() -> Response:
     state = llmao_state()
     fetches = state.store.fetch_times()
     reports = state.store.applied_reports()
+    approved = approvals_in_force(state)
     boxes = {}
-    for box in state.fleet.assignments:
+    for box in [*state.fleet.assignments, *approved]:
         report = reports.get(box)
         boxes[box] = {
             "last_fetch": fetches.get(box),
@@ -81,10 +84,17 @@ def observations() -> Response:
     return json_answer({
         "now": time.time(),
         "boxes": boxes,
+        "approved": approved,
         "verdicts": dict(last.verdicts) if last else {},
         "drift": list(last.drift) if last else [],
         "pass_at": last.pass_at if last else None,
     })
+
+
+def approvals_in_force(state: ServerState) -> dict[str, list[str]]:
+    """Approved box to its model names in port order; a box now in fleet.hosts is not one."""
+    return {approval.box: list(approval.models) for approval in state.store.approvals()
+            if approval.box not in state.fleet.assignments}
 
 
 @bp.post("/verdicts")

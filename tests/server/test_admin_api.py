@@ -11,7 +11,7 @@ from flask.testing import FlaskClient
 
 from llmao_server.admin_api import MAX_VERDICTS, VERDICTS_MAX_BYTES
 from llmao_server.state import ServerState
-from llmao_server.store import AppliedReport, AppliedServer
+from llmao_server.store import AppliedReport, AppliedServer, Approval
 from tests.server.fleet_pair import ADMIN_TOKEN, KNOWN, LEGACY, OTHER_KNOWN, UNKNOWN, config
 
 OBSERVATIONS = "/admin/api/observations"
@@ -84,6 +84,7 @@ def test_observations_of_a_fresh_server(client: FlaskClient):
     assert document["boxes"] == {box: {"last_fetch": None, "applied": None}
                                  for box in (KNOWN, OTHER_KNOWN, LEGACY)}
     assert (document["verdicts"], document["drift"], document["pass_at"]) == ({}, [], None)
+    assert document["approved"] == {}
 
 
 def test_observations_carry_fetches_and_applied_revisions(client: FlaskClient,
@@ -97,6 +98,16 @@ def test_observations_carry_fetches_and_applied_revisions(client: FlaskClient,
         "reported_at": 1001.0}}
     assert boxes[OTHER_KNOWN] == {"last_fetch": None, "applied": None}
     assert UNKNOWN not in boxes  # only intended boxes are reconcile's business
+
+
+def test_observations_carry_the_approvals_in_force(client: FlaskClient, state: ServerState):
+    state.approve(UNKNOWN, ["qwen", "gemma"], "admin", 1000.0)
+    state.store.note_fetches({UNKNOWN: 1002.0})
+    # Stored before the box joined fleet.hosts: its rows decide, the approval is not in force.
+    state.store.approve(Approval(OTHER_KNOWN, ("gemma",), "admin", 1001.0))
+    document = client.get(OBSERVATIONS, headers=admin()).json
+    assert document["approved"] == {UNKNOWN: ["qwen", "gemma"]}
+    assert document["boxes"][UNKNOWN] == {"last_fetch": 1002.0, "applied": None}
 
 
 # --- verdicts ----------------------------------------------------------------------------------

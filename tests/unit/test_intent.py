@@ -94,3 +94,31 @@ def test_approved_box_gets_listen_ports_in_order(fleet):
 def test_approval_refusals(fleet, box, models, reason):
     with pytest.raises(ApprovalError, match=reason):
         fleet.approved_assignment(box, models)
+
+
+def test_with_approvals_adds_approved_boxes_after_the_configured_ones(fleet):
+    approved = fleet.with_approvals({"192.0.2.77": ["qwen", "gemma"]})
+    assert [(s.box, s.name, s.listen_port) for s in approved.servers()][-2:] == [
+        ("192.0.2.77", "qwen", 8001), ("192.0.2.77", "gemma", 8002)]
+    assert approved.assignment("192.0.2.77").revision == \
+        fleet.approved_assignment("192.0.2.77", ["qwen", "gemma"]).revision
+    assert approved.warnings == fleet.warnings
+    assert fleet.assignment("192.0.2.77") is None  # the original is left as it was
+
+
+def test_with_approvals_leaves_fleet_hosts_rows_alone(fleet):
+    approved = fleet.with_approvals({"203.0.113.10": ["qwen"]})
+    assert approved.assignment("203.0.113.10") is fleet.assignment("203.0.113.10")
+    assert approved.warnings == fleet.warnings
+
+
+@pytest.mark.parametrize(("models", "reason"), [
+    (["nope"], "approval of 192.0.2.77 ignored: 'nope' is not in models.yaml"),
+    ("gemma", "approval of 192.0.2.77 ignored: its models must be a list of names"),
+    ([], "approval of 192.0.2.77 ignored: pick at least one model"),
+])
+def test_with_approvals_warns_of_a_refused_approval_and_keeps_the_rest(fleet, models, reason):
+    approved = fleet.with_approvals({"192.0.2.77": models, "192.0.2.78": ["gemma"]})
+    assert approved.assignment("192.0.2.77") is None
+    assert approved.assignment("192.0.2.78") is not None
+    assert approved.warnings[len(fleet.warnings):] == (reason,)

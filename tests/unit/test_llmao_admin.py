@@ -35,12 +35,21 @@ def test_observations_are_read():
     assert seen.applied == {"203.0.113.10": "0123456789abcdef", "box-b": None}
     assert seen.memories == {"llmao:203.0.113.10:8001:gemma": Memory(State.HEALTHY, 1, 0,
                                                                       1900.0)}
+    assert seen.approved == {}
+
+
+def test_approvals_are_read_in_port_order():
+    seen = parse_observations({**ANSWER, "approved": {"192.0.2.77": ["qwen", "gemma"]}})
+    assert seen.approved == {"192.0.2.77": ("qwen", "gemma")}
 
 
 @pytest.mark.parametrize("answer", [None, [], {"boxes": {}, "verdicts": {}},
                                     {"now": 1, "verdicts": {}}, {"now": 1, "boxes": {}},
                                     {"now": True, "boxes": {}, "verdicts": {}},
-                                    {"now": 1, "boxes": {"a": 3}, "verdicts": {}}])
+                                    {"now": 1, "boxes": {"a": 3}, "verdicts": {}},
+                                    {**ANSWER, "approved": ["192.0.2.77"]},
+                                    {**ANSWER, "approved": {"192.0.2.77": "qwen"}},
+                                    {**ANSWER, "approved": {"192.0.2.77": [None]}}])
 def test_a_misread_answer_fails(answer):
     with pytest.raises(LlmaoAdminError):
         parse_observations(answer)

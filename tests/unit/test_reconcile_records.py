@@ -92,6 +92,7 @@ def observations():
         routes=(Route("llmao:203.0.113.10:8001:gemma", "gemma", "http://203.0.113.10:41001/v1",
                       "http://203.0.113.10:41001/v1"),
                 Route("hand-made", "gpt", "https://api.example/v1", None)),
+        approved={"192.0.2.77": ("qwen", "gemma")},
     )
 
 
@@ -104,6 +105,13 @@ def test_observations_round_trip():
     assert dict(after.memories) == dict(before.memories)
     assert after.routes == before.routes
     assert after.listings.endpoint("203.0.113.10", 8001, None).port == 41001
+    assert dict(after.approved) == {"192.0.2.77": ("qwen", "gemma")}
+
+
+def test_observations_without_approvals_have_none():
+    record = through_json(observations().record())
+    del record["approved"]
+    assert dict(Observations.from_record(record).approved) == {}
 
 
 @pytest.mark.parametrize("missing", ["listings", "routes", "now"])
@@ -120,6 +128,9 @@ def test_observations_missing_a_part_are_refused(missing):
     {"listings": {"boxes": "none"}},
     {"memories": {"x": "Healthy"}},
     {"last_fetches": {"box": "yesterday"}},
+    {"approved": ["192.0.2.77"]},
+    {"approved": {"192.0.2.77": "qwen"}},
+    {"approved": {"192.0.2.77": [1]}},
 ])
 def test_damaged_observations_are_refused(damage):
     record = {**through_json(observations().record()), **damage}

@@ -11,8 +11,8 @@ the fleet's size.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
 from .bearer import BearerError, derive_vllm_api_key, is_placeholder
@@ -66,6 +66,30 @@ class Fleet:
             servers.append(IntendedServer(box, model_name, model_name, port,
                                           self.models[model_name], key))
         return assign(box, tuple(servers))
+
+    def with_approvals(self, approvals: Mapping[str, Sequence[str]]) -> Fleet:
+        """This fleet plus each admin-approved box, as the config server serves them.
+
+        Reconcile gets the approvals in force from the server and must treat those
+        boxes' servers like any other. An approval that cannot be honoured (its box
+        joined ``fleet.hosts``, a model left ``models.yaml``) is left out with a
+        warning rather than failing the pass: the server would not serve it either.
+        """
+        assignments = dict(self.assignments)
+        warnings = list(self.warnings)
+        for box, model_names in approvals.items():
+            if normalize_host(box) in self.assignments:
+                continue
+            if isinstance(model_names, str) or not isinstance(model_names, Sequence):
+                warnings.append(f"approval of {box} ignored: its models must be a list of names")
+                continue
+            try:
+                assignment = self.approved_assignment(box, list(model_names))
+            except ApprovalError as exc:
+                warnings.append(f"approval of {box} ignored: {exc}")
+                continue
+            assignments[assignment.box] = assignment
+        return replace(self, assignments=MappingProxyType(assignments), warnings=tuple(warnings))
 
 
 def approval_refusal(fleet: Fleet, box: str, model_names: Sequence[str]) -> str | None:

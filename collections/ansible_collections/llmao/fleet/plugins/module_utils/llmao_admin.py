@@ -37,6 +37,7 @@ class ServerObservations:
     applied: Mapping[str, str | None] = field(default_factory=dict)
     verdicts: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     pass_at: float | None = None
+    approved: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     @property
     def memories(self) -> dict[str, Memory]:
@@ -102,7 +103,21 @@ def parse_observations(document: Any) -> ServerObservations:
     pass_at = document.get("pass_at")
     return ServerObservations(float(now), last_fetches, applied,
                               {str(k): v for k, v in verdicts.items() if isinstance(v, Mapping)},
-                              float(pass_at) if isinstance(pass_at, int | float) else None)
+                              float(pass_at) if isinstance(pass_at, int | float) else None,
+                              _approved(document.get("approved", {})))
+
+
+def _approved(approved: Any) -> dict[str, tuple[str, ...]]:
+    """Approved box to model names; misread, an approved box would lose its routes."""
+    if not isinstance(approved, Mapping):
+        raise LlmaoAdminError("llmao's observations: 'approved' is not an object")
+    result = {}
+    for box, models in approved.items():
+        if not isinstance(models, list) or not all(isinstance(m, str) for m in models):
+            raise LlmaoAdminError(f"llmao's observations: approved[{box!r}] is not a list "
+                                  "of model names")
+        result[str(box)] = tuple(models)
+    return result
 
 
 def _applied_revision(report: Any) -> str | None:

@@ -123,12 +123,30 @@ def probes_from_record(record: Any) -> dict[str, Probe]:
             for key, value in _mapping(record, "probes").items()}
 
 
+# ---------------------------------------------------------------- approvals
+
+
+def approvals_from_record(record: Any) -> dict[str, tuple[str, ...]]:
+    """Approved box to its model names in port order, as the admin API gave them."""
+    approvals = {}
+    for box, models in _mapping(record, "approved").items():
+        names = _sequence(models, f"approved[{box!r}]")
+        if not all(isinstance(name, str) for name in names):
+            raise RecordError(f"approved[{box!r}] must list model names")
+        approvals[str(box)] = tuple(names)
+    return approvals
+
+
 # ------------------------------------------------------------- observations
 
 
 @dataclass(frozen=True)
 class Observations:
-    """Everything a pass knows before it probes: llmao's records, the listings, LiteLLM."""
+    """Everything a pass knows before it probes: llmao's records, the listings, LiteLLM.
+
+    ``approved`` holds the approvals in force on the server (box to model names in
+    port order): the modules add those boxes to the fleet they load.
+    """
 
     now: float
     last_fetches: Mapping[str, float | None] = field(default_factory=dict)
@@ -136,6 +154,7 @@ class Observations:
     memories: Mapping[str, Memory] = field(default_factory=dict)
     listings: Listings = field(default_factory=Listings)
     routes: tuple[Route, ...] = ()
+    approved: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     def record(self) -> dict[str, Any]:
         return {
@@ -145,6 +164,7 @@ class Observations:
             "memories": {key: memory_record(memory) for key, memory in self.memories.items()},
             "listings": listings_record(self.listings),
             "routes": [route_record(route) for route in self.routes],
+            "approved": {box: list(models) for box, models in self.approved.items()},
         }
 
     @classmethod
@@ -164,4 +184,5 @@ class Observations:
                 raise RecordError(f"observations.{required} is missing")
         routes = tuple(route_from_record(route) for route in _sequence(record["routes"], "routes"))
         return cls(_number(record.get("now"), "now"), last_fetches, applied, memories,
-                   listings_from_record(record["listings"]), routes)
+                   listings_from_record(record["listings"]), routes,
+                   approvals_from_record(record.get("approved", {})))
