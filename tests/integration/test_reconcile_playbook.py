@@ -7,6 +7,7 @@ runs the same play against container boxes and the real proxy.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,6 +16,7 @@ import pytest
 from ansible_collections.llmao.fleet.plugins.module_utils.litellm_client import LiteLLM
 from ansible_collections.llmao.fleet.plugins.module_utils.litellm_routes import PUBLIC_BASE_KEY
 from ansible_collections.llmao.fleet.plugins.module_utils.llmao_admin import LlmaoAdmin
+from llmao_server.store import Approval, SqliteStore
 from rig.boxes import LocalStub, free_port
 from rig.litellm_process import LiteLLMProcess
 from tests.llmao_process import LlmaoServer, start_llmao_server
@@ -51,11 +53,16 @@ def serving(local: LocalFleet) -> Iterator[list[LocalStub]]:
     stop_stubs(stubs)
 
 
+def start_server(local: LocalFleet, log_dir: Path) -> LlmaoServer:
+    """llmao-server on the address config.yaml gives it (so a restart keeps that address)."""
+    port = int(local.load().settings.server_url.rsplit(":", 1)[1])
+    return start_llmao_server(local.config_path, local.models_path, log_dir, port=port,
+                              workers=1)
+
+
 @pytest.fixture
 def server(local: LocalFleet, tmp_path: Path) -> Iterator[LlmaoServer]:
-    port = int(local.load().settings.server_url.rsplit(":", 1)[1])
-    with start_llmao_server(local.config_path, local.models_path, tmp_path, port=port,
-                            workers=1) as running:
+    with start_server(local, tmp_path) as running:
         yield running
 
 
@@ -159,3 +166,36 @@ def test_no_secret_in_verbose_output_nor_the_audit_log(local, serving, server, l
     texts = (run.output, audit.read_text())
     leaked = [secret for secret in local.secrets() if any(secret in text for text in texts)]
     assert leaked == []
+
+
+@pytest.fixture
+def approved_box(local: LocalFleet, litellm: LiteLLM) -> Iterator[str]:
+    """An unknown box serving one server, as it would once approved with MODEL alone."""
+    box = next(name for name in loopback_boxes(3) if name not in local.hosts)
+    as_approved = LocalFleet(local.folder / "approved", {box: [[MODEL, 8001]]}, salt=local.salt)
+    stubs = start_stubs(as_approved.write())
+    yield box
+    stop_stubs(stubs)
+    for route in litellm.routes():
+        if route.id.startswith(f"llmao:{box}:"):
+            litellm.delete(route.id)
+
+
+def test_an_approved_box_is_registered_until_llmao_restarts(local, approved_box, litellm,
+                                                             tmp_path):
+    route_id = f"llmao:{approved_box}:8001:{MODEL}"
+    with start_server(local, tmp_path):
+        SqliteStore(local.load().settings.server_state).approve(
+            Approval(approved_box, (MODEL,), "admin", time.time()))
+        approved = reconcile(local)
+        assert approved.returncode == 0, approved.output
+        assert f"{approved_box} {MODEL} ({MODEL}, 8001 -> {approved_box}:8001): Healthy: " \
+               "serving its model with our bearer => register: Healthy, not in LiteLLM" \
+            in approved.output
+        assert route_id in {route.id for route in litellm.routes()}
+    with start_server(local, tmp_path):  # a restart forgets every approval
+        forgotten = reconcile(local)
+    assert forgotten.returncode == 0, forgotten.output
+    assert f"{route_id} ({MODEL}): delete: llmao route matches no intended server" \
+        in forgotten.output
+    assert route_id not in {route.id for route in litellm.routes()}

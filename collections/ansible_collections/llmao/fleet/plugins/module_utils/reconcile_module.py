@@ -1,6 +1,6 @@
 # Copyright: llmao fleet contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""What every reconcile module does alike: load the fleet with its secrets censored.
+"""What every reconcile module does alike: load the fleet, approved boxes included, censored.
 
 A reconcile module derives bearers and reads the master key and admin token
 itself, so none of them ever travels through play variables. Each of those
@@ -11,6 +11,7 @@ Imports no Ansible code: the module object is passed in.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .bearer import is_placeholder
@@ -26,6 +27,8 @@ from .fleet_files import (
 FILES_SPEC: dict[str, dict[str, Any]] = dict(FLEET_FILES_ARGUMENT_SPEC)
 FILES_RULES: dict[str, Any] = {"required_together": FLEET_FILES_REQUIRED_TOGETHER,
                                "required_one_of": [("config", "models")]}
+# Documented once, by the doc fragment llmao.fleet.approved_boxes.
+APPROVED_SPEC: dict[str, dict[str, Any]] = {"approved": {"type": "dict"}}
 
 
 def fleet_secrets(fleet: Fleet) -> set[str]:
@@ -38,8 +41,19 @@ def fleet_secrets(fleet: Fleet) -> set[str]:
     return {value for value in values if not is_placeholder(value)}
 
 
-def load_reconcile_fleet(module: Any) -> Fleet:
-    """The fleet of the module's ``config``/``models``, every secret of it censored."""
-    fleet = load_module_fleet(module)
+def load_reconcile_fleet(module: Any,
+                         approved: Mapping[str, Sequence[str]] | None = None) -> Fleet:
+    """The fleet of the module's ``config``/``models`` with its approved boxes, secrets censored.
+
+    The approvals are ``approved`` when given (a module that reads them from another
+    option), else the module's ``approved`` option if it has one. Each approval the
+    core refuses becomes a task warning: the pass goes on without that box.
+    """
+    loaded = load_module_fleet(module)
+    if approved is None:
+        approved = module.params.get("approved") or {}
+    fleet = loaded.with_approvals(approved)
+    for warning in fleet.warnings[len(loaded.warnings):]:
+        module.warn(warning)
     module.no_log_values.update(fleet_secrets(fleet))
     return fleet

@@ -18,7 +18,8 @@ description:
     everything the pass needs besides the probes, and returns it as O(ignore:observations) for
     M(llmao.fleet.vllm_probe) and M(llmao.fleet.fleet_plan).
   - "From llmao's admin API (C(server.url), with C(admin.token) as bearer): the time of each
-    box's last config fetch, the revision each box reports it applied, and the previous pass's
+    box's last config fetch, the revision each box reports it applied, the boxes an admin
+    approved on the dashboard (in memory only, so they come from there), and the previous pass's
     verdicts, which carry the lifecycle memory (consecutive failures, rejected passes)."
   - From every provider listing C(config.yaml) configures (Vast, RunPod, the local container
     engine), where each box publishes its listen ports. A listing that cannot be read is
@@ -93,6 +94,11 @@ observations:
       description: Every LiteLLM deployment as C(id), C(model_name), C(api_base), C(public_base).
       type: list
       elements: dict
+    approved:
+      description:
+        - The approvals in force in llmao, box to model names in port order, for the
+          C(approved) option of M(llmao.fleet.vllm_probe) and M(llmao.fleet.litellm_deployment).
+      type: dict
 listing_failures:
   description: Provider to the reason its listing could not be read.
   returned: success
@@ -146,7 +152,7 @@ def observe(fleet: Fleet, timeout: float) -> Observations:
         raise ObserveError(f"{exc}: {NOTHING_CHANGED}") from None
     listings = read_listings(fleet.settings.providers, timeout)
     return Observations(llmao.now, llmao.last_fetches, llmao.applied, llmao.memories, listings,
-                        tuple(routes))
+                        tuple(routes), llmao.approved)
 
 
 def observe_result(observations: Observations) -> dict[str, Any]:

@@ -44,6 +44,8 @@ options:
   observations:
     description:
       - What M(llmao.fleet.fleet_observe) returned as C(observations).
+      - The boxes an admin approved (its C(approved)) are intended like those of
+        C(fleet.hosts).
     type: dict
     required: true
   probes:
@@ -288,9 +290,12 @@ def plan_result(plan: Plan, observations: Observations) -> dict[str, Any]:
 
 def main() -> None:
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True, **FILES_RULES)
-    fleet = load_reconcile_fleet(module)
     try:
         observations = Observations.from_record(module.params["observations"])
+    except RecordError as exc:
+        module.fail_json(msg=str(exc))
+    fleet = load_reconcile_fleet(module, observations.approved)
+    try:
         probes = probes_from_record(module.params["probes"])
         plan = make_plan(fleet, observations, probes)
     except (RecordError, PlanError) as exc:

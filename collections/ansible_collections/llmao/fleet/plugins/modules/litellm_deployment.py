@@ -31,6 +31,7 @@ description:
   - Every change (not in check mode) appends one JSON line to O(audit_log) as soon as it is made.
 extends_documentation_fragment:
   - llmao.fleet.fleet_files
+  - llmao.fleet.approved_boxes
   - ansible.builtin.action_common_attributes
 attributes:
   check_mode:
@@ -50,7 +51,8 @@ options:
     default: present
   box:
     description:
-      - The box, a C(fleet.hosts) key. With O(state=present) the server must be in C(config.yaml).
+      - The box, a C(fleet.hosts) key or a box O(approved) names. With O(state=present) the
+        server must be one of theirs.
       - Mutually exclusive with O(id) and O(deployments).
     type: str
   listen_port:
@@ -217,6 +219,7 @@ from ansible_collections.llmao.fleet.plugins.module_utils.litellm_routes import 
     route_differs,
 )
 from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_module import (
+    APPROVED_SPEC,
     FILES_RULES,
     FILES_SPEC,
     load_reconcile_fleet,
@@ -241,6 +244,7 @@ DEPLOYMENT_RULES: dict[str, Any] = {
 SINGLE_ONLY = ("box", "listen_port", "name", "id", "public_host", "public_port")
 ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
     **FILES_SPEC,
+    **APPROVED_SPEC,
     **DEPLOYMENT_OPTIONS,
     "deployments": {"type": "list", "elements": "dict", "options": DEPLOYMENT_OPTIONS,
                     **DEPLOYMENT_RULES},

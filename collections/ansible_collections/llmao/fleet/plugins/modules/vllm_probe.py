@@ -25,6 +25,7 @@ description:
   - It only reads, so it reports C(changed=false) and runs the same in check mode.
 extends_documentation_fragment:
   - llmao.fleet.fleet_files
+  - llmao.fleet.approved_boxes
   - ansible.builtin.action_common_attributes
 attributes:
   check_mode:
@@ -36,7 +37,8 @@ attributes:
 options:
   boxes:
     description:
-      - The boxes (C(fleet.hosts) keys) whose servers to probe. All of them when omitted.
+      - The boxes (C(fleet.hosts) keys, or boxes O(approved) names) whose servers to probe. All
+        of them when omitted.
     type: list
     elements: str
   listings:
@@ -72,6 +74,7 @@ EXAMPLES = r"""
     config: "{{ llmao_config_file }}"
     models: "{{ llmao_models_file }}"
     listings: "{{ observed.observations.listings }}"
+    approved: "{{ observed.observations.approved }}"
   register: probed
 
 - name: Probe the servers of two boxes
@@ -132,6 +135,7 @@ from ansible_collections.llmao.fleet.plugins.module_utils.probe import (
     probe_many,
 )
 from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_module import (
+    APPROVED_SPEC,
     FILES_RULES,
     FILES_SPEC,
     load_reconcile_fleet,
@@ -145,6 +149,7 @@ from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_records impo
 
 ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
     **FILES_SPEC,
+    **APPROVED_SPEC,
     "boxes": {"type": "list", "elements": "str"},
     "listings": {"type": "dict"},
     "connect_timeout": {"type": "float"},
@@ -190,7 +195,7 @@ def main() -> None:
     knobs = fleet.settings.lifecycle
     boxes = params["boxes"]
     if boxes is not None and unknown_boxes(fleet, boxes):
-        module.fail_json(msg=f"not fleet.hosts keys of {fleet.config_path}: "
+        module.fail_json(msg=f"not fleet.hosts keys of {fleet.config_path} nor approved: "
                              f"{', '.join(unknown_boxes(fleet, boxes))}")
     if params["concurrency"] < 1:
         module.fail_json(msg="concurrency must be at least 1")

@@ -1,0 +1,55 @@
+"""Loading the fleet in a reconcile module: approved boxes join it, their bearers are censored."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ansible_collections.llmao.fleet.plugins.module_utils.bearer import derive_vllm_api_key
+from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_module import (
+    load_reconcile_fleet,
+)
+from tests.unit.fleet_files import SALT, write_pair
+
+APPROVED = "192.0.2.77"
+
+
+@dataclass
+class ModuleDouble:
+    """The three things ``load_reconcile_fleet`` uses of an AnsibleModule."""
+
+    params: dict[str, Any]
+    no_log_values: set[str] = field(default_factory=set)
+    warnings: list[str] = field(default_factory=list)
+
+    def warn(self, message: str) -> None:
+        self.warnings.append(message)
+
+
+def module_for(tmp_path, **params) -> ModuleDouble:
+    config, models = write_pair(tmp_path)
+    return ModuleDouble({"config": config, "models": models, **params})
+
+
+def test_the_approved_option_adds_the_box_and_censors_its_bearers(tmp_path):
+    module = module_for(tmp_path, approved={APPROVED: ["qwen", "gemma"]})
+    fleet = load_reconcile_fleet(module)
+    assert [s.listen_port for s in fleet.assignment(APPROVED).servers] == [8001, 8002]
+    assert {derive_vllm_api_key(SALT, APPROVED, port) for port in (8001, 8002)} \
+        <= module.no_log_values
+    assert module.warnings == []
+
+
+def test_approvals_given_by_the_caller_win_over_the_option(tmp_path):
+    module = module_for(tmp_path, approved={APPROVED: ["qwen"]})
+    fleet = load_reconcile_fleet(module, {"192.0.2.78": ["gemma"]})
+    assert fleet.assignment(APPROVED) is None
+    assert fleet.assignment("192.0.2.78") is not None
+
+
+def test_a_refused_approval_is_a_warning_and_the_rest_loads(tmp_path):
+    module = module_for(tmp_path)
+    fleet = load_reconcile_fleet(module, {APPROVED: ["nope"]})
+    assert fleet.assignment(APPROVED) is None
+    assert module.warnings == [f"approval of {APPROVED} ignored: 'nope' is not in models.yaml"]
+    assert derive_vllm_api_key(SALT, "203.0.113.10", 8001) in module.no_log_values
