@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ansible_collections.llmao.fleet.plugins.module_utils.config_file import LISTEN_PORTS
-from ansible_collections.llmao.fleet.plugins.module_utils.fleet import ApprovalError, Fleet
+from ansible_collections.llmao.fleet.plugins.module_utils.fleet import Fleet
 from ansible_collections.llmao.fleet.plugins.module_utils.intent import (
     BoxAssignment,
     IntendedServer,
@@ -185,7 +185,7 @@ def unprobed_state(fetched_at: float | None, now: float, approval: Approval | No
         tuple[str, str]:
     """The state of a server no reconcile pass has classified (yet, or ever: approved boxes)."""
     if approval is not None:
-        why = "approved, not probed until it is in fleet.hosts"
+        why = "approved, not yet classified by a reconcile pass"
     else:
         why = "no reconcile pass yet"
     if fetched_at is None:
@@ -197,14 +197,15 @@ Served = list[tuple[BoxAssignment, Approval | None]]
 
 
 def intended(fleet: Fleet, approvals: Iterable[Approval]) -> Served:
-    """Every box llmao serves: ``fleet.hosts`` first, then boxes an admin approved."""
-    boxes: Served = [(assignment, None) for assignment in fleet.assignments.values()]
-    for approval in approvals:
-        try:
-            boxes.append((fleet.approved_assignment(approval.box, approval.models), approval))
-        except ApprovalError:
-            continue  # it joined fleet.hosts (its rows decide), or the box API refuses it too
-    return boxes
+    """Every box llmao serves: ``fleet.hosts`` first, then boxes an admin approved.
+
+    The core's ``with_approvals`` decides which approvals are served (the same
+    rule reconcile follows); each approved box keeps its approval for the tag.
+    """
+    by_box = {approval.box: approval for approval in approvals}
+    served = fleet.with_approvals({box: a.models for box, a in by_box.items()})
+    return [(assignment, None if box in fleet.assignments else by_box.get(box))
+            for box, assignment in served.assignments.items()]
 
 
 def build_row(fleet: Fleet, server: IntendedServer, assignment: BoxAssignment,
