@@ -199,3 +199,49 @@ def test_an_approved_box_is_registered_until_llmao_restarts(local, approved_box,
     assert f"{route_id} ({MODEL}): delete: llmao route matches no intended server" \
         in forgotten.output
     assert route_id not in {route.id for route in litellm.routes()}
+
+
+@pytest.fixture
+def garbage_provider(local: LocalFleet) -> Iterator[str]:
+    """A Vast API that answers 200 with a page that is not its instance list (R3)."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Garbage(BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 - http.server's naming
+            body = b"<html>maintenance</html>"
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    api = ThreadingHTTPServer(("127.0.0.1", 0), Garbage)
+    threading.Thread(target=api.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{api.server_address[1]}"
+    local.write(providers={"vast": {"api_key": "vast-key-for-the-test", "url": url}})
+    yield url
+    api.shutdown()
+    api.server_close()
+
+
+def test_a_provider_answering_garbage_deletes_nothing_and_unlists_nobody(
+        local, garbage_provider, serving, server, litellm):
+    first_box, silent_box = boxes_of(local)
+    route = f"llmao:{first_box}:8001:{MODEL}-8001"
+    first = reconcile(local)
+    assert first.returncode == 0, first.output
+    assert "vast listing could not be read" in first.output
+    assert "Unlisted" not in first.output
+    assert f"{silent_box} {MODEL}-8001 ({MODEL}, 8001 -> {silent_box}:8001): Awaiting: " \
+        in first.output
+    assert [r.id for r in litellm.routes() if first_box in r.id] == [route]
+    # Its vLLM goes away: one failed probe, below the threshold, deletes nothing.
+    stop_stubs(serving)
+    second = reconcile(local)
+    assert second.returncode == 0, second.output
+    assert "Unlisted" not in second.output
+    assert [r.id for r in litellm.routes() if first_box in r.id] == [route]
