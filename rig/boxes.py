@@ -31,6 +31,7 @@ from pathlib import Path, PurePosixPath
 from rig import REPO_ROOT, cache_dir
 from rig.box_image import ensure_box_image
 from rig.dockerd import DockerError, docker
+from rig.processes import stop_child
 
 BOX_LABEL = "llmao.box"
 RIG_LABEL = "llmao.rig"
@@ -38,6 +39,7 @@ LISTEN_PORTS = (8001, 8002, 8003)
 STUB_DIR = "/etc/llmao-stub"
 SUPERVISOR_SOCKET = "/var/run/supervisor.sock"
 READY_TIMEOUT_S = 30.0
+STOP_TIMEOUT_S = 10.0
 STUB_VLLM = REPO_ROOT / "rig" / "stub_vllm.py"
 
 
@@ -280,13 +282,7 @@ class LocalStub:
         if self._stopped:
             return
         self._stopped = True
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        stop_child(self.process, STOP_TIMEOUT_S)
         for leftover in self.workdir.iterdir():
             leftover.unlink()
         self.workdir.rmdir()

@@ -11,7 +11,6 @@ is waited for until it answers, and is stopped by its PID.
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -23,6 +22,7 @@ from typing import Literal
 
 from rig import REPO_ROOT, cache_dir
 from rig.boxes import free_port
+from rig.processes import stop_child
 
 Kind = Literal["real", "fake"]
 
@@ -87,13 +87,7 @@ class LiteLLMProcess:
         if self._stopped:
             return
         self._stopped = True
-        if self.process.poll() is None:
-            os.kill(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                os.kill(self.process.pid, signal.SIGKILL)
-                self.process.wait()
+        stop_child(self.process, STOP_TIMEOUT_S)
 
     def __enter__(self) -> LiteLLMProcess:
         return self

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import signal
 import ssl
 import subprocess
 import sys
@@ -14,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rig.boxes import free_port
+from rig.processes import stop_child
 
 SERVER = Path(sys.executable).with_name("llmao-server")
 START_TIMEOUT_S = 60.0
@@ -46,13 +45,7 @@ class LlmaoServer:
         if self._stopped:
             return
         self._stopped = True
-        if self.process.poll() is None:
-            os.kill(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                os.kill(self.process.pid, signal.SIGKILL)
-                self.process.wait()
+        stop_child(self.process, STOP_TIMEOUT_S)
 
     def __enter__(self) -> LlmaoServer:
         return self
