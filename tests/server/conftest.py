@@ -48,14 +48,16 @@ def session_log() -> Iterator[list[str]]:
 
 @pytest.fixture
 def make_app(tmp_path: Path) -> Iterator[Callable[..., Flask]]:
-    """make_app(config_document=None, folder="fleet") over one state file per test."""
+    """make_app(config_document=None, folder="fleet", state=None): apps share one state file
+    unless told otherwise, as the workers of one server do."""
     apps: list[Flask] = []
 
-    def make(config_document: dict[str, Any] | None = None, folder: str = "fleet") -> Flask:
+    def make(config_document: dict[str, Any] | None = None, folder: str = "fleet",
+             state: str | None = None) -> Flask:
         config_path, models_path = write_pair(tmp_path / folder, config_document)
         app = create_app({"TESTING": True, "LLMAO_CONFIG": config_path,
                           "LLMAO_MODELS": models_path,
-                          "LLMAO_STATE": str(tmp_path / "state.sqlite3")})
+                          "LLMAO_STATE": state or str(tmp_path / "state.sqlite3")})
         apps.append(app)
         return app
 
