@@ -13,10 +13,10 @@ import sys
 from ansible_collections.llmao.fleet.plugins.module_utils.bearer import (
     BearerError,
     derive_vllm_api_key,
+    server_bearer,
 )
 from ansible_collections.llmao.fleet.plugins.module_utils.config_errors import ConfigError, Problems
 from ansible_collections.llmao.fleet.plugins.module_utils.config_file import load_settings
-from ansible_collections.llmao.fleet.plugins.module_utils.hostnames import normalize_host
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -40,11 +40,7 @@ def bearer_for(args: argparse.Namespace) -> str:
         problems = Problems()
         settings = load_settings(args.config, problems, [])
         problems.raise_if_any()
-        if (normalize_host(args.host), args.port) in settings.legacy_servers:
-            if not settings.selfhost_api_key:
-                raise BearerError("fleet.selfhost_api_key not defined for this legacy server")
-            return settings.selfhost_api_key
-        return derive_vllm_api_key(settings.vllm_api_salt, args.host, args.port)
+        return server_bearer(settings, args.host, args.port)
     salt = args.salt if args.salt is not None else getpass.getpass("fleet.vllm_api_salt: ")
     return derive_vllm_api_key(salt, args.host, args.port)
 

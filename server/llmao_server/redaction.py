@@ -29,9 +29,7 @@ class Redactor:
     @classmethod
     def for_settings(cls, settings: Settings) -> Redactor:
         """Every secret ``config.yaml`` holds, placeholders included (they may be real)."""
-        return cls([settings.fleet_key, settings.vllm_api_salt, settings.selfhost_api_key,
-                    settings.litellm_master_key, settings.admin_token,
-                    *(p.api_key for p in settings.providers.values())])
+        return cls(settings.secrets())
 
     def __call__(self, text: str) -> str:
         for secret in self.secrets:

@@ -122,3 +122,20 @@ def test_with_approvals_warns_of_a_refused_approval_and_keeps_the_rest(fleet, mo
     assert approved.assignment("192.0.2.77") is None
     assert approved.assignment("192.0.2.78") is not None
     assert approved.warnings[len(fleet.warnings):] == (reason,)
+
+
+def test_server_bearer_is_the_one_legacy_rule(fleet):
+    from ansible_collections.llmao.fleet.plugins.module_utils.bearer import server_bearer
+
+    settings = fleet.settings
+    assert server_bearer(settings, " ::ffff:198.51.100.7", 8000) == SHARED_BEARER
+    assert server_bearer(settings, "203.0.113.10", 8001) == \
+        derive_vllm_api_key(SALT, "203.0.113.10", 8001)
+    assert [s.api_key for s in fleet.servers()] == [
+        server_bearer(settings, s.box, s.listen_port) for s in fleet.servers()]
+
+
+def test_settings_list_every_secret(fleet):
+    secrets = fleet.settings.secrets()
+    assert SALT in secrets and SHARED_BEARER in secrets
+    assert fleet.settings.fleet_key in secrets

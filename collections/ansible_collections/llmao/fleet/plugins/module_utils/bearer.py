@@ -30,6 +30,18 @@ def is_placeholder(secret: str | None) -> bool:
     return not secret or secret.startswith(PLACEHOLDER_PREFIX)
 
 
+def server_bearer(settings, box: str, listen_port: int) -> str:
+    """The bearer a server requires: the shared legacy one for a legacy pair, else derived.
+
+    ``settings`` is the loaded ``config.yaml`` (:class:`config_file.Settings`).
+    """
+    if settings.is_legacy(box, listen_port):
+        if is_placeholder(settings.selfhost_api_key):
+            raise BearerError("fleet.selfhost_api_key missing or CHANGE_ME for a legacy server")
+        return settings.selfhost_api_key
+    return derive_vllm_api_key(settings.vllm_api_salt, box, listen_port)
+
+
 def derive_vllm_api_key(salt: str | None, host: str, listen_port: int) -> str:
     """``sk-vllm-`` + unpadded urlsafe base64 of HMAC-SHA256(salt, context, host, port)."""
     if salt is None:

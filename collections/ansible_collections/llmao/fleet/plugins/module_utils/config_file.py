@@ -72,6 +72,19 @@ class Settings:
     server_state: str
     admin_token: str | None = field(repr=False)
 
+    def is_legacy(self, box: str, listen_port: int) -> bool:
+        """A pair that predates the salt and serves ``selfhost_api_key`` (box normalised)."""
+        return (normalize_host(box), listen_port) in self.legacy_servers
+
+    def secrets(self) -> tuple[str | None, ...]:
+        """Every secret this file holds, as written (unset and placeholder values included).
+
+        The one list that log redaction and Ansible's censoring both start from.
+        """
+        return (self.fleet_key, self.vllm_api_salt, self.selfhost_api_key,
+                self.litellm_master_key, self.admin_token,
+                *(provider.api_key for provider in self.providers.values()))
+
 
 def load_settings(path: str, problems: Problems, warnings: list[str]) -> Settings:
     """Read ``config.yaml`` at ``path``; problems and deprecation warnings are collected."""

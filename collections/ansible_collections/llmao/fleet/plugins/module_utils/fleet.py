@@ -15,7 +15,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
-from .bearer import BearerError, derive_vllm_api_key, is_placeholder
+from .bearer import BearerError, is_placeholder, server_bearer
 from .config_errors import ConfigError, Problems
 from .config_file import LISTEN_PORTS, HostRow, Settings, load_settings
 from .hostnames import normalize_host
@@ -60,7 +60,7 @@ class Fleet:
         servers = []
         for port, model_name in zip(LISTEN_PORTS, model_names, strict=False):
             try:
-                key = derive_vllm_api_key(self.settings.vllm_api_salt, box, port)
+                key = server_bearer(self.settings, box, port)
             except BearerError as exc:
                 raise ApprovalError(f"cannot derive a bearer: {exc}") from None
             servers.append(IntendedServer(box, model_name, model_name, port,
@@ -147,7 +147,7 @@ def _models_or_problems(models_path: str, problems: Problems) -> dict[str, Model
 def _check_secrets(source: str, settings: Settings, problems: Problems) -> None:
     """A row can only be served with the secret its bearer comes from."""
     rows = [(box, row) for box, box_rows in settings.hosts.items() for row in box_rows]
-    salted = sum(1 for box, row in rows if (box, row.port) not in settings.legacy_servers)
+    salted = sum(1 for box, row in rows if not settings.is_legacy(box, row.port))
     legacy = len(rows) - salted
     if salted and is_placeholder(settings.vllm_api_salt):
         problems.add(source, "fleet.vllm_api_salt",
@@ -161,7 +161,7 @@ def _intend(source: str, settings: Settings, models: dict[str, ModelEntry], box:
             row: HostRow, problems: Problems) -> IntendedServer | None:
     """Join one row with its recipe and bearer, recording why it cannot be."""
     where = f"fleet.hosts.{box}[{row.index}]"
-    legacy = (box, row.port) in settings.legacy_servers
+    legacy = settings.is_legacy(box, row.port)
     entry = models.get(row.model_name)
     if entry is None:
         problems.add(source, where, f"model {row.model_name!r} is not in models.yaml")
@@ -173,9 +173,6 @@ def _intend(source: str, settings: Settings, models: dict[str, ModelEntry], box:
                                     f"({', '.join(map(str, LISTEN_PORTS))}) nor a legacy pair")
     if entry is None or not entry.self_hosted or problems.items:
         return None
-    if legacy:
-        key = settings.selfhost_api_key
-    else:
-        key = derive_vllm_api_key(settings.vllm_api_salt, box, row.port)
-    return IntendedServer(box, row.name, row.model_name, row.port, entry, key, legacy,
+    return IntendedServer(box, row.name, row.model_name, row.port, entry,
+                          server_bearer(settings, box, row.port), legacy,
                           row.seed_public_port)

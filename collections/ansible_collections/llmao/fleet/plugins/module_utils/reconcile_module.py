@@ -33,11 +33,7 @@ APPROVED_SPEC: dict[str, dict[str, Any]] = {"approved": {"type": "dict"}}
 
 def fleet_secrets(fleet: Fleet) -> set[str]:
     """Every secret the loaded fleet holds or derives (placeholders are not secrets)."""
-    settings = fleet.settings
-    values = [settings.fleet_key, settings.vllm_api_salt, settings.selfhost_api_key,
-              settings.litellm_master_key, settings.admin_token]
-    values += [provider.api_key for provider in settings.providers.values()]
-    values += [server.api_key for server in fleet.servers()]
+    values = [*fleet.settings.secrets(), *(server.api_key for server in fleet.servers())]
     return {value for value in values if not is_placeholder(value)}
 
 
