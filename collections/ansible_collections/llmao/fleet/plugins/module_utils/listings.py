@@ -317,6 +317,7 @@ def _first_host_ip(ports: Any) -> str:
 
 
 def _get_json(url: str, api_key: str, timeout: float) -> Any:
+    """The provider's answer, through the one HTTP call that never follows a redirect."""
     try:
         return call_json("GET", url, api_key, timeout=timeout)
     except ApiError as exc:
