@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
@@ -20,6 +18,7 @@ from ansible_collections.llmao.fleet.plugins.module_utils.listings import (
     parse_vast,
     read_listings,
 )
+from rig.provider_api import serve_provider_api
 
 # Vast's instance list (docs.vast.ai OpenAPI, GET /api/v1/instances/): one page.
 VAST = {"instances": [
@@ -171,49 +170,26 @@ def test_listed_states():
     assert partial.listed("192.0.2.9") is Listed.UNKNOWN
 
 
-class ProviderFake(BaseHTTPRequestHandler):
-    """Serves the documented shapes; the test sets what each path answers."""
-
-    routes: dict = {}
-    seen_keys: list = []
-
-    def do_GET(self):  # noqa: N802 - http.server's naming
-        self.seen_keys.append(self.headers.get("Authorization"))
-        status, body = self.routes.get(self.path, (404, {"error": "no such path"}))
-        payload = body if isinstance(body, bytes) else json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.end_headers()
-        self.wfile.write(payload)
-
-    def log_message(self, *args):
-        pass
-
-
 @pytest.fixture
 def provider_api():
-    server = ThreadingHTTPServer(("127.0.0.1", 0), ProviderFake)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+    with serve_provider_api() as api:
+        yield api
 
 
-def providers(url):
+def providers(api):
     """Both providers, each with a base URL on the fake (what ``url`` in config.yaml sets)."""
-    return {"vast": Provider("vast", api_key="vast-key", url=f"{url}/vast"),
-            "runpod": Provider("runpod", api_key="runpod-key", url=f"{url}/runpod")}
+    return {"vast": Provider("vast", api_key="vast-key", url=f"{api.url}/vast"),
+            "runpod": Provider("runpod", api_key="runpod-key", url=f"{api.url}/runpod")}
 
 
 def test_read_listings_against_fakes(provider_api):
-    ProviderFake.routes = {"/vast/instances/": (200, VAST), "/runpod/pods": (200, RUNPOD)}
-    ProviderFake.seen_keys = []
+    provider_api.routes = {"/vast/instances/": (200, VAST), "/runpod/pods": (200, RUNPOD)}
     listings = read_listings(providers(provider_api), timeout=5)
     assert not listings.failed
     assert listings.listed("203.0.113.10") is Listed.NAMED
     assert listings.listed("abcd1234pod") is Listed.NAMED
-    assert sorted(ProviderFake.seen_keys) == ["Bearer runpod-key", "Bearer vast-key"]
+    assert sorted(provider_api.seen) == [("/runpod/pods", "Bearer runpod-key"),
+                                         ("/vast/instances/", "Bearer vast-key")]
 
 
 def test_the_default_urls_are_the_documented_apis():
@@ -224,7 +200,7 @@ def test_the_default_urls_are_the_documented_apis():
 def test_vast_pages_are_followed_by_next_token(provider_api):
     first = {"instances": SHARED["instances"][:2], "next_token": "page/2=="}
     second = {"instances": SHARED["instances"][2:], "next_token": None}
-    ProviderFake.routes = {"/vast/instances/": (200, first),
+    provider_api.routes = {"/vast/instances/": (200, first),
                            "/vast/instances/?after_token=page%2F2%3D%3D": (200, second)}
     listings = read_listings({"vast": providers(provider_api)["vast"]}, timeout=5)
     assert not listings.failed
@@ -233,7 +209,7 @@ def test_vast_pages_are_followed_by_next_token(provider_api):
 
 def test_a_vast_page_loop_is_an_error(provider_api):
     looping = {"instances": [], "next_token": "again"}
-    ProviderFake.routes = {"/vast/instances/": (200, looping),
+    provider_api.routes = {"/vast/instances/": (200, looping),
                            "/vast/instances/?after_token=again": (200, looping)}
     listings = read_listings({"vast": providers(provider_api)["vast"]}, timeout=5)
     assert "repeats a page" in listings.failed["vast"]
@@ -243,7 +219,7 @@ def test_a_vast_page_loop_is_an_error(provider_api):
                                     (200, {"unexpected": True}), (401, {"error": "bad key"}),
                                     (401, {"error": "key vast-key is not valid"})])
 def test_an_api_error_is_never_unlisted(provider_api, answer):
-    ProviderFake.routes = {"/vast/instances/": answer, "/runpod/pods": (200, RUNPOD)}
+    provider_api.routes = {"/vast/instances/": answer, "/runpod/pods": (200, RUNPOD)}
     listings = read_listings(providers(provider_api), timeout=5)
     assert "vast" in listings.failed
     assert "vast-key" not in listings.failed["vast"], "not even when the provider echoes it"

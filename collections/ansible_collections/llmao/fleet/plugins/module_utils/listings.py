@@ -104,6 +104,10 @@ class Listings:
             return Listed.UNKNOWN
         return Listed.UNKNOWN if self.failed else Listed.NOT_NAMED
 
+    def box(self, name: str) -> ListedBox | None:
+        """The one instance a listing names ``name``, or None (not listed, or ambiguous)."""
+        return self.by_name.get(normalize_host(name))
+
     def ambiguity(self, box: str) -> str | None:
         """Why ``box`` names no single instance (several share it), or None when it does not."""
         sharing = self.ambiguous.get(normalize_host(box))

@@ -107,7 +107,7 @@ listing_failures:
 ambiguous_addresses:
   description:
     - Each address that several listed instances share, to the instances (C(vast 4242)). A
-      C(fleet.hosts) key that is such an address names no single box: the task warns, and the
+      C(fleet.hosts) key that is such an address names no single box; the task warns, and the
       row is never dialled until it is keyed by the instance id.
   returned: success
   type: dict
