@@ -16,6 +16,7 @@ from ansible_collections.llmao.fleet.plugins.module_utils.listings import (
     parse_docker,
     parse_runpod,
     parse_vast,
+    provider_of,
     read_listings,
 )
 from rig.provider_api import serve_provider_api
@@ -113,8 +114,8 @@ def test_public_addresses():
     assert listings.endpoint("efgh5678pod", 8001, None) is None  # no public IP yet
     assert listings.endpoint("192.0.2.9", 8001, 40001).port == 40001
     assert listings.endpoint("2001:db8::1", 8001, None).base_url == "http://[2001:db8::1]:8001/v1"
-    assert listings.provider_of("abcd1234pod") == "runpod"
-    assert listings.provider_of("192.0.2.9") == "unlisted"
+    assert provider_of(listings.configured, listings.named_by("abcd1234pod")) == "runpod"
+    assert provider_of(listings.configured, listings.named_by("192.0.2.9")) == "unlisted"
     vast = listings.endpoint("1", 8001, None)  # a fleet.hosts key may be the instance id
     assert (vast.host, vast.port, vast.source) == ("203.0.113.10", 41001, "listing:vast")
     assert listings.listed("2") is Listed.NAMED  # loading: listed, nothing to dial yet
@@ -138,6 +139,7 @@ def test_an_address_two_instances_share_is_ambiguous_never_resolved_by_order():
         assert order.listed("203.0.113.50") is Listed.UNKNOWN  # never Unlisted, never Foreign
     assert "vast 11, vast 12 share this address" in listings.ambiguity("203.0.113.50")
     assert listings.ambiguity("203.0.113.60") is None and listings.ambiguity("11") is None
+    assert listings.named_by("203.0.113.50") == "vast"  # ambiguous, but not unlisted
     # Neither instance is dropped: each is named by its id.
     assert listings.endpoint("11", 8001, None).port == 40011
     assert listings.endpoint("12", 8001, None).port == 40012
@@ -149,7 +151,7 @@ def test_runpod_only_is_not_local():
     listings = index_listings(["runpod"], parse_runpod(RUNPOD), {})
     assert listings.listed("abcd1234pod") is Listed.NAMED
     assert listings.listed("192.0.2.9") is Listed.NOT_NAMED
-    assert listings.provider_of("192.0.2.9") == "unlisted"
+    assert provider_of(listings.configured, listings.named_by("192.0.2.9")) == "unlisted"
     assert listings.endpoint("192.0.2.9", 8001, None).source == "not listed: listen port"
 
 
@@ -158,7 +160,7 @@ def test_local_fleet_dials_listen_ports():
     endpoint = listings.endpoint("127.0.0.1", 8002, None)
     assert (endpoint.host, endpoint.port) == ("127.0.0.1", 8002)
     assert listings.listed("127.0.0.1") is Listed.NO_PROVIDERS
-    assert listings.provider_of("127.0.0.1") == "local"
+    assert provider_of(listings.configured, listings.named_by("127.0.0.1")) == "local"
 
 
 def test_listed_states():

@@ -141,9 +141,11 @@ from ansible_collections.llmao.fleet.plugins.module_utils.config_errors import C
 from ansible_collections.llmao.fleet.plugins.module_utils.fleet import Fleet, load_fleet
 from ansible_collections.llmao.fleet.plugins.module_utils.intent import IntendedServer
 from ansible_collections.llmao.fleet.plugins.module_utils.listings import (
+    LOCAL_PROVIDER,
     SSH_PORT,
     ListedBox,
     Listings,
+    provider_of,
     read_listings,
 )
 
@@ -159,8 +161,6 @@ SOURCE_SUFFIXES = ("fleet.yml", "fleet.yaml")
 ALL_BOXES = "llmao_boxes"
 MODEL_GROUP_PREFIX = "llmao_model_"
 PROVIDER_GROUP_PREFIX = "llmao_provider_"
-LOCAL_PROVIDER = "local"
-UNLISTED_PROVIDER = "unlisted"
 CACHE_FORMAT = 2
 TEMPLATE_MARKERS = ("{{", "{%", "{#")
 
@@ -172,11 +172,6 @@ def model_group(model_name: str) -> str:
 
 def provider_group(provider: str) -> str:
     return to_safe_group_name(PROVIDER_GROUP_PREFIX + provider, force=True, silent=True)
-
-
-def box_provider(fleet: Fleet) -> str:
-    """The provider of every box until listings are read: local only without any listing."""
-    return UNLISTED_PROVIDER if fleet.settings.providers else LOCAL_PROVIDER
 
 
 def public_ports(servers: Iterable[IntendedServer], local: bool) -> dict[int, int]:
@@ -226,7 +221,7 @@ def describe_fleet(fleet: Fleet, listings: Listings | None = None) -> dict[str, 
     in full: a failed one never gets here) a listed box is reached where its provider
     publishes it.
     """
-    provider = box_provider(fleet)
+    provider = provider_of(fleet.settings.providers)  # listings are not read here
     local = provider == LOCAL_PROVIDER
     boxes = {}
     warnings = list(fleet.warnings)
@@ -260,11 +255,12 @@ def _listed_hostvars(listings: Listings, box: str, servers: Iterable[IntendedSer
     listed = listings.box(box)
     if listed is not None:
         return listed_reach(listed, servers)
+    provider = {"llmao_provider": provider_of(listings.configured, listings.named_by(box))}
     ambiguity = listings.ambiguity(box)
     if ambiguity:
         warnings.append(f"llmao fleet: {ambiguity}; no SSH port is set for it")
-        return {"llmao_provider": listings.provider_of(box), "llmao_ambiguous": ambiguity}
-    return {"llmao_provider": listings.provider_of(box)}
+        return {**provider, "llmao_ambiguous": ambiguity}
+    return provider
 
 
 def trusted(value: Any) -> Any:

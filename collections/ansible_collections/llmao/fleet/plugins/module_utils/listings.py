@@ -17,7 +17,7 @@ import math
 import subprocess
 import urllib.parse
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -34,6 +34,8 @@ VAST_DEFAULT_URL = "https://console.vast.ai/api/v1"
 RUNPOD_DEFAULT_URL = "https://api.runpod.io/v2"
 VAST_MAX_PAGES = 400
 SSH_PORT = 22
+LOCAL_PROVIDER = "local"
+UNLISTED_PROVIDER = "unlisted"
 
 
 class ListingError(RuntimeError):
@@ -117,16 +119,18 @@ class Listings:
         return (f"{box} is ambiguous: {instances} share this address; key the fleet.hosts row "
                 "by the instance id")
 
-    def provider_of(self, box: str) -> str:
-        """The provider whose listing names the box; ``local`` or ``unlisted`` otherwise."""
+    def named_by(self, box: str) -> str | None:
+        """The provider whose listing names the box, if one does.
+
+        An ambiguous address is still named by its provider when every instance
+        sharing it is that provider's (two Vast instances): it is not unlisted.
+        """
         name = normalize_host(box)
         listed = self.by_name.get(name)
         if listed is not None:
             return listed.provider
         sharing = {claimant.provider for claimant in self.ambiguous.get(name, ())}
-        if len(sharing) == 1:
-            return sharing.pop()
-        return "local" if not self.configured else "unlisted"
+        return sharing.pop() if len(sharing) == 1 else None
 
     def endpoint(self, box: str, listen_port: int, seed_public_port: int | None) -> Endpoint | None:
         """The public address of a server, or None when nothing dialable is known.
@@ -150,6 +154,18 @@ class Listings:
         if not self.configured:
             return Endpoint(box, listen_port, "local: public equals listen")
         return Endpoint(box, listen_port, "not listed: listen port")
+
+
+def provider_of(providers: Collection[str], named_by: str | None = None) -> str:
+    """The provider a box is shown under: by reconcile, the inventory and the dashboard alike.
+
+    ``providers`` are the configured listings, ``named_by`` the one that names the
+    box (None when none does, or none was read yet). A fleet without listings is
+    ``local``; a box no listing names is ``unlisted`` until one does.
+    """
+    if named_by:
+        return named_by
+    return UNLISTED_PROVIDER if providers else LOCAL_PROVIDER
 
 
 def index_listings(configured: Iterable[str], boxes: Iterable[ListedBox],
