@@ -11,11 +11,12 @@ documented shapes so tests do not each spell them out.
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from rig.loopback_server import serving
 
 
 class ProviderApi:
@@ -79,11 +80,5 @@ def serve_provider_api() -> Iterator[ProviderApi]:
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     api = ProviderApi(f"http://127.0.0.1:{server.server_address[1]}")
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with serving(server):
         yield api
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
