@@ -31,11 +31,14 @@ from flask import Blueprint, Response, current_app, request
 
 from ansible_collections.llmao.fleet.plugins.module_utils.bearer import is_placeholder
 from ansible_collections.llmao.fleet.plugins.module_utils.lifecycle import State
+from ansible_collections.llmao.fleet.plugins.module_utils.llmao_admin import (
+    observations_document,
+)
 
 from .admin_attempts import AttemptRefused, admin_token_matches
 from .api_errors import JSON, ApiError
 from .state import ServerState
-from .store import ReconcilePass
+from .store import AppliedReport, ReconcilePass
 
 bp = Blueprint("admin_api", __name__, url_prefix="/admin/api")
 
@@ -91,24 +94,22 @@ def observations() -> Response:
     fetches = state.store.fetch_times()
     reports = state.store.applied_reports()
     approved = approvals_in_force(state)
-    boxes = {}
-    for box in [*state.fleet.assignments, *approved]:
-        report = reports.get(box)
-        boxes[box] = {
-            "last_fetch": fetches.get(box),
-            "applied": None if report is None else {
-                "revision": report.revision, "applied_at": report.applied_at,
-                "reported_at": report.reported_at},
-        }
+    served = [*state.fleet.assignments, *approved]
     last = state.store.last_pass()
-    return json_answer({
-        "now": time.time(),
-        "boxes": boxes,
-        "approved": approved,
-        "verdicts": dict(last.verdicts) if last else {},
-        "drift": list(last.drift) if last else [],
-        "pass_at": last.pass_at if last else None,
-    })
+    return json_answer(observations_document(
+        time.time(),
+        {box: fetches.get(box) for box in served},
+        {box: applied_record(report) for box, report in reports.items()},
+        approved,
+        last.verdicts if last else {},
+        last.drift if last else (),
+        last.pass_at if last else None,
+    ))
+
+
+def applied_record(report: AppliedReport) -> dict[str, Any]:
+    return {"revision": report.revision, "applied_at": report.applied_at,
+            "reported_at": report.reported_at}
 
 
 def approvals_in_force(state: ServerState) -> dict[str, list[str]]:
