@@ -25,7 +25,7 @@ from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_plan import 
     plan_pass,
     probe_targets,
 )
-from tests.unit.fleet_files import write_pair
+from ansible_collections.llmao.fleet.tests.unit.fleets import write_pair
 
 NOW = 50_000.0
 SERVING = Probe(True, Models.LISTS)
