@@ -50,8 +50,10 @@ class FleetSecrets:
 
 
 def recipe(name: str, weights: str, **vllm: Any) -> dict[str, Any]:
-    """A self-hosted entry of models.yaml: ``name`` routed to vLLM serving ``weights``."""
-    return {"model_name": name, "litellm_params": {"model": f"hosted_vllm/{name}"},
+    """A self-hosted entry of models.yaml: ``name`` routed to vLLM serving ``weights``
+    (LiteLLM asks vLLM for the served model name, which is ``name`` unless ``vllm`` sets it)."""
+    served = vllm.get("served_model_name", name)
+    return {"model_name": name, "litellm_params": {"model": f"hosted_vllm/{served}"},
             "model_info": {"self_hosted": True, "vllm": {"model": weights, **vllm}}}
 
 

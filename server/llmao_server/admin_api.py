@@ -7,7 +7,11 @@ which reconcile adds to the fleet it loads), the
 previous reconcile pass's verdicts (which carry the lifecycle memory the next
 pass needs) and the server's clock, so that reconcile measures ages against
 the clock the fetch times were taken with. ``POST /admin/api/verdicts`` replaces
-the stored pass with a new one; the dashboard shows it.
+the stored pass with a new one; the dashboard shows it. Its numbers are checked
+before anything is kept: JSON's ``NaN`` and ``Infinity`` and overflowing
+literals are refused, ``pass_at`` must be near the server's clock (reconcile
+takes it from ``now`` in the observations), and each verdict's memory, which
+the next pass reads back, must hold the types that pass expects.
 
 Both need ``Authorization: Bearer <admin.token>``, compared in constant time.
 No admin token configured: 503 whatever the request carries, as the box API
@@ -18,6 +22,7 @@ from __future__ import annotations
 
 import hmac
 import json
+import math
 import time
 from typing import Any, NoReturn
 
@@ -37,6 +42,13 @@ MAX_VERDICTS = 30_000
 MAX_DRIFT = 10_000
 MAX_ID = 300
 STATES = frozenset(state.value for state in State)
+# A pass is posted when it ends; it began at the ``now`` it read. A slow pass over a large
+# fleet (every LiteLLM call timing out) still ends within hours; another instance's clock
+# may run a little ahead.
+PASS_MAX_AGE_S = 6 * 3600
+CLOCK_SKEW_S = 300
+MEMORY_COUNTERS = ("consecutive_failures", "rejected_passes")
+MAX_COUNTER = 10**9
 
 
 def llmao_state() -> ServerState:
@@ -111,9 +123,26 @@ def read_json_body() -> Any:
     if len(data) > VERDICTS_MAX_BYTES:
         raise ApiError(413, "too_large", f"the body is over {VERDICTS_MAX_BYTES} bytes")
     try:
-        return json.loads(data)
+        return json.loads(data, parse_constant=refuse_constant, parse_float=finite_float)
+    except NotFinite as exc:
+        bad(f"numbers must be finite, not {exc}")
     except ValueError:
         bad("the body must be JSON (Content-Type: application/json)")
+
+
+class NotFinite(ValueError):
+    """A JSON number that is not a finite float: ``NaN``, ``Infinity``, ``1e999``."""
+
+
+def refuse_constant(name: str) -> NoReturn:
+    raise NotFinite(name)
+
+
+def finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise NotFinite(text[:40])
+    return value
 
 
 def read_pass(doc: Any, now: float) -> ReconcilePass:
@@ -121,8 +150,11 @@ def read_pass(doc: Any, now: float) -> ReconcilePass:
     if not isinstance(doc, dict):
         bad("the body must be a JSON object with pass_at, verdicts and drift")
     pass_at = doc.get("pass_at")
-    if isinstance(pass_at, bool) or not isinstance(pass_at, int | float):
+    if not is_number(pass_at):
         bad("pass_at must be a time in seconds since the epoch")
+    if not now - PASS_MAX_AGE_S <= pass_at <= now + CLOCK_SKEW_S:
+        bad(f"pass_at must be within {PASS_MAX_AGE_S} s before and {CLOCK_SKEW_S} s after "
+            f"the server's clock ({now:.0f}); reconcile takes it from the observations' now")
     verdicts = doc.get("verdicts")
     if not isinstance(verdicts, dict) or len(verdicts) > MAX_VERDICTS:
         bad(f"verdicts must be an object of at most {MAX_VERDICTS} server ids")
@@ -130,13 +162,19 @@ def read_pass(doc: Any, now: float) -> ReconcilePass:
     if not isinstance(drift, list) or len(drift) > MAX_DRIFT:
         bad(f"drift must be a list of at most {MAX_DRIFT} items")
     for key, verdict in verdicts.items():
-        check_verdict(key, verdict)
+        check_verdict(key, verdict, now)
     if not all(isinstance(item, dict) for item in drift):
         bad("every drift item must be an object")
     return ReconcilePass(float(pass_at), verdicts, drift, now)
 
 
-def check_verdict(key: str, verdict: Any) -> None:
+def is_number(value: Any) -> bool:
+    """A finite int or float (JSON's true and false are not numbers)."""
+    return (isinstance(value, int | float) and not isinstance(value, bool)
+            and math.isfinite(value))
+
+
+def check_verdict(key: str, verdict: Any, now: float) -> None:
     where = f"verdicts[{key[:MAX_ID]!r}]"
     if not key or len(key) > MAX_ID:
         bad(f"a server id must be 1 to {MAX_ID} characters")
@@ -144,8 +182,25 @@ def check_verdict(key: str, verdict: Any) -> None:
         bad(f"{where} must be an object")
     if verdict.get("state") not in STATES:
         bad(f"{where}.state must be one of {', '.join(sorted(STATES))}")
-    if not isinstance(verdict.get("memory", {}), dict):
+    memory = verdict.get("memory", {})
+    if not isinstance(memory, dict):
         bad(f"{where}.memory must be an object")
+    check_memory(memory, f"{where}.memory", now)
+
+
+def check_memory(memory: dict, where: str, now: float) -> None:
+    """What the next pass reads back into its classifier: counters, a state, a past time."""
+    if memory.get("state") not in (None, *STATES):
+        bad(f"{where}.state must be empty or one of {', '.join(sorted(STATES))}")
+    for counter in MEMORY_COUNTERS:
+        value = memory.get(counter)
+        if value is not None and not (isinstance(value, int) and not isinstance(value, bool)
+                                      and 0 <= value <= MAX_COUNTER):
+            bad(f"{where}.{counter} must be an integer from 0 to {MAX_COUNTER}")
+    healthy_at = memory.get("last_healthy_at")
+    if healthy_at is not None and not (is_number(healthy_at)
+                                       and 0 <= healthy_at <= now + CLOCK_SKEW_S):
+        bad(f"{where}.last_healthy_at must be a past time in seconds since the epoch")
 
 
 def bad(message: str) -> NoReturn:

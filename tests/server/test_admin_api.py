@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 
 import pytest
@@ -17,6 +18,8 @@ from tests.server.fleet_pair import ADMIN_TOKEN, KNOWN, LEGACY, OTHER_KNOWN, UNK
 OBSERVATIONS = "/admin/api/observations"
 VERDICTS = "/admin/api/verdicts"
 GEMMA = f"llmao:{KNOWN}:8001:gemma"
+# Passes are refused unless near the server's clock: a time of this run, on a half second.
+PASS_AT = float(int(time.time())) - 59.5
 
 
 def admin(token: str = ADMIN_TOKEN) -> dict[str, str]:
@@ -25,14 +28,14 @@ def admin(token: str = ADMIN_TOKEN) -> dict[str, str]:
 
 def a_pass(**changes) -> dict:
     document = {
-        "pass_at": 1_700_000_000.5,
+        "pass_at": PASS_AT,
         "verdicts": {GEMMA: {"id": GEMMA, "box": KNOWN, "name": "gemma", "state": "Healthy",
                              "reason": "serving its model with our bearer", "in_litellm": True,
                              "change": "register", "public": f"{KNOWN}:8001",
                              "provider": "local",
                              "memory": {"state": "Healthy", "consecutive_failures": 0,
                                         "rejected_passes": 0,
-                                        "last_healthy_at": 1_700_000_000.5}}},
+                                        "last_healthy_at": PASS_AT}}},
         "drift": [{"kind": "revision_behind", "box": KNOWN, "applied": "0" * 16,
                    "intended": "1" * 16, "what": "applied rev 0, intended rev 1"}],
     }
@@ -116,19 +119,19 @@ def test_observations_carry_the_approvals_in_force(client: FlaskClient, state: S
 def test_a_pass_is_recorded_then_replaced(client: FlaskClient, state: ServerState):
     answer = client.post(VERDICTS, headers=admin(), json=a_pass())
     assert answer.status_code == 200
-    assert answer.json == {"recorded": 1, "pass_at": 1_700_000_000.5}
+    assert answer.json == {"recorded": 1, "pass_at": PASS_AT}
     document = client.get(OBSERVATIONS, headers=admin()).json
     assert document["verdicts"] == a_pass()["verdicts"]
     assert document["drift"] == a_pass()["drift"]
-    assert document["pass_at"] == 1_700_000_000.5
+    assert document["pass_at"] == PASS_AT
     other = f"llmao:{OTHER_KNOWN}:8001:qwen"
-    later = a_pass(pass_at=1_700_000_060.0, drift=[],
+    later = a_pass(pass_at=PASS_AT + 59.5, drift=[],
                    verdicts={other: {"state": "Loading", "memory": {"state": "Loading"}}})
     assert client.post(VERDICTS, headers=admin(), json=later).status_code == 200
     document = client.get(OBSERVATIONS, headers=admin()).json
     assert set(document["verdicts"]) == {other}
-    assert (document["drift"], document["pass_at"]) == ([], 1_700_000_060.0)
-    assert state.store.last_pass().recorded_at >= 1_700_000_060.0
+    assert (document["drift"], document["pass_at"]) == ([], PASS_AT + 59.5)
+    assert state.store.last_pass().recorded_at >= PASS_AT + 59.5
 
 
 @pytest.mark.parametrize(("body", "text"), [
@@ -180,4 +183,4 @@ def test_reconciles_reader_takes_the_answer(client: FlaskClient, state: ServerSt
     seen = parse_observations(client.get(OBSERVATIONS, headers=admin()).json)
     assert seen.last_fetches[KNOWN] == 1000.5 and seen.last_fetches[LEGACY] is None
     assert seen.memories[GEMMA].state is State.HEALTHY
-    assert seen.pass_at == 1_700_000_000.5
+    assert seen.pass_at == PASS_AT

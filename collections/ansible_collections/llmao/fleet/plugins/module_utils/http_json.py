@@ -1,20 +1,28 @@
 # Copyright: llmao fleet contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""A small JSON-over-HTTP call for the controller-side clients (LiteLLM, llmao's admin API).
+"""The one JSON-over-HTTP call of the controller-side clients (LiteLLM, llmao's admin API,
+the provider listings).
 
 Standard library only, so modules need nothing beyond Ansible. Errors carry the
 method, URL, status and the error type the other side named, never the bearer or
 the body sent.
+
+Every call carries a credential, so a redirect is never followed: urllib would
+resend the ``Authorization`` header to whatever host the ``Location`` names, and
+an ``https`` URL could be sent on as plain ``http``. A 3xx is an error that names
+both URLs, stripped of any user, password or query.
 """
 
 from __future__ import annotations
 
 import json
 import urllib.error
+import urllib.parse
 import urllib.request
 from typing import Any
 
 MAX_ERROR_BODY = 4096
+SCHEMES = ("http", "https")
 
 
 class ApiError(RuntimeError):
@@ -34,9 +42,36 @@ class ApiError(RuntimeError):
         self.kind = kind
 
 
+class _RefuseRedirects(urllib.request.HTTPRedirectHandler):
+    """Hand every 3xx back as the error it is instead of following it."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        return None
+
+
+def _opener() -> urllib.request.OpenerDirector:
+    return urllib.request.build_opener(_RefuseRedirects())
+
+
+def shown_url(url: str) -> str:
+    """``url`` fit for a message: scheme, host, port and path only (no user, password, query)."""
+    parts = urllib.parse.urlsplit(url)
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    try:
+        port = f":{parts.port}" if parts.port else ""
+    except ValueError:
+        port = ""
+    return urllib.parse.urlunsplit((parts.scheme, host + port, parts.path, "", ""))
+
+
 def call_json(method: str, url: str, bearer: str | None, body: Any = None,
               timeout: float = 10.0) -> Any:
     """Send ``body`` as JSON (when given) and decode the JSON answer (None when empty)."""
+    request_name = f"{method} {shown_url(url)}"
+    if urllib.parse.urlsplit(url).scheme not in SCHEMES:
+        raise ApiError(request_name, "the URL must be http:// or https://")
     headers = {"Accept": "application/json"}
     if bearer:
         headers["Authorization"] = f"Bearer {bearer}"
@@ -46,20 +81,33 @@ def call_json(method: str, url: str, bearer: str | None, body: Any = None,
         headers["Content-Type"] = "application/json"
     request = urllib.request.Request(url, data=data, method=method, headers=headers)
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as answer:  # noqa: S310
+        with _opener().open(request, timeout=timeout) as answer:
             raw = answer.read()
     except urllib.error.HTTPError as exc:
-        message, kind = _error_detail(exc)
-        raise ApiError(f"{method} {url}", f"HTTP {exc.code}{message}", exc.code, kind) from None
+        with exc:
+            if 300 <= exc.code < 400:
+                raise _redirect_error(request_name, exc) from None
+            message, kind = _error_detail(exc)
+        if bearer:
+            message = message.replace(bearer, "***")
+        raise ApiError(request_name, f"HTTP {exc.code}{message}", exc.code, kind) from None
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
-        raise ApiError(f"{method} {url}", f"unreachable ({reason})") from None
+        raise ApiError(request_name, f"unreachable ({reason})") from None
     if not raw.strip():
         return None
     try:
         return json.loads(raw)
     except ValueError:
-        raise ApiError(f"{method} {url}", "the answer is not JSON") from None
+        raise ApiError(request_name, "the answer is not JSON") from None
+
+
+def _redirect_error(request_name: str, exc: urllib.error.HTTPError) -> ApiError:
+    location = exc.headers.get("Location") if exc.headers else None
+    target = f" to {shown_url(location)}" if location else ""
+    return ApiError(request_name, f"HTTP {exc.code} redirect{target} not followed: the "
+                                  "credential is never sent on; configure the final URL",
+                    exc.code)
 
 
 def _error_detail(exc: urllib.error.HTTPError) -> tuple[str, str | None]:

@@ -14,8 +14,6 @@ from __future__ import annotations
 import ipaddress
 import json
 import subprocess
-import urllib.error
-import urllib.request
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -23,6 +21,7 @@ from typing import Any
 
 from .config_file import Provider
 from .hostnames import normalize_host
+from .http_json import ApiError, call_json
 from .lifecycle import Listed
 
 VAST_DEFAULT_URL = "https://console.vast.ai/api/v0"
@@ -204,17 +203,11 @@ def _first_host_ip(ports: Any) -> str:
 
 
 def _get_json(url: str, api_key: str, timeout: float) -> Any:
-    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {api_key}",
-                                                   "Accept": "application/json"})
+    """The provider's answer, through the one HTTP call that never follows a redirect."""
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as answer:  # noqa: S310
-            return json.load(answer)
-    except urllib.error.HTTPError as exc:
-        raise ListingError(f"HTTP {exc.code} from {url}") from None
-    except (urllib.error.URLError, OSError) as exc:
-        raise ListingError(f"{url} unreachable: {getattr(exc, 'reason', exc)}") from None
-    except ValueError:
-        raise ListingError(f"{url} did not answer JSON") from None
+        return call_json("GET", url, api_key, timeout=timeout)
+    except ApiError as exc:
+        raise ListingError(str(exc)) from None
 
 
 def fetch_vast(api_key: str, url: str | None, timeout: float) -> list[ListedBox]:

@@ -148,12 +148,13 @@ def test_read_listings_against_fakes(provider_api):
 
 
 @pytest.mark.parametrize("answer", [(500, {"error": "down"}), (200, b"<html>oops</html>"),
-                                    (200, {"unexpected": True}), (401, {"error": "bad key"})])
+                                    (200, {"unexpected": True}), (401, {"error": "bad key"}),
+                                    (401, {"error": "key vast-key is not valid"})])
 def test_an_api_error_is_never_unlisted(provider_api, answer):
     ProviderFake.routes = {"/vast/instances/": answer, "/runpod/pods": (200, RUNPOD)}
     listings = read_listings(providers(provider_api), timeout=5)
     assert "vast" in listings.failed
-    assert "key" not in listings.failed["vast"]
+    assert "vast-key" not in listings.failed["vast"], "not even when the provider echoes it"
     assert listings.listed("203.0.113.10") is Listed.UNKNOWN
     assert listings.listed("abcd1234pod") is Listed.NAMED
 

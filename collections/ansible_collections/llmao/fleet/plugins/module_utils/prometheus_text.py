@@ -1,0 +1,159 @@
+# Copyright: llmao fleet contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""A strict reader of Prometheus' text exposition format (version 0.0.4).
+
+The core may only use the standard library and PyYAML, so prometheus_client's
+parser is out of reach. This one reads what vLLM's ``/metrics`` answers and
+refuses anything it does not understand instead of guessing: a line it cannot
+read raises :class:`ExpositionError` naming the line, and the caller treats the
+whole answer as unknown. Only samples are returned; ``# HELP`` and ``# TYPE``
+lines are checked for shape and otherwise skipped.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
+LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
+METRIC_TYPES = frozenset({"counter", "gauge", "histogram", "summary", "untyped"})
+ESCAPES = {"\\": "\\", '"': '"', "n": "\n"}
+SPECIAL_VALUES = {"+Inf": math.inf, "Inf": math.inf, "-Inf": -math.inf, "NaN": math.nan}
+NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
+TIMESTAMP = re.compile(r"-?\d+")
+
+
+class ExpositionError(ValueError):
+    """The text is not in the exposition format; the message names the line."""
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One sample line: the metric name, its labels and its value."""
+
+    name: str
+    labels: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    value: float = 0.0
+
+
+def parse_exposition(text: str) -> list[Sample]:
+    """Every sample of ``text``, in order; the first malformed line raises."""
+    samples = []
+    for number, line in enumerate(text.split("\n"), start=1):
+        try:
+            sample = _read_line(line)
+        except ExpositionError as exc:
+            raise ExpositionError(f"line {number}: {exc}") from None
+        if sample is not None:
+            samples.append(sample)
+    return samples
+
+
+def _read_line(line: str) -> Sample | None:
+    stripped = line.strip(" \t\r")
+    if not stripped:
+        return None
+    if stripped.startswith("#"):
+        _check_comment(stripped)
+        return None
+    return _read_sample(stripped)
+
+
+def _check_comment(line: str) -> None:
+    """``# HELP name text`` and ``# TYPE name type`` are checked; other comments are free."""
+    parts = line[1:].split(None, 2)
+    if not parts or parts[0] not in ("HELP", "TYPE"):
+        return
+    if len(parts) < 2 or not METRIC_NAME.fullmatch(parts[1]):
+        raise ExpositionError(f"# {parts[0]} without a valid metric name")
+    if parts[0] == "TYPE" and (len(parts) < 3 or parts[2].strip() not in METRIC_TYPES):
+        raise ExpositionError(f"# TYPE {parts[1]} names no known type")
+
+
+def _read_sample(line: str) -> Sample:
+    name_match = METRIC_NAME.match(line)
+    if name_match is None:
+        raise ExpositionError("a sample line must start with a metric name")
+    name, rest = name_match.group(), line[name_match.end():]
+    labels: dict[str, str] = {}
+    if rest.startswith("{"):
+        labels, rest = _read_labels(rest[1:])
+    if not rest or rest[0] not in " \t":
+        raise ExpositionError(f"{name}: a space must separate the value")
+    fields = rest.split()
+    if len(fields) not in (1, 2):
+        raise ExpositionError(f"{name}: expected a value and an optional timestamp")
+    if len(fields) == 2 and not TIMESTAMP.fullmatch(fields[1]):
+        raise ExpositionError(f"{name}: the timestamp {fields[1]!r} is not an integer")
+    return Sample(name, MappingProxyType(labels), _read_value(name, fields[0]))
+
+
+def _read_labels(text: str) -> tuple[dict[str, str], str]:
+    """The label set after ``{``; returns the labels and what follows the ``}``."""
+    labels: dict[str, str] = {}
+    position = 0
+    while True:
+        position = _skip_blanks(text, position)
+        if text.startswith("}", position):
+            return labels, text[position + 1:]
+        match = LABEL_NAME.match(text, position)
+        if match is None:
+            raise ExpositionError("a label name was expected")
+        label = match.group()
+        position = _skip_blanks(text, match.end())
+        if not text.startswith("=", position):
+            raise ExpositionError(f"label {label}: '=' was expected")
+        position = _skip_blanks(text, position + 1)
+        if not text.startswith('"', position):
+            raise ExpositionError(f"label {label}: a quoted value was expected")
+        value, position = _read_quoted(text, position + 1, label)
+        if label in labels:
+            raise ExpositionError(f"label {label} given twice")
+        labels[label] = value
+        position = _skip_blanks(text, position)
+        if text.startswith(",", position):
+            position += 1
+        elif not text.startswith("}", position):
+            raise ExpositionError(f"after label {label}: ',' or '}}' was expected")
+
+
+def _read_quoted(text: str, position: int, label: str) -> tuple[str, int]:
+    """A label value up to its closing quote, escapes resolved; returns it and the next index."""
+    chars: list[str] = []
+    while position < len(text):
+        char = text[position]
+        if char == '"':
+            return "".join(chars), position + 1
+        if char == "\\":
+            escaped = text[position + 1:position + 2]
+            if escaped not in ESCAPES:
+                raise ExpositionError(f"label {label}: unknown escape \\{escaped}")
+            chars.append(ESCAPES[escaped])
+            position += 2
+            continue
+        chars.append(char)
+        position += 1
+    raise ExpositionError(f"label {label}: the value is not closed")
+
+
+def _skip_blanks(text: str, position: int) -> int:
+    while position < len(text) and text[position] in " \t":
+        position += 1
+    return position
+
+
+def _read_value(name: str, text: str) -> float:
+    if text in SPECIAL_VALUES:
+        return SPECIAL_VALUES[text]
+    if not NUMBER.fullmatch(text):
+        raise ExpositionError(f"{name}: the value {text!r} is not a number")
+    return float(text)
+
+
+def samples_named(samples: list[Sample], name: str) -> Iterator[Sample]:
+    """The samples of one metric name, in order."""
+    return (sample for sample in samples if sample.name == name)

@@ -1,0 +1,180 @@
+# Copyright: llmao fleet contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""What one vLLM server says about itself: its KV cache, its queue, its token counters.
+
+Read from the server's own ``/metrics`` (Prometheus text) and ``/v1/models``
+during a reconcile pass. Every figure is a number or None, and None means
+unknown: a figure vLLM did not expose, exposed twice in contradiction, or as
+garbage. An unknown figure is never replaced by zero, because a zero KV cache
+or an idle queue would be a verdict, and a wrong one.
+
+The metric names are vLLM's, as its engine (V0, ``vllm/engine/metrics.py``) and
+its V1 engine (``vllm/v1/metrics/loggers.py``) register them: see
+``docs/metrics.md`` for the versions covered.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+from .prometheus_text import ExpositionError, Sample, parse_exposition
+
+CACHE_CONFIG_INFO = "vllm:cache_config_info"
+# vLLM 0.9 renamed the KV usage gauge; the old name stays for older servers.
+KV_USAGE_NAMES = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
+RUNNING = "vllm:num_requests_running"
+WAITING = "vllm:num_requests_waiting"
+PROMPT_TOKENS = "vllm:prompt_tokens_total"
+GENERATION_TOKENS = "vllm:generation_tokens_total"
+WHOLE_NUMBERS = frozenset({"kv_cache_tokens", "requests_running", "requests_waiting",
+                           "prompt_tokens_total", "generation_tokens_total", "max_model_len"})
+
+
+class MetricsRecordError(ValueError):
+    """A metrics record does not have the shape :meth:`ServerMetrics.record` writes."""
+
+
+@dataclass(frozen=True)
+class ServerMetrics:
+    """One scrape of one server; every field a number, or None for unknown.
+
+    ``kv_cache_tokens`` is what one engine's KV cache holds (blocks × block
+    size); ``kv_cache_usage_ratio`` is 0..1; ``max_model_len`` is the context
+    ``/v1/models`` says the server serves; ``scraped_at`` is the pass's clock.
+    """
+
+    kv_cache_tokens: int | None = None
+    kv_cache_usage_ratio: float | None = None
+    requests_running: int | None = None
+    requests_waiting: int | None = None
+    prompt_tokens_total: int | None = None
+    generation_tokens_total: int | None = None
+    max_model_len: int | None = None
+    scraped_at: float | None = None
+
+    def record(self) -> dict[str, int | float | None]:
+        """The JSON form: an object with every field, each a number or null."""
+        return asdict(self)
+
+    @classmethod
+    def from_record(cls, record: Any) -> ServerMetrics:
+        """Back from :meth:`record`; a missing field is unknown, a wrong type raises."""
+        if not isinstance(record, Mapping):
+            raise MetricsRecordError("metrics must be an object")
+        values: dict[str, Any] = {}
+        for item in fields(cls):
+            value = record.get(item.name)
+            if value is None:
+                values[item.name] = None
+                continue
+            if isinstance(value, bool) or not isinstance(value, int | float) \
+                    or not math.isfinite(value):
+                raise MetricsRecordError(f"metrics.{item.name} must be a number or null")
+            if item.name in WHOLE_NUMBERS:
+                if value != int(value):
+                    raise MetricsRecordError(f"metrics.{item.name} must be a whole number")
+                value = int(value)
+            values[item.name] = value
+        return cls(**values)
+
+
+def read_metrics(exposition: str | None, models_body: bytes | None, served_model_name: str,
+                 scraped_at: float) -> ServerMetrics:
+    """The figures of one server from its ``/metrics`` text and its ``/v1/models`` body.
+
+    Either may be None (not read). An exposition that is not in the text format
+    makes every one of its figures unknown; ``max_model_len`` still comes from
+    ``/v1/models``.
+    """
+    samples: list[Sample] = []
+    if exposition is not None:
+        try:
+            samples = parse_exposition(exposition)
+        except ExpositionError:
+            samples = []
+    return ServerMetrics(
+        kv_cache_tokens=_kv_cache_tokens(samples),
+        kv_cache_usage_ratio=_kv_usage(samples),
+        requests_running=_whole(_total(samples, RUNNING)),
+        requests_waiting=_whole(_total(samples, WAITING)),
+        prompt_tokens_total=_whole(_total(samples, PROMPT_TOKENS)),
+        generation_tokens_total=_whole(_total(samples, GENERATION_TOKENS)),
+        max_model_len=served_max_model_len(models_body, served_model_name),
+        scraped_at=scraped_at,
+    )
+
+
+def _finite(values: Iterable[float]) -> list[float] | None:
+    """The values, or None when there are none or one is NaN or infinite."""
+    values = list(values)
+    if not values or not all(math.isfinite(value) for value in values):
+        return None
+    return values
+
+
+def _total(samples: list[Sample], name: str) -> float | None:
+    """Summed over engines (V1 labels each data-parallel engine); negative is garbage."""
+    values = _finite(sample.value for sample in samples if sample.name == name)
+    if values is None or any(value < 0 for value in values):
+        return None
+    return sum(values)
+
+
+def _whole(value: float | None) -> int | None:
+    return None if value is None else int(round(value))
+
+
+def _kv_usage(samples: list[Sample]) -> float | None:
+    """The fullest engine's usage, from the current gauge name or else the old one."""
+    for name in KV_USAGE_NAMES:
+        values = _finite(sample.value for sample in samples if sample.name == name)
+        if values is not None:
+            return max(values) if all(0 <= value <= 1 for value in values) else None
+    return None
+
+
+def _kv_cache_tokens(samples: list[Sample]) -> int | None:
+    """Blocks × block size from the cache config labels, the smallest engine's.
+
+    One request lives in one engine's cache, so the smallest engine bounds what
+    a single request can use. vLLM writes the labels with ``str()``, so a cache
+    not yet profiled says ``num_gpu_blocks="None"``: unknown.
+    """
+    sizes = []
+    for sample in samples:
+        if sample.name != CACHE_CONFIG_INFO:
+            continue
+        blocks = _positive_int(sample.labels.get("num_gpu_blocks"))
+        block_size = _positive_int(sample.labels.get("block_size"))
+        if blocks is None or block_size is None:
+            return None
+        sizes.append(blocks * block_size)
+    return min(sizes) if sizes else None
+
+
+def _positive_int(text: str | None) -> int | None:
+    if text is None or not text.isdigit():
+        return None
+    number = int(text)
+    return number if number > 0 else None
+
+
+def served_max_model_len(body: bytes | None, served_model_name: str) -> int | None:
+    """``max_model_len`` of the served name's entry in a ``/v1/models`` answer."""
+    if body is None:
+        return None
+    try:
+        data = json.loads(body).get("data")
+    except (ValueError, AttributeError):
+        return None
+    for model in data if isinstance(data, list) else ():
+        if isinstance(model, dict) and model.get("id") == served_model_name:
+            value = model.get("max_model_len")
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                return value
+            return None
+    return None

@@ -1,0 +1,154 @@
+"""Oversized, saturated, capacity and cost from scraped figures; the wire form reconcile posts."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ansible_collections.llmao.fleet.plugins.module_utils.fleet_load import (
+    BoxCost,
+    LoadKnobs,
+    ModelLoad,
+    ServerLoad,
+    generation_rate,
+    load_document,
+    model_load,
+    read_load_document,
+    server_load,
+)
+from ansible_collections.llmao.fleet.plugins.module_utils.vllm_metrics import (
+    MetricsRecordError,
+    ServerMetrics,
+)
+
+KNOBS = LoadKnobs(saturated_passes=3, saturated_kv_usage=0.9)
+NOW = 1764570000.0
+
+
+def figures(**values) -> ServerMetrics:
+    base = {"kv_cache_tokens": 65536, "kv_cache_usage_ratio": 0.2, "requests_running": 1,
+            "requests_waiting": 0, "prompt_tokens_total": 10, "generation_tokens_total": 1000,
+            "max_model_len": 32768, "scraped_at": NOW}
+    return ServerMetrics(**{**base, **values})
+
+
+def load(metrics, configured=None, healthy=True, waiting=0, previous=(None, None), cost=None):
+    return server_load(metrics, configured, healthy, waiting, previous[0], previous[1], cost,
+                       KNOBS)
+
+
+@pytest.mark.parametrize(("metrics", "configured", "context", "oversized"), [
+    (figures(), None, 32768, False),
+    (figures(kv_cache_tokens=32768), None, 32768, False),
+    (figures(kv_cache_tokens=32767), None, 32768, True),
+    (figures(max_model_len=None), 131072, 131072, True),   # observed unknown: configured
+    (figures(max_model_len=8192), 131072, 8192, False),    # observed wins
+    (figures(max_model_len=None), None, None, None),
+    (figures(kv_cache_tokens=None), None, 32768, None),
+    (None, 4096, 4096, None),
+])
+def test_oversized(metrics, configured, context, oversized):
+    verdict = load(metrics, configured)
+    assert (verdict.context_len, verdict.oversized) == (context, oversized)
+
+
+def test_saturated_after_waiting_on_several_consecutive_passes():
+    waiting = figures(requests_waiting=4)
+    passes = [load(waiting, waiting=0)]
+    for _ in range(3):
+        passes.append(load(waiting, waiting=passes[-1].waiting_passes))
+    assert [p.waiting_passes for p in passes] == [1, 2, 3, 4]
+    assert [p.saturated for p in passes] == [False, False, True, True]
+    assert load(figures(), waiting=5).waiting_passes == 0
+    assert load(figures(requests_waiting=None), waiting=5).waiting_passes == 0
+
+
+@pytest.mark.parametrize(("metrics", "healthy", "saturated"), [
+    (figures(kv_cache_usage_ratio=0.95), True, True),
+    (figures(kv_cache_usage_ratio=0.9), True, False),
+    (figures(kv_cache_usage_ratio=None), True, False),
+    (figures(kv_cache_usage_ratio=None, requests_waiting=None), True, None),
+    (None, True, None),
+    (figures(kv_cache_usage_ratio=0.99), False, False),
+])
+def test_saturated_by_kv_usage_and_only_when_healthy(metrics, healthy, saturated):
+    assert load(metrics, healthy=healthy).saturated is saturated
+
+
+@pytest.mark.parametrize(("total", "previous", "rate"), [
+    (1600, (1000, NOW - 60), 10.0),
+    (1000, (1000, NOW - 60), 0.0),
+    (10, (1000, NOW - 60), None),        # the counter went back: vLLM restarted
+    (1600, (1000, NOW), None),
+    (1600, (None, None), None),
+    (None, (1000, NOW - 60), None),
+])
+def test_generation_rate_across_passes(total, previous, rate):
+    assert generation_rate(figures(generation_tokens_total=total), *previous) == rate
+
+
+def test_model_capacity_load_and_cost():
+    one = load(figures(kv_cache_tokens=70000, requests_waiting=1), previous=(400, NOW - 60),
+               cost=0.5)
+    two = load(figures(kv_cache_tokens=40000, requests_running=2), previous=(1000, NOW - 100),
+               cost=0.25)
+    down = load(None, healthy=False, cost=0.25)
+    model = model_load([(one, True), (two, True), (down, False)])
+    assert model.servers == 3 and model.healthy == 2
+    assert model.capacity == 70000 // 32768 + 40000 // 32768 == 3
+    assert model.kv_cache_tokens == 110000
+    assert (model.requests_running, model.requests_waiting) == (3, 1)
+    assert model.generation_tokens_per_s == 10.0
+    assert model.cost_per_hour == 1.0
+    assert model.cost_per_million_tokens == pytest.approx(1.0 / (10 * 3600 / 1e6))
+    assert model.saturated is False and model.oversized == 0
+
+
+def test_model_sums_with_an_unknown_term_are_unknown():
+    known = load(figures(), previous=(400, NOW - 60), cost=0.5)
+    blind = load(figures(kv_cache_tokens=None, requests_waiting=None,
+                         kv_cache_usage_ratio=None), cost=None)
+    model = model_load([(known, True), (blind, True)])
+    assert model.capacity is None and model.kv_cache_tokens is None
+    assert model.requests_waiting is None and model.cost_per_hour is None
+    assert model.saturated is None and model.generation_tokens_per_s is None
+    assert model.cost_per_million_tokens is None
+    assert model_load([(known, False)]).saturated is None
+    assert model_load([(load(figures(kv_cache_usage_ratio=0.99)), True), (blind, True)]) \
+        .saturated is True
+
+
+def test_nothing_generated_has_no_cost_per_million():
+    idle = load(figures(), previous=(1000, NOW - 60), cost=0.5)
+    assert model_load([(idle, True)]).cost_per_million_tokens is None
+
+
+def test_pass_document_round_trip_through_json():
+    servers = {"s1": load(figures(kv_cache_tokens=100), previous=(400, NOW - 60), cost=0.5),
+               "s2": load(None, healthy=False)}
+    models = {"m": model_load([(servers["s1"], True), (servers["s2"], False)])}
+    boxes = {"b": BoxCost("vast", 0.5, "listing"), "c": BoxCost("local")}
+    posted = {"pass_at": NOW, "drift": [], "verdicts": {
+        key: {"state": "Healthy", **value.record()} for key, value in servers.items()},
+        **load_document(servers, models, boxes)}
+    assert read_load_document(json.loads(json.dumps(posted))) == (servers, models, boxes)
+    assert servers["s1"].oversized is True
+
+
+def test_a_pass_without_loads_reads_as_unknown():
+    servers, models, boxes = read_load_document({"verdicts": {"s": {"state": "Healthy"}}})
+    assert servers == {"s": ServerLoad()} and models == {} and boxes == {}
+    assert ModelLoad.from_record({}) == ModelLoad()
+
+
+@pytest.mark.parametrize("document", [
+    [], {"models": []}, {"verdicts": {"s": {"oversized": "yes"}}},
+    {"verdicts": {"s": {"metrics": {"kv_cache_tokens": "many"}}}},
+    {"models": {"m": {"capacity": 1.5}}}, {"models": {"m": {"saturated": 1}}},
+    {"boxes": {"b": {"cost_per_hour": 1}}}, {"boxes": {"b": {"provider": "vast",
+                                                             "source": "guess"}}},
+])
+def test_documents_of_the_wrong_shape_are_refused(document):
+    with pytest.raises(MetricsRecordError):
+        read_load_document(document)
