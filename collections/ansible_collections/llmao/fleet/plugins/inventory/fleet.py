@@ -99,6 +99,10 @@ from ansible.utils.display import Display
 from ansible_collections.llmao.fleet.plugins.module_utils.config_errors import ConfigError
 from ansible_collections.llmao.fleet.plugins.module_utils.fleet import Fleet, load_fleet
 from ansible_collections.llmao.fleet.plugins.module_utils.intent import IntendedServer
+from ansible_collections.llmao.fleet.plugins.module_utils.listings import (
+    LOCAL_PROVIDER,
+    provider_of,
+)
 
 display = Display()
 
@@ -106,8 +110,6 @@ SOURCE_SUFFIXES = ("fleet.yml", "fleet.yaml")
 ALL_BOXES = "llmao_boxes"
 MODEL_GROUP_PREFIX = "llmao_model_"
 PROVIDER_GROUP_PREFIX = "llmao_provider_"
-LOCAL_PROVIDER = "local"
-UNLISTED_PROVIDER = "unlisted"
 CACHE_FORMAT = 1
 
 
@@ -118,11 +120,6 @@ def model_group(model_name: str) -> str:
 
 def provider_group(provider: str) -> str:
     return to_safe_group_name(PROVIDER_GROUP_PREFIX + provider, force=True, silent=True)
-
-
-def box_provider(fleet: Fleet) -> str:
-    """The provider of every box until listings are read: local only without any listing."""
-    return UNLISTED_PROVIDER if fleet.settings.providers else LOCAL_PROVIDER
 
 
 def public_ports(servers: Iterable[IntendedServer], local: bool) -> dict[int, int]:
@@ -154,7 +151,7 @@ def describe_fleet(fleet: Fleet) -> dict[str, Any]:
     Built from each server's public view, never from its payload, so no bearer can leak
     into hostvars whatever the core adds to the payload later.
     """
-    provider = box_provider(fleet)
+    provider = provider_of(fleet.settings.providers)  # listings are not read here
     local = provider == LOCAL_PROVIDER
     boxes = {}
     for box, assignment in fleet.assignments.items():

@@ -14,7 +14,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import subprocess
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -26,6 +26,8 @@ from .lifecycle import Listed
 
 VAST_DEFAULT_URL = "https://console.vast.ai/api/v0"
 RUNPOD_DEFAULT_URL = "https://rest.runpod.io/v1"
+LOCAL_PROVIDER = "local"
+UNLISTED_PROVIDER = "unlisted"
 
 
 class ListingError(RuntimeError):
@@ -72,12 +74,10 @@ class Listings:
             return Listed.NAMED
         return Listed.UNKNOWN if self.failed else Listed.NOT_NAMED
 
-    def provider_of(self, box: str) -> str:
-        """The provider whose listing names the box; ``local`` or ``unlisted`` otherwise."""
+    def named_by(self, box: str) -> str | None:
+        """The provider whose listing names the box, if one does."""
         listed = self.by_name.get(normalize_host(box))
-        if listed is not None:
-            return listed.provider
-        return "local" if not self.configured else "unlisted"
+        return listed.provider if listed is not None else None
 
     def endpoint(self, box: str, listen_port: int, seed_public_port: int | None) -> Endpoint | None:
         """The public address of a server, or None when nothing dialable is known."""
@@ -94,6 +94,18 @@ class Listings:
         if not self.configured:
             return Endpoint(box, listen_port, "local: public equals listen")
         return Endpoint(box, listen_port, "not listed: listen port")
+
+
+def provider_of(providers: Collection[str], named_by: str | None = None) -> str:
+    """The provider a box is shown under: by reconcile, the inventory and the dashboard alike.
+
+    ``providers`` are the configured listings, ``named_by`` the one that names the
+    box (None when none does, or none was read yet). A fleet without listings is
+    ``local``; a box no listing names is ``unlisted`` until one does.
+    """
+    if named_by:
+        return named_by
+    return UNLISTED_PROVIDER if providers else LOCAL_PROVIDER
 
 
 def index_listings(configured: Iterable[str], boxes: Iterable[ListedBox],

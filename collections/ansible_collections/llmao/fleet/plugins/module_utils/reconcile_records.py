@@ -19,7 +19,6 @@ from typing import Any
 from .lifecycle import Memory, Models, Probe
 from .listings import ListedBox, Listings, index_listings
 from .litellm_routes import Route
-from .reconcile_plan import memory_from, memory_record
 
 
 class RecordError(ValueError):
@@ -161,7 +160,7 @@ class Observations:
             "now": self.now,
             "last_fetches": dict(self.last_fetches),
             "applied": dict(self.applied),
-            "memories": {key: memory_record(memory) for key, memory in self.memories.items()},
+            "memories": {key: memory.record() for key, memory in self.memories.items()},
             "listings": listings_record(self.listings),
             "routes": [route_record(route) for route in self.routes],
             "approved": {box: list(models) for box, models in self.approved.items()},
@@ -175,7 +174,7 @@ class Observations:
                                                   "last_fetches").items()}
         applied = {str(box): None if revision is None else str(revision)
                    for box, revision in _mapping(record.get("applied", {}), "applied").items()}
-        memories = {str(key): memory_from(_mapping(value, f"memories[{key!r}]"))
+        memories = {str(key): Memory.from_record(_mapping(value, f"memories[{key!r}]"))
                     for key, value in _mapping(record.get("memories", {}), "memories").items()}
         # No default for these two: a lost listing would make every box look unlisted,
         # lost routes would make every deployment look missing.

@@ -16,6 +16,7 @@ from ansible_collections.llmao.fleet.plugins.module_utils.listings import (
     parse_docker,
     parse_runpod,
     parse_vast,
+    provider_of,
     read_listings,
 )
 
@@ -82,8 +83,8 @@ def test_public_addresses():
     assert listings.endpoint("efgh5678pod", 8001, None) is None  # no public IP yet
     assert listings.endpoint("192.0.2.9", 8001, 40001).port == 40001
     assert listings.endpoint("2001:db8::1", 8001, None).base_url == "http://[2001:db8::1]:8001/v1"
-    assert listings.provider_of("abcd1234pod") == "runpod"
-    assert listings.provider_of("192.0.2.9") == "unlisted"
+    assert provider_of(listings.configured, listings.named_by("abcd1234pod")) == "runpod"
+    assert provider_of(listings.configured, listings.named_by("192.0.2.9")) == "unlisted"
 
 
 def test_local_fleet_dials_listen_ports():
@@ -91,7 +92,7 @@ def test_local_fleet_dials_listen_ports():
     endpoint = listings.endpoint("127.0.0.1", 8002, None)
     assert (endpoint.host, endpoint.port) == ("127.0.0.1", 8002)
     assert listings.listed("127.0.0.1") is Listed.NO_PROVIDERS
-    assert listings.provider_of("127.0.0.1") == "local"
+    assert provider_of(listings.configured, listings.named_by("127.0.0.1")) == "local"
 
 
 def test_listed_states():
