@@ -34,6 +34,12 @@ def base_config() -> dict[str, Any]:
 
 
 @pytest.fixture
+def base_models() -> dict[str, Any]:
+    """A fresh copy of the base models, for a test to change."""
+    return copy.deepcopy(PLUGIN_MODELS)
+
+
+@pytest.fixture
 def write_fleet(tmp_path: Path) -> Callable[..., tuple[str, str]]:
     """``write_fleet(config=None, models=None)`` writes the pair and returns their paths."""
 
