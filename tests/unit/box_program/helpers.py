@@ -225,9 +225,17 @@ class Box:
     def no_gpu(self) -> None:
         (self.bin / "nvidia-smi").unlink(missing_ok=True)
 
-    def supervisorctl(self, status: int) -> None:
+    def supervisorctl(self, status: int, update_says: str | None = None) -> None:
+        """Log each call; ``update`` answers ``update_says`` (supervisorctl's lines) if given."""
+        said = self.root / "update.out"
+        said.unlink(missing_ok=True)
+        if update_says is not None:
+            said.write_text(update_says)
         write_script(self.bin / "supervisorctl",
-                     f'printf "%s\\n" "$*" >> "{self.ctl_log}"\necho "$1: ok"\nexit {status}\n')
+                     f'printf "%s\\n" "$*" >> "{self.ctl_log}"\n'
+                     f'if [ "$1" = update ] && [ -f "{said}" ]; then\n'
+                     f'  while IFS= read -r line; do echo "$line"; done < "{said}"\n'
+                     f'else\n  echo "$1: ok"\nfi\nexit {status}\n')
 
     def ctl_calls(self) -> list[str]:
         return self.ctl_log.read_text().splitlines() if self.ctl_log.exists() else []
