@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from flask import Flask, Response, current_app
+from flask import Flask, Response
 from flask.testing import FlaskClient
 
 from ansible_collections.llmao.fleet.plugins.module_utils.lifecycle import State
@@ -30,7 +30,7 @@ from bench.fleetgen import write_fleet
 from llmao_server.app import create_app
 from llmao_server.dashboard.fleet_view import build_page
 from llmao_server.dashboard.views import observe
-from llmao_server.state import ServerState
+from llmao_server.state import ServerState, app_state
 from llmao_server.store import AppliedReport, ReconcilePass, UnknownBox
 
 BOXES = 500  # one to three servers each: 999 servers
@@ -66,7 +66,7 @@ def seed(state: ServerState, now: float) -> None:
 
 def table_as_json() -> Response:
     """The baseline: the same store reads and page data as ``GET /fleet``, as JSON."""
-    state: ServerState = current_app.extensions["llmao"]
+    state: ServerState = app_state()
     page = build_page(state.fleet, observe(state.store), time.time())
     return Response(json.dumps(page.table()), mimetype="application/json")
 
@@ -110,7 +110,7 @@ def build_app(folder: Path) -> Flask:
 def main() -> int:
     with tempfile.TemporaryDirectory(prefix="llmao-bench-dashboard-") as folder:
         app = build_app(Path(folder))
-        state: ServerState = app.extensions["llmao"]
+        state: ServerState = app_state(app)
         seed(state, time.time())
         client = app.test_client()
         with client.session_transaction() as session:

@@ -14,8 +14,10 @@ import logging
 import traceback
 from collections.abc import Callable
 
-from flask import Response, current_app
+from flask import Response
 from werkzeug.exceptions import HTTPException
+
+from .state import app_state
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +35,7 @@ ERROR_TYPES = {
 }
 
 
-class ApiError(Exception):
+class RequestRefused(Exception):
     """An answer the API gives on purpose: status, a stable ``code`` and a message."""
 
     def __init__(self, status: int, code: str, message: str):
@@ -51,7 +53,7 @@ def error_body(status: int, code: str, message: str) -> bytes:
 
 def error_answer(exc: BaseException, redact: Callable[[str], str]) -> tuple[int, bytes]:
     """Status and body for any exception: deliberate errors, HTTP errors, and faults."""
-    if isinstance(exc, ApiError):
+    if isinstance(exc, RequestRefused):
         return exc.status, error_body(exc.status, exc.code, exc.message)
     if isinstance(exc, HTTPException) and exc.code is not None and exc.code < 500:
         code = (exc.name or "error").lower().replace(" ", "_")
@@ -63,5 +65,5 @@ def error_answer(exc: BaseException, redact: Callable[[str], str]) -> tuple[int,
 
 def flask_error_handler(exc: Exception) -> Response:
     """The Flask app's one error handler, so its routes answer errors like the box API."""
-    status, body = error_answer(exc, current_app.extensions["llmao"].redact)
+    status, body = error_answer(exc, app_state().redact)
     return Response(body, status, mimetype=JSON)

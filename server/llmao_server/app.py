@@ -22,7 +22,7 @@ from .api_errors import flask_error_handler
 from .box_api import BoxApi
 from .dashboard import init_dashboard
 from .logs import SERVER_LOGGER, ensure_server_logging
-from .state import ServerState
+from .state import ServerState, attach_state
 from .store import open_store
 
 SETTINGS_FROM_ENVIRONMENT = ("LLMAO_CONFIG", "LLMAO_MODELS", "LLMAO_STATE")
@@ -38,7 +38,7 @@ def create_app(test_config: Mapping[str, Any] | None = None) -> Flask:
     store = open_store(app.config["LLMAO_STATE"] or fleet.settings.server_state)
     state = ServerState(fleet, store)
     state.forget_joined_unknowns()
-    app.extensions["llmao"] = state
+    attach_state(app, state)
     ensure_server_logging()
     app.register_blueprint(health.bp)
     app.register_blueprint(admin_api.bp)

@@ -9,8 +9,8 @@ nothing else a caller sent.
 This is a plain WSGI layer in front of the Flask app rather than a blueprint:
 a boot storm hits ``GET /vllm/config`` and nothing else, and Flask's request
 machinery alone costs more than the rest of the answer (a minimal Flask route
-under the same gunicorn reached 0.6-0.7 of a bare WSGI app, below DESIGN's
-0.8). Every other path goes on to Flask.
+under the same gunicorn reached 0.6-0.7 of a bare WSGI app, below the 0.8
+``bench/bench_config_endpoint.py`` holds it to). Every other path goes on to Flask.
 """
 
 from __future__ import annotations
@@ -29,8 +29,9 @@ from werkzeug.wsgi import get_input_stream
 from ansible_collections.llmao.fleet.plugins.module_utils.hostnames import claimed_box_name
 from ansible_collections.llmao.fleet.plugins.module_utils.intent import BoxAssignment
 
-from .api_errors import JSON, ApiError, error_answer
+from .api_errors import JSON, RequestRefused, error_answer
 from .applied_report import APPLIED_MAX_BYTES, read_applied_report
+from .bearer_header import presented_bearer
 from .state import ServerState
 
 PREFIX = "/vllm/"
@@ -67,16 +68,15 @@ class BoxRequest:
 def check_fleet_key(state: ServerState, request: BoxRequest) -> None:
     """503 when the server has no fleet key, 403 unless the request presents it."""
     if not state.fleet.fleet_key_configured:
-        raise ApiError(503, "fleet_key_not_configured",
-                       "this server has no fleet key (fleet.key in config.yaml is missing, "
-                       "empty or CHANGE_ME); no box can be served until it is set")
-    scheme, _, presented = request.authorization.partition(" ")
-    presented = presented.strip()
-    if scheme.lower() != "bearer" or not presented:
-        raise ApiError(403, "fleet_key_required",
-                       "present the fleet key as 'Authorization: Bearer <fleet key>'")
+        raise RequestRefused(503, "fleet_key_not_configured",
+                             "this server has no fleet key (fleet.key in config.yaml is missing, "
+                             "empty or CHANGE_ME); no box can be served until it is set")
+    presented = presented_bearer(request.authorization)
+    if presented is None:
+        raise RequestRefused(403, "fleet_key_required",
+                             "present the fleet key as 'Authorization: Bearer <fleet key>'")
     if not hmac.compare_digest(presented.encode("utf-8"), state.fleet_key):
-        raise ApiError(403, "fleet_key_wrong", "the fleet key is not this fleet's")
+        raise RequestRefused(403, "fleet_key_wrong", "the fleet key is not this fleet's")
 
 
 def resolve_box(state: ServerState, request: BoxRequest) -> BoxAssignment:
@@ -87,9 +87,9 @@ def resolve_box(state: ServerState, request: BoxRequest) -> BoxAssignment:
     if assignment is None:
         state.note_unknown(name, time.time())
         shown = name if len(name) <= SHOWN_NAME_LENGTH else name[:SHOWN_NAME_LENGTH] + "…"
-        raise ApiError(404, "unknown_host",
-                       f"box {shown!r} is not in fleet.hosts; add it there, or ask an admin "
-                       "to approve it")
+        raise RequestRefused(404, "unknown_host",
+                             f"box {shown!r} is not in fleet.hosts; add it there, or ask an admin "
+                             "to approve it")
     return assignment
 
 
@@ -140,13 +140,13 @@ class BoxApi:
         route = ROUTES.get(request.path)
         try:
             if route is None:
-                raise ApiError(404, "not_found",
-                               f"no box API at {request.path}; see GET /vllm/config")
+                raise RequestRefused(404, "not_found",
+                                     f"no box API at {request.path}; see GET /vllm/config")
             method, handler = route
             if request.method != method:
-                raise ApiError(405, "method_not_allowed", f"{request.path} takes {method}")
+                raise RequestRefused(405, "method_not_allowed", f"{request.path} takes {method}")
             return 200, handler(self.state, request), []
-        except Exception as exc:  # noqa: BLE001 - the one error handler of the box API
+        except Exception as exc:  # the one error handler of the box API: every fault answers
             status, body = error_answer(exc, self.state.redact)
             return status, body, [("Allow", route[0])] if status == 405 and route else []
 

@@ -54,7 +54,7 @@ class FetchRecorder:
         try:
             self.store.note_fetches(fetches)
             self.store.note_unknown(unknown)
-        except Exception:  # noqa: BLE001 - the next flush retries; the log says why
+        except Exception:  # any fault: the next flush retries; the log says why
             log.exception("could not write %d fetch time(s) and %d unknown sighting(s); "
                           "keeping them for the next flush", len(fetches), len(unknown))
             with self._lock:

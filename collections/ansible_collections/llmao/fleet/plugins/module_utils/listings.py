@@ -24,7 +24,7 @@ from typing import Any
 
 from .config_file import Provider
 from .hostnames import normalize_host
-from .http_json import ApiError, call_json
+from .http_json import HttpCallError, call_json
 from .lifecycle import Listed
 
 # Vast's instance list as its OpenAPI document describes it (GET /api/v1/instances/, pages of
@@ -340,7 +340,7 @@ def _get_json(url: str, api_key: str, timeout: float) -> Any:
     """The provider's answer, through the one HTTP call that never follows a redirect."""
     try:
         return call_json("GET", url, api_key, timeout=timeout)
-    except ApiError as exc:
+    except HttpCallError as exc:
         raise ListingError(str(exc)) from None
 
 

@@ -54,7 +54,7 @@ def read_yaml(path: str) -> Any:
         raise ConfigError([f"{path}: cannot be read: PyYAML is not installed"])
     try:
         with open(path, encoding="utf-8") as stream:
-            return yaml.load(stream, Loader=_strict_loader())  # noqa: S506 - a safe loader
+            return yaml.load(stream, Loader=_strict_loader())  # a safe loader
     except OSError as exc:
         raise ConfigError([f"{path}: cannot be read: {exc.strerror}"]) from None
     except UnicodeDecodeError:

@@ -29,9 +29,7 @@ description:
     changed, and the message says so.
   - It only reads, so it reports C(changed=false) and runs the same in check mode.
 extends_documentation_fragment:
-  - llmao.fleet.fleet_files
   - llmao.fleet.fleet_files.required
-  - ansible.builtin.action_common_attributes
   - llmao.fleet.controller
 options:
   timeout:
@@ -40,8 +38,7 @@ options:
     type: float
     default: 15
 notes:
-  - "Runs on the controller (C(hosts: localhost)); the credentials it uses come from
-    O(config) and never appear in its result."
+  - The credentials it uses come from O(config) and never appear in its result.
 seealso:
   - module: llmao.fleet.vllm_probe
   - module: llmao.fleet.fleet_plan

@@ -29,9 +29,7 @@ description:
     M(llmao.fleet.litellm_deployment) applies RV(changes); M(llmao.fleet.fleet_verdicts) records
     the verdicts.
 extends_documentation_fragment:
-  - llmao.fleet.fleet_files
   - llmao.fleet.fleet_files.required
-  - ansible.builtin.action_common_attributes
   - llmao.fleet.controller
 options:
   observations:
@@ -48,7 +46,7 @@ options:
     type: dict
     required: true
 notes:
-  - "Runs on the controller (C(hosts: localhost)). Its result holds no secret."
+  - Its result holds no secret.
 seealso:
   - module: llmao.fleet.fleet_observe
   - module: llmao.fleet.vllm_probe

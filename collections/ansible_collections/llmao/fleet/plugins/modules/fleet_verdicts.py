@@ -21,9 +21,7 @@ description:
     so a pass in which nothing happened reports no change.
   - In check mode nothing is posted, so a checked pass leaves the lifecycle memory as it was.
 extends_documentation_fragment:
-  - llmao.fleet.fleet_files
   - llmao.fleet.fleet_files.required
-  - ansible.builtin.action_common_attributes
   - llmao.fleet.controller
 options:
   plan:
@@ -37,7 +35,6 @@ options:
     type: float
     default: 15
 notes:
-  - "Runs on the controller (C(hosts: localhost))."
   - Run it after the plan's changes were applied, so the recorded LiteLLM presence is true.
 seealso:
   - module: llmao.fleet.fleet_plan

@@ -26,7 +26,6 @@ description:
   - It changes nothing, so it reports C(changed=false) and behaves the same in check mode.
 extends_documentation_fragment:
   - llmao.fleet.fleet_files
-  - ansible.builtin.action_common_attributes
   - llmao.fleet.controller
 options:
   host:

@@ -22,10 +22,8 @@ description:
     variables and never appear in the result.
   - It only reads, so it reports C(changed=false) and runs the same in check mode.
 extends_documentation_fragment:
-  - llmao.fleet.fleet_files
   - llmao.fleet.fleet_files.required
   - llmao.fleet.approved_boxes
-  - ansible.builtin.action_common_attributes
   - llmao.fleet.controller
 options:
   boxes:
@@ -53,8 +51,6 @@ options:
       - How many servers are probed at the same time.
     type: int
     default: 256
-notes:
-  - "Runs on the controller (C(hosts: localhost))."
 seealso:
   - module: llmao.fleet.fleet_observe
   - module: llmao.fleet.fleet_plan
