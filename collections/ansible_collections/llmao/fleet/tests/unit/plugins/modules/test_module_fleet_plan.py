@@ -19,7 +19,7 @@ from ansible_collections.llmao.fleet.plugins.modules.fleet_plan import (
     make_plan,
     plan_result,
 )
-from tests.unit.fleet_files import write_pair
+from ansible_collections.llmao.fleet.tests.unit.fleets import write_pair
 
 NOW = 10_000.0
 GEMMA, QWEN, LEGACY = ("llmao:203.0.113.10:8001:gemma", "llmao:203.0.113.10:8002:qwen",
