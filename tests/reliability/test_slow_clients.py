@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from rig.slow_clients import is_open, slow_clients
-from tests.e2e.tls import make_server_tls
+from rig.tls import make_server_tls
 from tests.llmao_process import LlmaoServer, start_llmao_server
 from tests.server.fleet_pair import KNOWN, box_headers, write_pair
 
