@@ -9,8 +9,8 @@ nothing else a caller sent.
 This is a plain WSGI layer in front of the Flask app rather than a blueprint:
 a boot storm hits ``GET /vllm/config`` and nothing else, and Flask's request
 machinery alone costs more than the rest of the answer (a minimal Flask route
-under the same gunicorn reached 0.6-0.7 of a bare WSGI app, below DESIGN's
-0.8). Every other path goes on to Flask.
+under the same gunicorn reached 0.6-0.7 of a bare WSGI app, below the 0.8
+``bench/bench_config_endpoint.py`` holds it to). Every other path goes on to Flask.
 """
 
 from __future__ import annotations
