@@ -34,8 +34,6 @@ VAST_DEFAULT_URL = "https://console.vast.ai/api/v1"
 RUNPOD_DEFAULT_URL = "https://api.runpod.io/v2"
 VAST_MAX_PAGES = 400
 SSH_PORT = 22
-LOCAL_PROVIDER = "local"
-UNLISTED_PROVIDER = "unlisted"
 
 
 class ListingError(RuntimeError):
@@ -154,6 +152,11 @@ class Listings:
         if not self.configured:
             return Endpoint(box, listen_port, "local: public equals listen")
         return Endpoint(box, listen_port, "not listed: listen port")
+
+
+# What a box is shown under when no listing names it: a fleet without listings, or not (yet).
+LOCAL_PROVIDER = "local"
+UNLISTED_PROVIDER = "unlisted"
 
 
 def provider_of(providers: Collection[str], named_by: str | None = None) -> str:

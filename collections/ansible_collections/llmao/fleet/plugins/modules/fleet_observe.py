@@ -31,6 +31,7 @@ description:
 extends_documentation_fragment:
   - llmao.fleet.fleet_files.required
   - llmao.fleet.controller
+  - llmao.fleet.reconcile
 options:
   timeout:
     description:
@@ -39,9 +40,6 @@ options:
     default: 15
 notes:
   - The credentials it uses come from O(config) and never appear in its result.
-seealso:
-  - module: llmao.fleet.vllm_probe
-  - module: llmao.fleet.fleet_plan
 """
 
 EXAMPLES = r"""
@@ -128,7 +126,6 @@ from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_module impor
 )
 from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_records import Observations
 
-OPTIONS: dict[str, dict[str, Any]] = {"timeout": {"type": "float", "default": 15.0}}
 NOTHING_CHANGED = "nothing was changed"
 
 
@@ -162,7 +159,7 @@ def observe_result(observations: Observations) -> dict[str, Any]:
 
 
 def main() -> None:
-    module = AnsibleModule(**module_args(OPTIONS))
+    module = AnsibleModule(**module_args({"timeout": {"type": "float", "default": 15.0}}))
     fleet = load_reconcile_fleet(module)
     try:
         observations = observe(fleet, module.params["timeout"])

@@ -31,6 +31,7 @@ description:
 extends_documentation_fragment:
   - llmao.fleet.fleet_files.required
   - llmao.fleet.controller
+  - llmao.fleet.reconcile
 options:
   observations:
     description:
@@ -47,11 +48,6 @@ options:
     required: true
 notes:
   - Its result holds no secret.
-seealso:
-  - module: llmao.fleet.fleet_observe
-  - module: llmao.fleet.vllm_probe
-  - module: llmao.fleet.litellm_deployment
-  - module: llmao.fleet.fleet_verdicts
 """
 
 EXAMPLES = r"""
@@ -179,12 +175,6 @@ from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_records impo
     probes_from_record,
 )
 
-OPTIONS: dict[str, dict[str, Any]] = {
-    "observations": {"type": "dict", "required": True},
-    "probes": {"type": "dict", "required": True},
-}
-
-
 DEPLOYMENT_KEYS = ("state", "box", "listen_port", "name", "public_host", "public_port")
 
 
@@ -284,7 +274,10 @@ def plan_result(plan: Plan, observations: Observations) -> dict[str, Any]:
 
 
 def main() -> None:
-    module = AnsibleModule(**module_args(OPTIONS))
+    module = AnsibleModule(**module_args({
+        "observations": {"type": "dict", "required": True},
+        "probes": {"type": "dict", "required": True},
+    }))
     try:
         observations = Observations.from_record(module.params["observations"])
     except RecordError as exc:

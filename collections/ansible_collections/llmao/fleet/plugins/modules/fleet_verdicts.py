@@ -23,6 +23,7 @@ description:
 extends_documentation_fragment:
   - llmao.fleet.fleet_files.required
   - llmao.fleet.controller
+  - llmao.fleet.reconcile
 options:
   plan:
     description:
@@ -36,9 +37,6 @@ options:
     default: 15
 notes:
   - Run it after the plan's changes were applied, so the recorded LiteLLM presence is true.
-seealso:
-  - module: llmao.fleet.fleet_plan
-  - module: llmao.fleet.fleet_observe
 """
 
 EXAMPLES = r"""
@@ -77,10 +75,6 @@ from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_module impor
     load_reconcile_fleet,
 )
 
-OPTIONS: dict[str, dict[str, Any]] = {
-    "plan": {"type": "dict", "required": True},
-    "timeout": {"type": "float", "default": 15.0},
-}
 PLAN_KEYS = ("now", "servers", "memories", "drift")
 
 
@@ -102,7 +96,10 @@ def transitions(plan: Mapping[str, Any]) -> list[str]:
 
 
 def main() -> None:
-    module = AnsibleModule(**module_args(OPTIONS))
+    module = AnsibleModule(**module_args({
+        "plan": {"type": "dict", "required": True},
+        "timeout": {"type": "float", "default": 15.0},
+    }))
     fleet = load_reconcile_fleet(module)
     plan = module.params["plan"]
     try:

@@ -31,6 +31,7 @@ extends_documentation_fragment:
   - llmao.fleet.fleet_files.required
   - llmao.fleet.approved_boxes
   - llmao.fleet.controller
+  - llmao.fleet.reconcile
 attributes:
   diff_mode:
     support: full
@@ -130,8 +131,6 @@ options:
       - Seconds to wait for each LiteLLM answer.
     type: float
     default: 15
-seealso:
-  - module: llmao.fleet.fleet_plan
 """
 
 EXAMPLES = r"""

@@ -25,6 +25,7 @@ extends_documentation_fragment:
   - llmao.fleet.fleet_files.required
   - llmao.fleet.approved_boxes
   - llmao.fleet.controller
+  - llmao.fleet.reconcile
 options:
   boxes:
     description:
@@ -51,9 +52,6 @@ options:
       - How many servers are probed at the same time.
     type: int
     default: 256
-seealso:
-  - module: llmao.fleet.fleet_observe
-  - module: llmao.fleet.fleet_plan
 """
 
 EXAMPLES = r"""
@@ -133,14 +131,6 @@ from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_records impo
     probe_record,
 )
 
-OPTIONS: dict[str, dict[str, Any]] = {
-    "boxes": {"type": "list", "elements": "str"},
-    "listings": {"type": "dict"},
-    "connect_timeout": {"type": "float"},
-    "timeout": {"type": "float"},
-    "concurrency": {"type": "int", "default": DEFAULT_CONCURRENCY},
-}
-
 
 def unknown_boxes(fleet: Fleet, boxes: Collection[str]) -> list[str]:
     return [box for box in boxes if fleet.assignment(box) is None]
@@ -173,7 +163,13 @@ def probe_counts(probes: dict[str, dict[str, Any]]) -> dict[str, int]:
 
 
 def main() -> None:
-    module = AnsibleModule(**module_args(OPTIONS, approved=True))
+    module = AnsibleModule(**module_args({
+        "boxes": {"type": "list", "elements": "str"},
+        "listings": {"type": "dict"},
+        "connect_timeout": {"type": "float"},
+        "timeout": {"type": "float"},
+        "concurrency": {"type": "int", "default": DEFAULT_CONCURRENCY},
+    }, approved=True))
     fleet = load_reconcile_fleet(module)
     params = module.params
     knobs = fleet.settings.lifecycle
