@@ -2,8 +2,6 @@
 # Copyright: llmao fleet contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Ansible module ``llmao.fleet.box_program``: run the box program on a delivered assignment."""
-# Ansible's layout puts the documentation strings ahead of the imports.
-# ruff: noqa: E402
 
 from __future__ import annotations
 
