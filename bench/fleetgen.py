@@ -33,6 +33,7 @@ class GeneratedFleet:
     models: Path
     fleet_key: str
     boxes: tuple[str, ...]
+    admin_token: str
 
 
 def box_names(count: int) -> Iterator[str]:
@@ -58,7 +59,8 @@ def models_document() -> dict[str, object]:
 
 def config_document(boxes: tuple[str, ...], keys: FleetSecrets) -> dict[str, object]:
     hosts = {name: box_rows(index) for index, name in enumerate(boxes)}
-    return {"fleet": fleet_section(keys, hosts), "server": {"state": "llmao-state.sqlite3"}}
+    return {"fleet": fleet_section(keys, hosts), "server": {"state": "llmao-state.sqlite3"},
+            "admin": {"token": keys.admin_token}}
 
 
 def write_fleet(folder: Path, boxes: int) -> GeneratedFleet:
@@ -66,7 +68,8 @@ def write_fleet(folder: Path, boxes: int) -> GeneratedFleet:
     names = tuple(box_names(boxes))
     keys = FleetSecrets()
     written = write_files(folder, config_document(names, keys), models_document(), compact=True)
-    return GeneratedFleet(written.config_path, written.models_path, keys.fleet_key, names)
+    return GeneratedFleet(written.config_path, written.models_path, keys.fleet_key, names,
+                          keys.admin_token)
 
 
 def main(argv: list[str] | None = None) -> int:
