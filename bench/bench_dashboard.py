@@ -102,11 +102,11 @@ def measure(client: FlaskClient) -> dict[str, tuple[float, int]]:
 def build_app(folder: Path) -> tuple[Flask, str]:
     """The app over a generated fleet, and that fleet's admin token."""
     fleet = write_fleet(folder / "fleet", BOXES)
-    app = create_app({"TESTING": True, "LLMAO_CONFIG": str(fleet.config),
-                      "LLMAO_MODELS": str(fleet.models),
+    app = create_app({"TESTING": True, "LLMAO_CONFIG": str(fleet.config_path),
+                      "LLMAO_MODELS": str(fleet.models_path),
                       "LLMAO_STATE": str(folder / "state.sqlite3")})
     app.add_url_rule("/bench/fleet.json", "bench_fleet_json", table_as_json)
-    return app, fleet.admin_token
+    return app, fleet.keys.admin_token
 
 
 def main() -> int:
