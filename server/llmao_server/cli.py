@@ -8,13 +8,13 @@ Plain HTTP is for loopback only; boxes fetch over HTTPS.
 from __future__ import annotations
 
 import argparse
-import ipaddress
 import os
 import sys
 
 from ansible_collections.llmao.fleet.plugins.module_utils.config_errors import ConfigError
 from ansible_collections.llmao.fleet.plugins.module_utils.fleet import Fleet, load_fleet
 
+from .addresses import is_loopback
 from .app import create_app
 from .gunicorn_app import READ_TIMEOUT_S, GunicornServer, gunicorn_options
 from .logs import log_to_stderr
@@ -54,14 +54,6 @@ def bind_host(bind: str) -> str:
         raise Refused(f"--bind {bind!r}: expected HOST:PORT, e.g. 127.0.0.1:8080")
     return host[1:-1] if host.startswith("[") and host.endswith("]") else host
 
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def check_transport(args: argparse.Namespace) -> None:
