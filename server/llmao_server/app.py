@@ -38,12 +38,12 @@ def create_app(test_config: Mapping[str, Any] | None = None) -> Flask:
     store = open_store(app.config["LLMAO_STATE"] or fleet.settings.server_state)
     state = ServerState(fleet, store)
     state.forget_joined_unknowns()
-    store.close()  # a worker forked from this process opens its own connection
     app.extensions["llmao"] = state
     ensure_server_logging()
     app.register_blueprint(health.bp)
     app.register_blueprint(admin_api.bp)
     init_dashboard(app)
+    store.close()  # a worker forked from this process opens its own connection
     # Flask's routes answer errors in the box API's JSON shape.
     app.register_error_handler(Exception, flask_error_handler)
     app.wsgi_app = BoxApi(state, app.wsgi_app)

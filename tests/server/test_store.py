@@ -134,6 +134,31 @@ def test_admin_attempts_are_kept_for_a_bounded_number_of_peers(store: StateStore
     assert store.claim_attempt(OVERALL_SCOPE, 2e3, 1e6) == (2, 0.0)  # never trimmed
 
 
+def test_a_server_secret_is_the_first_one_offered(location: str) -> None:
+    first, second = open_store(location), open_store(location)
+    try:
+        assert first.server_secret("key", "aaaa") == "aaaa"
+        assert second.server_secret("key", "bbbb") == "aaaa"
+        assert second.server_secret("other", "cccc") == "cccc"
+    finally:
+        first.close()
+        second.close()
+
+
+def test_a_session_is_open_until_it_ends_expires_or_the_token_changes(
+        store: StateStore) -> None:
+    store.open_session("s1", "check-a", 100.0, 200.0)
+    store.open_session("s2", "check-a", 100.0, 300.0)
+    assert store.session_open("s1", "check-a", 150.0)
+    assert not store.session_open("s1", "check-b", 150.0)  # another admin.token
+    assert not store.session_open("s1", "check-a", 200.0)  # expired
+    assert not store.session_open("s3", "check-a", 150.0)
+    store.end_session("s2")
+    assert not store.session_open("s2", "check-a", 150.0)
+    store.open_session("s3", "check-a", 250.0, 400.0)  # drops the expired s1
+    assert not store.session_open("s1", "check-a", 150.0)
+
+
 def _note_from_another_process(location: str, box: str) -> None:
     other = open_store(location)
     other.note_fetches({box: 42.0})

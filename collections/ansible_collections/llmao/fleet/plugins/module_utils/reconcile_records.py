@@ -49,15 +49,11 @@ def _number(value: Any, what: str, optional: bool = False) -> float | None:
 
 
 def listings_record(listings: Listings) -> dict[str, Any]:
-    """Every listed box once (a RunPod pod is indexed under two names), and what failed."""
-    boxes, seen = [], set()
-    for box in listings.by_name.values():
-        if id(box) in seen:
-            continue
-        seen.add(id(box))
-        boxes.append({"provider": box.provider, "names": list(box.names),
-                      "public_ip": box.public_ip,
-                      "ports": {str(listen): public for listen, public in box.ports.items()}})
+    """Every listed box once (with its price when the listing gives one), and what failed."""
+    boxes = [{"provider": box.provider, "names": list(box.names), "public_ip": box.public_ip,
+              "ports": {str(listen): public for listen, public in box.ports.items()},
+              "price_per_hour": box.price_per_hour}
+             for box in listings.boxes]
     return {"configured": list(listings.configured), "failed": dict(listings.failed),
             "boxes": boxes}
 
@@ -74,7 +70,9 @@ def listings_from_record(record: Any) -> Listings:
             raise RecordError(f"{what}.ports must map port numbers to port numbers") from None
         boxes.append(ListedBox(str(box.get("provider", "")),
                                tuple(str(n) for n in _sequence(box.get("names"), what + ".names")),
-                               str(box.get("public_ip", "")), MappingProxyType(ports)))
+                               str(box.get("public_ip", "")), MappingProxyType(ports),
+                               _number(box.get("price_per_hour"), what + ".price_per_hour",
+                                       optional=True)))
     failed = {str(k): str(v) for k, v in _mapping(record.get("failed", {}),
                                                   "listings.failed").items()}
     configured = [str(kind) for kind in _sequence(record.get("configured", []),

@@ -118,6 +118,11 @@ servers:
     outlives_instance:
       description: The C(fleet.hosts) row names a box no provider runs; flag it, never retire it.
       type: bool
+    ambiguous:
+      description:
+        - Why the box name is ambiguous (several listed instances share that address, so none
+          is dialled), or null. Key the C(fleet.hosts) row by the instance id.
+      type: str
 changes:
   description:
     - The LiteLLM changes of this pass (C(state), C(id), C(box), C(listen_port), C(name),
@@ -241,6 +246,8 @@ def server_line(entry: dict[str, Any]) -> str:
             f"{public}): {state}: {entry['reason']} => {outcome}")
     if entry["outlives_instance"]:
         line += " [the fleet.hosts row may outlive its instance: retire it by hand]"
+    if entry["ambiguous"]:
+        line += f" [{entry['ambiguous']}]"
     return line
 
 
@@ -263,6 +270,7 @@ def plan_result(plan: Plan, observations: Observations) -> dict[str, Any]:
         servers.append({**server_plan.summary(),
                         "provider": provider_of(listings.configured,
                                                 listings.named_by(server_plan.server.box)),
+                        "ambiguous": listings.ambiguity(server_plan.server.box),
                         "previous_state": previous.state.value if previous and previous.state
                         else None})
     orphans = [{"state": "absent", "id": route.id, "model_name": route.model_name,

@@ -26,7 +26,7 @@ from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_plan import 
     probe_targets,
 )
 from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_records import Observations
-from tests.unit.fleet_files import write_pair
+from ansible_collections.llmao.fleet.tests.unit.fleets import write_pair
 
 NOW = 50_000.0
 SERVING = Probe(True, Models.LISTS)
