@@ -18,9 +18,9 @@ from ansible.errors import AnsibleError, AnsibleParserError
 from ansible.inventory.data import InventoryData
 from ansible.parsing.dataloader import DataLoader
 from ansible.plugins.loader import inventory_loader
-from ansible.template import trust_as_template
 
 from ansible_collections.llmao.fleet.plugins.module_utils.fleet import Fleet, load_fleet
+from ansible_collections.llmao.fleet.tests.unit.compat import trust_as_template
 
 PLUGIN = "llmao.fleet.fleet"
 
