@@ -8,6 +8,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -56,15 +57,16 @@ class LlmaoServer:
 
 def start_llmao_server(config: Path, models: Path, log_dir: Path, *, host: str = "127.0.0.1",
                        port: int | None = None, workers: int = 2,
-                       tls: tuple[Path, Path, Path] | None = None) -> LlmaoServer:
+                       tls: tuple[Path, Path, Path] | None = None,
+                       extra: Sequence[str] = ()) -> LlmaoServer:
     """Start it on host:port (a free port when None) and wait for ``/healthz``.
 
     ``tls`` is (CA file, certificate, key): the server serves HTTPS with the pair and this
-    side trusts the CA.
+    side trusts the CA. ``extra`` are more options of llmao-server (``--log-format json``).
     """
     port = port or free_port(host)
     argv = [str(SERVER), "--config", str(config), "--models", str(models),
-            "--bind", f"{host}:{port}", "--workers", str(workers)]
+            "--bind", f"{host}:{port}", "--workers", str(workers), *extra]
     context = None
     if tls is not None:
         ca_file, certfile, keyfile = tls
