@@ -11,9 +11,10 @@ import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 from rig.boxes import free_port
-from rig.processes import stop_child
+from rig.processes import ChildService
 
 SERVER = Path(sys.executable).with_name("llmao-server")
 START_TIMEOUT_S = 60.0
@@ -21,17 +22,17 @@ STOP_TIMEOUT_S = 30.0
 
 
 @dataclass
-class LlmaoServer:
-    """A running ``llmao-server``: its base URL, log and process."""
+class LlmaoServer(ChildService):
+    """A running ``llmao-server``: its base URL, log and process (stopping it by its PID,
+    gunicorn's master, stops the workers too)."""
+
+    stop_timeout_s: ClassVar[float] = STOP_TIMEOUT_S
 
     url: str
     process: subprocess.Popen[bytes]
     log_path: Path
     context: ssl.SSLContext | None = field(default=None, repr=False)
     _stopped: bool = field(default=False, repr=False)
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
 
     def answers(self) -> bool:
         try:
@@ -41,18 +42,6 @@ class LlmaoServer:
         except (urllib.error.URLError, OSError):
             return False
 
-    def stop(self) -> None:
-        """SIGTERM to its PID (gunicorn stops its workers), SIGKILL if it lingers."""
-        if self._stopped:
-            return
-        self._stopped = True
-        stop_child(self.process, STOP_TIMEOUT_S)
-
-    def __enter__(self) -> LlmaoServer:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
 
 def start_llmao_server(config: Path, models: Path, log_dir: Path, *, host: str = "127.0.0.1",

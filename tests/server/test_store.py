@@ -7,7 +7,6 @@ database per test.
 
 from __future__ import annotations
 
-import multiprocessing
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -28,6 +27,7 @@ from llmao_server.store import (
     open_store,
 )
 from rig.postgres import session_cluster
+from rig.processes import run_forked
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -168,14 +168,8 @@ def _note_from_another_process(location: str, box: str) -> None:
 
 def test_processes_on_one_store_share_the_state(location: str) -> None:
     open_store(location).close()
-    context = multiprocessing.get_context("fork")
-    workers = [context.Process(target=_note_from_another_process, args=(location, f"box{i}"))
-               for i in range(3)]
-    for worker in workers:
-        worker.start()
-    for worker in workers:
-        worker.join(30)
-        assert worker.exitcode == 0
+    codes = run_forked(_note_from_another_process, [(location, f"box{i}") for i in range(3)], 30)
+    assert codes == [0, 0, 0]
     reader = open_store(location)
     assert reader.fetch_times() == {"box0": 42.0, "box1": 42.0, "box2": 42.0}
     assert len(reader.unknown_boxes()) == 3

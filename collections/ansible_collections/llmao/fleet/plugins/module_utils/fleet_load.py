@@ -267,8 +267,10 @@ def load_document(servers: Mapping[str, ServerLoad], models: Mapping[str, ModelL
             "boxes": {box: cost.record() for box, cost in boxes.items()}}
 
 
-def read_load_document(
-        document: Any) -> tuple[dict[str, ServerLoad], dict[str, ModelLoad], dict[str, BoxCost]]:
+LoadDocument = tuple[dict[str, ServerLoad], dict[str, ModelLoad], dict[str, BoxCost]]
+
+
+def read_load_document(document: Any) -> LoadDocument:
     """A posted pass's loads: per server (from its verdict), per model, per box.
 
     For the server side. A pass from a reconcile older than the metrics has
