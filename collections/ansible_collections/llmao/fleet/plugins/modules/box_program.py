@@ -17,7 +17,7 @@ description:
     and C(disk_gb) against the box), the same division of the card, the same Supervisor
     programs, byte for byte, and the same applied record under O(data_directory).
   - When a file changed, the program hands over to supervisord as the pull path does
-    (C(supervisorctl reread) then C(update)): new programs are added, rewritten ones restarted,
+    (C(supervisorctl reread) then C(update)); new programs are added, rewritten ones restarted,
     removed ones dropped, and no other program is started or stopped. The result says, program
     by program, what happened to its file and what supervisord did.
   - In check mode the program runs with C(--dry-run) and writes nothing; the result tells what
@@ -124,7 +124,7 @@ removed:
   elements: str
 supervisord:
   description:
-    - What C(supervisorctl update) did to each program it touched (V(added), V(updated): stopped
+    - What C(supervisorctl update) did to each program it touched (V(added), V(updated) - stopped
       and started with its new file, V(removed)). Empty when nothing was handed over (no file
       changed, check mode, or O(handover=false)).
   returned: success

@@ -16,7 +16,10 @@ from typing import Any
 
 try:
     from ansible.template import trust_as_template
+
+    TRUST_TAGS = True
 except ImportError:  # ansible-core < 2.19: every string may be a template
+    TRUST_TAGS = False
 
     def trust_as_template(value: str) -> str:
         return value
@@ -36,4 +39,4 @@ except ImportError:  # ansible-core < 2.19
         finally:
             basic._ANSIBLE_ARGS = previous
 
-__all__ = ["patch_module_args", "trust_as_template"]
+__all__ = ["TRUST_TAGS", "patch_module_args", "trust_as_template"]
