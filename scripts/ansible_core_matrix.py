@@ -3,9 +3,11 @@
 ``requires_ansible`` in the collection's ``meta/runtime.yml`` is a promise: each
 ansible-core release in its range is tested. The range must be closed (an upper
 bound), since an open one claims releases nobody has run. Each release gets its
-own virtual environment, ``.cache/ansible-core/<release>``, built with pip from
-PyPI alone and kept while its stamp matches; scripts/ansible_test_sanity.py then
-runs with that environment's Python, so that release's ansible-test does the work.
+own virtual environment, ``.cache/ansible-core/<release>`` (that ansible-core and
+pytest), built with pip from PyPI alone and kept while its stamp matches. There
+scripts/ansible_test_sanity.py runs that release's ``ansible-test sanity``, and
+pytest runs the unit tests: they share the repository's test rig (``rig/``), which
+``ansible-test units`` cannot see from the collection's folder.
 
     python scripts/ansible_core_matrix.py [--core 2.18 ...] [--sanity-only | --units-only]
 """
@@ -13,6 +15,7 @@ runs with that environment's Python, so that release's ansible-test does the wor
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -25,6 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 RUNTIME = ROOT / "collections" / "ansible_collections" / "llmao" / "fleet" / "meta" / "runtime.yml"
 ENVIRONMENTS = ROOT / ".cache" / "ansible-core"
 SANITY = Path(__file__).resolve().parent / "ansible_test_sanity.py"
+UNITS = RUNTIME.parent.parent / "tests" / "unit"
 # ansible-core 2.x releases worth looking at; 2.30 is far beyond any range written today.
 MINORS = range(9, 31)
 
@@ -51,24 +55,28 @@ def environment(release: str) -> Path:
     folder = ENVIRONMENTS / release
     python = folder / "bin" / "python"
     stamp = folder / ".llmao-ansible-core"
-    wanted = f"ansible-core=={release}.*"
-    if python.exists() and stamp.is_file() and stamp.read_text(encoding="utf-8") == wanted:
+    wanted = [f"ansible-core=={release}.*", "pytest>=8"]
+    if python.exists() and stamp.is_file() and stamp.read_text(encoding="utf-8") == str(wanted):
         return folder
     stamp.unlink(missing_ok=True)
     subprocess.run([sys.executable, "-m", "venv", "--clear", str(folder)], check=True)
     subprocess.run([str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-                    wanted], check=True)
-    stamp.write_text(wanted, encoding="utf-8")
+                    *wanted], check=True)
+    stamp.write_text(str(wanted), encoding="utf-8")
     return folder
 
 
 def run(release: str, *, units: bool) -> int:
-    """One ansible-test run (sanity or units) with ansible-core ``release``."""
+    """ansible-test sanity, or the unit tests, with ansible-core ``release``."""
     python = environment(release) / "bin" / "python"
-    kind = "units" if units else "sanity"
-    print(f"==> ansible-core {release}: ansible-test {kind}", flush=True)
-    command = [str(python), str(SANITY), *(["--units"] if units else [])]
-    return subprocess.run(command, check=False).returncode
+    print(f"==> ansible-core {release}: {'unit tests' if units else 'ansible-test sanity'}",
+          flush=True)
+    if not units:
+        return subprocess.run([str(python), str(SANITY)], check=False).returncode
+    # The repository's settings (pyproject.toml), its rig and the checkout's collection.
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "collections")])}
+    command = [str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", str(UNITS)]
+    return subprocess.run(command, cwd=ROOT, env=env, check=False).returncode
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,4 +1,4 @@
-"""Run ``ansible-test sanity`` (or ``units``) on the llmao.fleet collection, with no site but PyPI.
+"""Run ``ansible-test sanity`` on the llmao.fleet collection, with no site but PyPI.
 
 ``ansible-test sanity --venv`` builds one virtual environment per test and first
 bootstraps pip into it with a script it downloads from outside PyPI, unless
@@ -9,7 +9,7 @@ ansible-test must be started) with this interpreter's Python version. The
 ansible-test run is this interpreter's: scripts/ansible_core_matrix.py runs this
 script with each ansible-core release the collection claims.
 
-    python scripts/ansible_test_sanity.py [--units] [--test NAME ...] [extra options]
+    python scripts/ansible_test_sanity.py [--test NAME ...] [extra ansible-test options]
 """
 
 from __future__ import annotations
@@ -62,14 +62,11 @@ def ansible_test() -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--units", action="store_true",
-                        help="run the collection's unit tests instead of the sanity tests")
     parser.add_argument("--test", action="append", default=[],
                         help="run only this sanity test (repeatable; default: all)")
     args, extra = parser.parse_known_args(argv)
     python = f"{sys.version_info.major}.{sys.version_info.minor}"
-    command = [ansible_test(), "units" if args.units else "sanity", "--venv", "--python", python,
-               "--color", "no"]
+    command = [ansible_test(), "sanity", "--venv", "--python", python, "--color", "no"]
     for name in args.test:
         command += ["--test", name]
     command += extra

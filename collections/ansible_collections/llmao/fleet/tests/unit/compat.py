@@ -39,4 +39,18 @@ except ImportError:  # ansible-core < 2.19
         finally:
             basic._ANSIBLE_ARGS = previous
 
-__all__ = ["TRUST_TAGS", "patch_module_args", "trust_as_template"]
+
+
+def with_templar(plugin: Any) -> None:
+    """Give an inventory plugin the templar its ``parse`` would have made.
+
+    The tests call ``populate`` without ``parse``; ansible-core 2.19 makes the templar
+    on demand, 2.17 and 2.18 only in ``parse``.
+    """
+    if not hasattr(plugin, "templar"):
+        from ansible.template import Templar
+
+        plugin.templar = Templar(loader=plugin.loader)
+
+
+__all__ = ["TRUST_TAGS", "patch_module_args", "trust_as_template", "with_templar"]

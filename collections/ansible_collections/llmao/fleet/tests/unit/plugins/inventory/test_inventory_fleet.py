@@ -20,7 +20,11 @@ from ansible.parsing.dataloader import DataLoader
 from ansible.plugins.loader import inventory_loader
 
 from ansible_collections.llmao.fleet.plugins.module_utils.fleet import Fleet, load_fleet
-from ansible_collections.llmao.fleet.tests.unit.compat import TRUST_TAGS, trust_as_template
+from ansible_collections.llmao.fleet.tests.unit.compat import (
+    TRUST_TAGS,
+    trust_as_template,
+    with_templar,
+)
 
 PLUGIN = "llmao.fleet.fleet"
 
@@ -35,6 +39,7 @@ def make_plugin(**options: Any) -> Any:
     plugin = inventory_loader.get(PLUGIN)
     plugin.loader = DataLoader()
     plugin._vars = {}
+    with_templar(plugin)
     trusted = {name: trust_as_template(value) if isinstance(value, str) else value
                for name, value in options.items()}
     plugin.set_options(direct={"plugin": PLUGIN, "config": "config.yaml",
