@@ -47,15 +47,15 @@ class LlmaoServer(ChildService):
 def start_llmao_server(config: Path, models: Path, log_dir: Path, *, host: str = "127.0.0.1",
                        port: int | None = None, workers: int = 2,
                        tls: tuple[Path, Path, Path] | None = None,
-                       extra: Sequence[str] = ()) -> LlmaoServer:
+                       options: Sequence[str] = ()) -> LlmaoServer:
     """Start it on host:port (a free port when None) and wait for ``/healthz``.
 
     ``tls`` is (CA file, certificate, key): the server serves HTTPS with the pair and this
-    side trusts the CA. ``extra`` are more options of llmao-server (``--log-format json``).
+    side trusts the CA. ``options`` are more ``llmao-server`` flags.
     """
     port = port or free_port(host)
     argv = [str(SERVER), "--config", str(config), "--models", str(models),
-            "--bind", f"{host}:{port}", "--workers", str(workers), *extra]
+            "--bind", f"{host}:{port}", "--workers", str(workers), *options]
     context = None
     if tls is not None:
         ca_file, certfile, keyfile = tls

@@ -26,7 +26,7 @@ from ansible_collections.llmao.fleet.plugins.module_utils.config_errors import C
 from ansible_collections.llmao.fleet.plugins.module_utils.fleet import Fleet, load_fleet
 
 from .app import SETTINGS_FROM_ENVIRONMENT, create_app
-from .gunicorn_app import GunicornServer, gunicorn_options
+from .gunicorn_app import READ_TIMEOUT_S, GunicornServer, gunicorn_options
 from .logs import LOG_FORMATS, SERVER_LOGGER, gunicorn_log_options, log_to_stderr
 from .store import StoreError, open_store
 
@@ -53,6 +53,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--state", metavar="PATH_OR_URL",
                         help="state store: a SQLite file or a postgresql:// URL, "
                              "overriding server.state (default: $LLMAO_STATE)")
+    parser.add_argument("--read-timeout", type=int, default=READ_TIMEOUT_S, metavar="SECONDS",
+                        help="time limit for a TLS handshake, for a request's headers (and "
+                             "an idle kept-alive connection), and for a request's body and "
+                             f"answer; a slower client is disconnected ({READ_TIMEOUT_S})")
     parser.add_argument("--log-format", choices=LOG_FORMATS, default=LOG_FORMATS[0],
                         help="text lines, or one JSON object a line for a log collector "
                              f"({LOG_FORMATS[0]})")
@@ -160,6 +164,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.workers < 1:
             raise Refused("--workers must be at least 1")
+        if args.read_timeout < 1:
+            raise Refused("--read-timeout must be at least 1 second")
         fleet = load_checked_fleet(args)
         check_transport(args)
         location = args.state or fleet.settings.server_state
@@ -169,7 +175,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     log_to_stderr(args.log_format)
     app_config = app_settings(args, location, fleet)
-    options = gunicorn_options(args.bind, args.workers, args.certfile, args.keyfile)
+    options = gunicorn_options(args.bind, args.workers, args.certfile, args.keyfile,
+                               args.read_timeout)
     options.update(gunicorn_log_options(args.log_format))
     GunicornServer(lambda: create_app(app_config), options,
                    reload=lambda: reloaded_app(args, location)).run()

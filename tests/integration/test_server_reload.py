@@ -122,7 +122,7 @@ def test_json_log_format_writes_one_object_a_line(tmp_path: Path) -> None:
     folder = tmp_path / "fleet"
     config_path, models_path = write_pair(folder, fleet_config(folder))
     server = start_llmao_server(Path(config_path), Path(models_path), tmp_path, workers=2,
-                                extra=("--log-format", "json"))
+                                options=("--log-format", "json"))
     with server:
         assert fetch(server, KNOWN)[0] == 200
         deadline = time.monotonic() + 10

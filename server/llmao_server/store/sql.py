@@ -287,17 +287,18 @@ class SqlStore(StateStore):
 
     def _write(self, *steps: tuple[str, Sequence[Sequence[Any]]]) -> None:
         """Run every step (a statement and its rows) in one transaction."""
-        with self._transaction() as cursor:
+        with self._store_errors("be written"), self._transaction() as cursor:
             for statement, rows in steps:
                 cursor.executemany(self._sql(statement), rows)
 
     def _query(self, statement: str, params: Sequence[Any] = ()) -> list[tuple]:
-        connection = self._connection()
-        cursor = connection.cursor()
-        cursor.execute(self._sql(statement), params)
-        rows = cursor.fetchall()
-        connection.commit()  # end the read transaction a driver may have opened
-        return rows
+        with self._store_errors("be read"):
+            connection = self._connection()
+            cursor = connection.cursor()
+            cursor.execute(self._sql(statement), params)
+            rows = cursor.fetchall()
+            connection.commit()  # end the read transaction a driver may have opened
+            return rows
 
 
 def _approval(row: Sequence[Any]) -> Approval:
