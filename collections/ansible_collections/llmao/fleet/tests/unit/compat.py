@@ -40,7 +40,6 @@ except ImportError:  # ansible-core < 2.19
             basic._ANSIBLE_ARGS = previous
 
 
-
 def with_templar(plugin: Any) -> None:
     """Give an inventory plugin the templar its ``parse`` would have made.
 
