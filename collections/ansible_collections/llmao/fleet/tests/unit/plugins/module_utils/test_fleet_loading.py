@@ -58,8 +58,8 @@ CONFIG_CASES = [
      lambda c: _hosts(c).update({"203.0.113.10": [["gemma", 8001], ["gemma", 8002]]}),
      "fleet.hosts.203.0.113.10[1]: duplicate name 'gemma'"),
     ("four rows",
-     lambda c: _hosts(c).update({"203.0.113.10": [["gemma", 8001], ["qwen", 8002],
-                                                   ["gemma", 8003, "g2"], ["qwen", 8004, "q2"]]}),
+     lambda c: _hosts(c).update({"203.0.113.10": [
+         ["gemma", 8001], ["qwen", 8002], ["gemma", 8003, "g2"], ["qwen", 8004, "q2"]]}),
      "fleet.hosts.203.0.113.10: has 4 rows; a box runs at most 3"),
     ("port outside the listen ports",
      lambda c: _hosts(c).update({"203.0.113.10": [["gemma", 9000]]}),
@@ -194,7 +194,7 @@ def test_config_file_unreadable(tmp_path, raw, message):
 
 
 def test_missing_file_is_named(tmp_path):
-    config, _ = write_pair(tmp_path)
+    config = write_pair(tmp_path)[0]
     with pytest.raises(ConfigError, match="nowhere.yaml: cannot be read"):
         load_fleet(config, str(tmp_path / "nowhere.yaml"))
 
