@@ -1,4 +1,4 @@
-"""The credential a request presents, read one way for the box API and the admin API.
+"""The credential a request presents, read one way by the box API, the admin API and /metrics.
 
 ``Authorization: Bearer <credential>``, the scheme in any case and the credential
 trimmed. Anything else presents nothing; each API then says which credential it
