@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
-import secrets
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
+from rig.fleet_files import FleetSecrets, fleet_section, recipe, route
+from rig.fleet_files import write_fleet as write_files
 
 FIRST_ADDRESS = ipaddress.IPv4Address("10.0.0.1")
 LISTEN_PORTS = (8001, 8002, 8003)
@@ -49,42 +49,24 @@ def box_rows(index: int) -> list[list[object]]:
 
 
 def models_document() -> dict[str, object]:
-    recipes = [{
-        "model_name": name,
-        "litellm_params": {"model": f"hosted_vllm/{name}"},
-        "model_info": {"self_hosted": True, "vllm": {
-            "model": f"example/{name}", "args": ["--max-num-seqs", "64"],
-            "max_model_len": 16384 * (position + 1), "vram_gb": 8 * (position + 1),
-            "disk_gb": 20 * (position + 1)}},
-    } for position, name in enumerate(MODEL_NAMES)]
-    commercial = {"model_name": "gpt-4o-mini",
-                  "litellm_params": {"model": "openai/gpt-4o-mini"},
-                  "model_info": {"self_hosted": False}}
-    return {"models": [*recipes, commercial]}
+    recipes = [recipe(name, f"example/{name}", args=["--max-num-seqs", "64"],
+                      max_model_len=16384 * (position + 1), vram_gb=8 * (position + 1),
+                      disk_gb=20 * (position + 1))
+               for position, name in enumerate(MODEL_NAMES)]
+    return {"models": [*recipes, route("gpt-4o-mini", "openai/gpt-4o-mini")]}
 
 
-def config_document(boxes: tuple[str, ...], fleet_key: str) -> dict[str, object]:
-    return {
-        "fleet": {
-            "key": fleet_key,
-            "vllm_api_salt": secrets.token_urlsafe(24),
-            "hosts": {name: box_rows(index) for index, name in enumerate(boxes)},
-        },
-        "server": {"state": "llmao-state.sqlite3"},
-    }
+def config_document(boxes: tuple[str, ...], keys: FleetSecrets) -> dict[str, object]:
+    hosts = {name: box_rows(index) for index, name in enumerate(boxes)}
+    return {"fleet": fleet_section(keys, hosts), "server": {"state": "llmao-state.sqlite3"}}
 
 
 def write_fleet(folder: Path, boxes: int) -> GeneratedFleet:
     """Write a ``boxes``-box fleet into ``folder`` (created if needed)."""
-    folder.mkdir(parents=True, exist_ok=True)
     names = tuple(box_names(boxes))
-    fleet_key = secrets.token_urlsafe(24)
-    config, models = folder / "config.yaml", folder / "models.yaml"
-    dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
-    config.write_text(yaml.dump(config_document(names, fleet_key), Dumper=dumper,
-                                sort_keys=False, default_flow_style=None))
-    models.write_text(yaml.dump(models_document(), Dumper=dumper, sort_keys=False))
-    return GeneratedFleet(config, models, fleet_key, names)
+    keys = FleetSecrets()
+    written = write_files(folder, config_document(names, keys), models_document(), compact=True)
+    return GeneratedFleet(written.config_path, written.models_path, keys.fleet_key, names)
 
 
 def main(argv: list[str] | None = None) -> int:

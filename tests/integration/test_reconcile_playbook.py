@@ -19,8 +19,7 @@ from ansible_collections.llmao.fleet.plugins.module_utils.llmao_admin import Llm
 from llmao_server.store import Approval, SqliteStore
 from rig.boxes import LocalStub, free_port
 from rig.litellm_process import LiteLLMProcess
-from tests.llmao_process import LlmaoServer, start_llmao_server
-from tests.local_fleet import (
+from rig.local_fleet import (
     MODEL,
     LocalFleet,
     loopback_boxes,
@@ -28,6 +27,7 @@ from tests.local_fleet import (
     start_stubs,
     stop_stubs,
 )
+from tests.llmao_process import LlmaoServer, start_llmao_server
 from tests.reconcile_run import PlaybookRun, run_reconcile
 
 pytestmark = pytest.mark.slow

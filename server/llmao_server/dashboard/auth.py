@@ -8,11 +8,10 @@ outlives a server restart (approvals do not, by design, but a login may), and
 changing ``admin.token`` logs every session out. The key reveals nothing of
 the token.
 
-Failed logins are counted per client address in the shared store, so the
-limit holds across workers and instances: after :data:`LOGIN_MAX_FAILURES` in
-:data:`LOGIN_WINDOW_S` the address is refused until its window ends, the right
-token included. The address is the TCP peer: ``X-Forwarded-For`` is whatever
-a caller writes, so trusting it would let one caller try without limit.
+Every login attempt draws on the admin credentials' one attempt limit
+(:mod:`..admin_attempts`), shared with the admin API's bearer and kept in the
+store: once it is reached the address is refused until its window ends, the
+right token included, and the token is not compared.
 
 Forms carry Flask-WTF's CSRF token. The check runs in :func:`gate`, after the
 login check, for every unsafe request to the dashboard, which is the only part
@@ -24,9 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import logging
 import secrets
-import time
 from datetime import timedelta
 from typing import Any
 
@@ -47,19 +44,18 @@ from flask_wtf.csrf import CSRFProtect
 
 from ansible_collections.llmao.fleet.plugins.module_utils.bearer import is_placeholder
 
+from ..admin_attempts import AttemptRefused, admin_token_matches
+from ..audit import audit as write_audit
 from ..state import ServerState
 
 SESSION_COOKIE = "llmao_admin"
 SESSION_LIFETIME = timedelta(hours=12)
 SESSION_KEY_LABEL = b"llmao.dashboard.session-key\n"
-LOGIN_WINDOW_S = 15 * 60.0
-LOGIN_MAX_FAILURES = 5
 NAME_LENGTH = 40
 SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
 # Reachable without a session: the login form and the stylesheet and script it uses.
 PUBLIC_ENDPOINTS = ("dashboard.login", "dashboard.static")
 
-log = logging.getLogger(__name__)
 csrf = CSRFProtect()
 
 
@@ -116,11 +112,9 @@ def action_name() -> str:
 
 
 def audit(action: str, outcome: str, **details: Any) -> None:
-    """One line per admin action: who, from where, what, and how it ended. Never a secret."""
+    """One audit line for a dashboard action, by the session's admin (or ``who``)."""
     who = current_admin() or details.pop("who", None) or "-"
-    parts = [f"admin action={action} outcome={outcome} who={who!r} peer={client_address()!r}"]
-    parts += [f"{key}={value!r}" for key, value in details.items()]
-    log.info("%s", llmao().redact(" ".join(parts)))
+    write_audit(llmao().redact, action, outcome, who, client_address(), **details)
 
 
 def gate() -> Response | None:
@@ -155,24 +149,16 @@ def login() -> Response | str | tuple[str, int]:
     if not token_configured():
         audit("login", "refused", why="admin.token not configured")
         return render_login(), 403
-    client, now = client_address(), time.time()
-    store = llmao().store
-    failures, until = store.login_failures(client, now, LOGIN_WINDOW_S)
     name = display_name(request.form.get("name", ""))
-    if failures >= LOGIN_MAX_FAILURES:
-        audit("login", "refused", who=name, why="too many failed logins")
-        minutes = max(1, round((until - now) / 60))
-        flash(f"Too many failed logins from {client}: try again in {minutes} min.", "error")
-        return render_login(), 429
-    presented = request.form.get("token", "").encode("utf-8")
-    expected = (llmao().fleet.settings.admin_token or "").encode("utf-8")
-    if not hmac.compare_digest(presented, expected):
-        failures = store.note_login_failure(client, now, LOGIN_WINDOW_S)
-        audit("login", "refused", who=name,
-              why=f"wrong token ({failures} of {LOGIN_MAX_FAILURES} in the window)")
+    try:
+        right = admin_token_matches(llmao(), request.form.get("token", ""), client_address(),
+                                    "login", name)
+    except AttemptRefused as refused:
+        flash(f"{refused.message[0].upper()}{refused.message[1:]}.", "error")
+        return render_login(), refused.status
+    if not right:
         flash("That is not the admin token (admin.token in config.yaml).", "error")
         return render_login(), 401
-    store.clear_login_failures(client)
     session.clear()
     session.permanent = True
     session["admin"] = name

@@ -14,7 +14,6 @@ import socket
 import ssl
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -22,6 +21,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import ModuleType
 from typing import Any
+
+from rig.loopback_server import serving
 
 ROOT = Path(__file__).resolve().parents[3]
 FILES = ROOT / "roles" / "vllm_box" / "files"
@@ -134,16 +135,10 @@ class FakeLlmao:
         server = Server(("127.0.0.1", 0), Handler)
         if self.tls is not None:
             server.socket = self.tls.wrap_socket(server.socket, server_side=True)
-        thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
-        thread.start()
         scheme = "https" if self.tls else "http"
         self.url = f"{scheme}://127.0.0.1:{server.server_address[1]}"
-        try:
+        with serving(server, poll_interval=0.05):
             yield self
-        finally:
-            server.shutdown()
-            server.server_close()
-            thread.join(timeout=5)
 
 
 def closed_port() -> int:

@@ -114,6 +114,35 @@ def test_vast_with_supervisord_running_only_runs_the_installer(prov):
     assert FLEET_KEY not in done.stdout + done.stderr
 
 
+def test_vast_sends_the_instance_id_when_the_template_asks(prov):
+    """Two instances can share one public address: the id names exactly one of them."""
+    prov.supervisor_up()
+    env = {**VAST_ENV, "LLMAO_VAST_BOX_NAME": "instance_id", "CONTAINER_ID": "4242"}
+    done = prov.run(VAST_PROVISION, prov.env(**env))
+    assert done.returncode == 0, done.stderr
+    assert [run["host"] for run in prov.installer_runs()] == ["4242"]
+    assert "applying the assignment of 4242" in done.stderr
+
+
+def test_vast_sends_the_address_by_default_and_when_asked(prov):
+    prov.supervisor_up()
+    for env in (VAST_ENV, {**VAST_ENV, "LLMAO_VAST_BOX_NAME": "address",
+                           "CONTAINER_ID": "4242"}):
+        assert prov.run(VAST_PROVISION, prov.env(**env)).returncode == 0
+    assert [run["host"] for run in prov.installer_runs()] == ["198.51.100.23"] * 2
+
+
+@pytest.mark.parametrize("choice, says", [
+    ("instance_id", "CONTAINER_ID is not set"),
+    ("hostname", "LLMAO_VAST_BOX_NAME must be address or instance_id, not 'hostname'"),
+])
+def test_vast_box_name_choice_without_its_variable_stops(prov, choice, says):
+    prov.supervisor_up()
+    done = prov.run(VAST_PROVISION, prov.env(**VAST_ENV, LLMAO_VAST_BOX_NAME=choice))
+    assert done.returncode == 2 and says in done.stderr
+    assert prov.installer_runs() == []
+
+
 def test_vast_passes_the_installer_exit_status_on(prov):
     prov.supervisor_up()
     done = prov.run(VAST_PROVISION, prov.env(**VAST_ENV, STUB_EXIT="3"))

@@ -10,8 +10,10 @@ and only a server that is serving and is ours is ever registered.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, replace
 from enum import StrEnum
+from typing import Any
 
 from .config_file import Lifecycle
 
@@ -45,6 +47,23 @@ ACTIONS = {
     State.FOREIGN: Action.DELETE,
     State.UNLISTED: Action.DELETE,
 }
+
+
+class Change(StrEnum):
+    """What a reconcile pass does to LiteLLM: a server's deployment, or a route of no server."""
+
+    REGISTER = "register"   # the server is Healthy and has no deployment
+    REPLACE = "replace"     # its deployment no longer fits (another model, a moved address)
+    DELETE = "delete"       # it must not serve, or the route matches no intended server
+
+
+class Drift(StrEnum):
+    """What differs between config and the fleet that a pass reports rather than fixes."""
+
+    ORPHAN_ROUTE = "orphan_route"        # llmao's route for a server no longer in config
+    UNMANAGED_ROUTE = "unmanaged_route"  # someone else's route matching no intended server
+    MODEL_MISMATCH = "model_mismatch"    # a deployment serving another model than config
+    REVISION_BEHIND = "revision_behind"  # a box applied an older assignment than intended
 
 
 class Models(StrEnum):
@@ -83,6 +102,20 @@ class Memory:
     consecutive_failures: int = 0
     rejected_passes: int = 0
     last_healthy_at: float | None = None
+
+    def record(self) -> dict[str, Any]:
+        """The memory as JSON, as the server keeps it between passes."""
+        return {**asdict(self), "state": self.state.value if self.state else None}
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any] | None) -> Memory:
+        """A stored memory back; an unknown state is forgotten rather than trusted."""
+        if not record:
+            return cls()
+        state = record.get("state")
+        return cls(State(state) if state in State._value2member_map_ else None,
+                   int(record.get("consecutive_failures") or 0),
+                   int(record.get("rejected_passes") or 0), record.get("last_healthy_at"))
 
 
 @dataclass(frozen=True)

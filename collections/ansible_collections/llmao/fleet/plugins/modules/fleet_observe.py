@@ -103,7 +103,15 @@ listing_failures:
   description: Provider to the reason its listing could not be read.
   returned: success
   type: dict
-  sample: {"vast": "HTTP 502 from https://console.vast.ai/api/v0/instances/"}
+  sample: {"vast": "GET https://console.vast.ai/api/v1/instances/: HTTP 502"}
+ambiguous_addresses:
+  description:
+    - Each address that several listed instances share, to the instances (C(vast 4242)). A
+      C(fleet.hosts) key that is such an address names no single box; the task warns, and the
+      row is never dialled until it is keyed by the instance id.
+  returned: success
+  type: dict
+  sample: {"203.0.113.50": ["vast 4242", "vast 4343"]}
 counts:
   description: How many boxes, deployments and listed boxes were seen.
   returned: success
@@ -161,6 +169,8 @@ def observe_result(observations: Observations) -> dict[str, Any]:
         "changed": False,
         "observations": record,
         "listing_failures": record["listings"]["failed"],
+        "ambiguous_addresses": {name: [box.label for box in sharing] for name, sharing
+                                in observations.listings.ambiguous.items()},
         "counts": {"boxes": len(observations.last_fetches), "routes": len(observations.routes),
                    "listed_boxes": len(record["listings"]["boxes"])},
     }
@@ -177,6 +187,10 @@ def main() -> None:
     for provider, reason in result["listing_failures"].items():
         module.warn(f"the {provider} listing could not be read ({reason}); its boxes are "
                     "neither listed nor unlisted this pass")
+    for box in fleet.settings.hosts:
+        ambiguity = observations.listings.ambiguity(box)
+        if ambiguity:
+            module.warn(f"fleet.hosts: {ambiguity}; its servers are not dialled")
     module.exit_json(**result)
 
 

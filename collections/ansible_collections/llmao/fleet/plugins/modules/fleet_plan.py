@@ -118,6 +118,11 @@ servers:
     outlives_instance:
       description: The C(fleet.hosts) row names a box no provider runs; flag it, never retire it.
       type: bool
+    ambiguous:
+      description:
+        - Why the box name is ambiguous (several listed instances share that address, so none
+          is dialled), or null. Key the C(fleet.hosts) row by the instance id.
+      type: str
 changes:
   description:
     - The LiteLLM changes of this pass (C(state), C(id), C(box), C(listen_port), C(name),
@@ -166,17 +171,16 @@ from typing import Any
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.llmao.fleet.plugins.module_utils.fleet import Fleet
-from ansible_collections.llmao.fleet.plugins.module_utils.lifecycle import Probe
+from ansible_collections.llmao.fleet.plugins.module_utils.lifecycle import Change, Drift, Probe
+from ansible_collections.llmao.fleet.plugins.module_utils.listings import provider_of
 from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_module import (
     FILES_RULES,
     FILES_SPEC,
     load_reconcile_fleet,
 )
 from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_plan import (
-    DELETE,
     Plan,
     ServerPlan,
-    memory_record,
     plan_pass,
     server_key,
 )
@@ -206,20 +210,18 @@ def make_plan(fleet: Fleet, observations: Observations, probes: dict[str, Probe]
         shown = ", ".join(missing[:5]) + (" ..." if len(missing) > 5 else "")
         raise PlanError(f"{len(missing)} intended server(s) were not probed ({shown}): "
                         "probe every server of the fleet before planning")
-    return plan_pass(fleet, observations.now, observations.last_fetches,
-                     observations.memories, observations.listings, probes,
-                     list(observations.routes), observations.applied)
+    return plan_pass(fleet, observations, probes)
 
 
 def apply_item(plan: ServerPlan) -> dict[str, Any]:
     """One change as M(litellm_deployment) takes it (no secret: the bearer is derived there)."""
     endpoint = plan.endpoint
-    return {"state": "absent" if plan.change == DELETE else "present", "id": plan.id,
+    return {"state": "absent" if plan.change is Change.DELETE else "present", "id": plan.id,
             "box": plan.server.box, "listen_port": plan.server.listen_port,
             "name": plan.server.name, "model_name": plan.server.model_name,
             "public_host": endpoint.host if endpoint else None,
             "public_port": endpoint.port if endpoint else None,
-            "change": plan.change, "why": plan.why}
+            "change": plan.change.value if plan.change else None, "why": plan.why}
 
 
 def deployment_input(change: dict[str, Any]) -> dict[str, Any]:
@@ -244,30 +246,35 @@ def server_line(entry: dict[str, Any]) -> str:
             f"{public}): {state}: {entry['reason']} => {outcome}")
     if entry["outlives_instance"]:
         line += " [the fleet.hosts row may outlive its instance: retire it by hand]"
+    if entry["ambiguous"]:
+        line += f" [{entry['ambiguous']}]"
     return line
 
 
 def drift_line(item: dict[str, Any]) -> str:
     kind = item["kind"]
-    if kind == "revision_behind":
+    if kind == Drift.REVISION_BEHIND:
         return f"{item['box']}: {item['what']}"
-    if kind == "unmanaged_route":
+    if kind == Drift.UNMANAGED_ROUTE:
         return f"{item['id']} ({item['model_name']} at {item['api_base']}): {item['what']}"
-    if kind == "orphan_route":
+    if kind == Drift.ORPHAN_ROUTE:
         return f"{item['id']} ({item['model_name']}): {item['what']}"
     return f"{item['id']}: {item['what']}"
 
 
 def plan_result(plan: Plan, observations: Observations) -> dict[str, Any]:
     servers = []
+    listings = observations.listings
     for server_plan in plan.servers:
         previous = observations.memories.get(server_plan.id)
         servers.append({**server_plan.summary(),
-                        "provider": observations.listings.provider_of(server_plan.server.box),
+                        "provider": provider_of(listings.configured,
+                                                listings.named_by(server_plan.server.box)),
+                        "ambiguous": listings.ambiguity(server_plan.server.box),
                         "previous_state": previous.state.value if previous and previous.state
                         else None})
     orphans = [{"state": "absent", "id": route.id, "model_name": route.model_name,
-                "change": DELETE, "why": "llmao route matches no intended server"}
+                "change": Change.DELETE.value, "why": "llmao route matches no intended server"}
                for route in plan.orphans]
     changes = [apply_item(p) for p in plan.servers if p.change] + orphans
     lines = [server_line(entry) for entry in servers]
@@ -281,7 +288,7 @@ def plan_result(plan: Plan, observations: Observations) -> dict[str, Any]:
         "changes": changes,
         "deployments": [deployment_input(change) for change in changes],
         "drift": drift,
-        "memories": {key: memory_record(memory) for key, memory in plan.memories.items()},
+        "memories": {key: memory.record() for key, memory in plan.memories.items()},
         "lines": lines,
         "drift_lines": [drift_line(item) for item in drift],
         "counts": {**counts, "changes": len(changes)},

@@ -201,6 +201,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.llmao.fleet.plugins.module_utils.fleet import Fleet
 from ansible_collections.llmao.fleet.plugins.module_utils.hostnames import normalize_host
 from ansible_collections.llmao.fleet.plugins.module_utils.intent import IntendedServer
+from ansible_collections.llmao.fleet.plugins.module_utils.lifecycle import Change
 from ansible_collections.llmao.fleet.plugins.module_utils.listings import (
     Endpoint,
     Listings,
@@ -260,10 +261,7 @@ ARGUMENT_RULES: dict[str, Any] = {
 }
 AUDIT_LOG_NAME = "llmao-audit.jsonl"
 MASKED = "********"
-REGISTER = "register"
-REPLACE = "replace"
-DELETE = "delete"
-NONE = "none"
+NONE = "none"  # the action of a task that changed nothing
 
 
 class DeploymentError(RuntimeError):
@@ -325,7 +323,7 @@ def ensure_present(litellm: LiteLLM, server: IntendedServer, endpoint: Endpoint,
     route = owned_route(litellm, deployment)
     if route is not None and route_differs(route, server, endpoint) is None:
         return Outcome(deployment, NONE, route_view(route), route_view(route))
-    action = REPLACE if route is not None else REGISTER
+    action = Change.REPLACE if route is not None else Change.REGISTER
     if not check_mode:
         if route is not None:
             litellm.delete(deployment)
@@ -345,7 +343,7 @@ def ensure_absent(litellm: LiteLLM, deployment: str, check_mode: bool) -> Outcom
         return Outcome(deployment, NONE, {}, {})
     if not check_mode:
         litellm.delete(deployment)
-    return Outcome(deployment, DELETE, route_view(route), {})
+    return Outcome(deployment, Change.DELETE, route_view(route), {})
 
 
 def absent_id(fleet: Fleet, item: dict[str, Any]) -> str:

@@ -19,7 +19,7 @@ from ansible_collections.llmao.fleet.plugins.modules.fleet_plan import (
     make_plan,
     plan_result,
 )
-from tests.unit.fleet_files import write_pair
+from ansible_collections.llmao.fleet.tests.unit.fleets import write_pair
 
 NOW = 10_000.0
 GEMMA, QWEN, LEGACY = ("llmao:203.0.113.10:8001:gemma", "llmao:203.0.113.10:8002:qwen",
@@ -118,3 +118,26 @@ def test_no_secret_in_the_result(fleet):
     for server in fleet.servers():
         assert server.api_key not in text
     assert fleet.settings.vllm_api_salt not in text
+
+
+def test_an_ambiguous_address_is_flagged_never_dialled_nor_unlisted(fleet):
+    from types import MappingProxyType
+
+    from ansible_collections.llmao.fleet.plugins.module_utils.listings import ListedBox
+    from ansible_collections.llmao.fleet.plugins.modules.fleet_observe import observe_result
+
+    sharing = [ListedBox("vast", (str(instance), "203.0.113.10"), "203.0.113.10",
+                         MappingProxyType({8001: port})) for instance, port in
+               ((4242, 41001), (4343, 42001))]
+    seen = observations(listings=index_listings(["vast"], sharing, {}))
+    no_answer = {"health_ok": False, "models": "skipped", "detail": "no public address known"}
+    result = result_of(fleet, seen, {GEMMA: no_answer, QWEN: no_answer, LEGACY: DOWN})
+    gemma, qwen, _legacy = result["servers"]
+    for server, line in zip((gemma, qwen), result["lines"], strict=False):
+        assert server["state"] not in ("Unlisted", "Foreign") and server["public"] is None
+        assert server["provider"] == "vast"
+        assert "vast 4242, vast 4343 share this address" in server["ambiguous"]
+        assert line.endswith("key the fleet.hosts row by the instance id]")
+    assert result["changes"] == []
+    assert observe_result(seen)["ambiguous_addresses"] == {
+        "203.0.113.10": ["vast 4242", "vast 4343"]}

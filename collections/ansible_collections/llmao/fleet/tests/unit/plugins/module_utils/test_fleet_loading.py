@@ -6,7 +6,7 @@ import pytest
 
 from ansible_collections.llmao.fleet.plugins.module_utils.config_errors import ConfigError
 from ansible_collections.llmao.fleet.plugins.module_utils.fleet import load_fleet
-from tests.unit.fleet_files import (
+from ansible_collections.llmao.fleet.tests.unit.fleets import (
     FLEET_KEY,
     SALT,
     SHARED_BEARER,

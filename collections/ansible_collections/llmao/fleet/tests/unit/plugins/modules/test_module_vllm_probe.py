@@ -12,7 +12,7 @@ from ansible_collections.llmao.fleet.plugins.modules.vllm_probe import (
     probe_fleet,
     unknown_boxes,
 )
-from tests.local_fleet import LocalFleet, loopback_boxes, one_model_hosts, start_stubs, stop_stubs
+from rig.local_fleet import LocalFleet, loopback_boxes, one_model_hosts, start_stubs, stop_stubs
 
 LOCAL = index_listings([], [], {})
 
