@@ -27,9 +27,9 @@ from ansible_collections.llmao.fleet.plugins.module_utils.fleet import (
     Fleet,
     load_fleet,
 )
+from rig.fleet_files import write_fleet
 from tests.reliability.box_runs import Ending, dry_run
 from tests.unit.box_program.helpers import Box
-from tests.unit.fleet_files import write_pair
 
 HOSTILE_ODDS = 25
 HOSTILE_CHARS = ["\x00", "\n", "\r", "\t", "\x1b", "\x7f", "\x85", "\u2028", "\u2029",
@@ -171,7 +171,7 @@ def accepted(ending: Ending) -> bool:
 
 
 def load(folder: Path, config: dict, models: dict) -> Fleet | None:
-    config_path, models_path = write_pair(folder, config, models)
+    config_path, models_path = write_fleet(folder, config, models).paths()
     try:
         return load_fleet(config_path, models_path)
     except ConfigError as refused:
