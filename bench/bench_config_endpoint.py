@@ -150,14 +150,14 @@ def serving(command: Sequence[str], port: int, fleet: GeneratedFleet,
 
 
 def llmao_command(fleet: GeneratedFleet, port: int, state: Path) -> list[str]:
-    return [sys.executable, "-m", "llmao_server.cli", "--config", str(fleet.config),
-            "--models", str(fleet.models), "--bind", f"127.0.0.1:{port}",
+    return [sys.executable, "-m", "llmao_server.cli", "--config", str(fleet.config_path),
+            "--models", str(fleet.models_path), "--bind", f"127.0.0.1:{port}",
             "--workers", str(WORKERS), "--state", str(state)]
 
 
 def bare_command(fleet: GeneratedFleet, port: int) -> list[str]:
     return [sys.executable, "-m", "bench.bench_config_endpoint", "--serve-bare",
-            str(fleet.config), str(fleet.models), f"127.0.0.1:{port}"]
+            str(fleet.config_path), str(fleet.models_path), f"127.0.0.1:{port}"]
 
 
 # ------------------------------------------------------------ load generators

@@ -14,10 +14,10 @@ from __future__ import annotations
 import argparse
 import ipaddress
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from rig.fleet_files import FleetSecrets, fleet_section, recipe, route
+from rig.fleet_files import FleetFolder, FleetSecrets, fleet_section, recipe, route
 from rig.fleet_files import write_fleet as write_files
 
 FIRST_ADDRESS = ipaddress.IPv4Address("10.0.0.1")
@@ -26,13 +26,16 @@ MODEL_NAMES = ("gemma4-26b", "qwen3-8b", "llama3-70b")
 
 
 @dataclass(frozen=True)
-class GeneratedFleet:
-    """Where the files are, and the secrets a client of this fleet needs."""
+class GeneratedFleet(FleetFolder):
+    """Where the files are, the fleet's secrets, and its box names in file order."""
 
-    config: Path
-    models: Path
-    fleet_key: str
+    folder: Path
+    keys: FleetSecrets = field(repr=False)
     boxes: tuple[str, ...]
+
+    @property
+    def fleet_key(self) -> str:
+        return self.keys.fleet_key
 
 
 def box_names(count: int) -> Iterator[str]:
@@ -65,8 +68,8 @@ def write_fleet(folder: Path, boxes: int) -> GeneratedFleet:
     """Write a ``boxes``-box fleet into ``folder`` (created if needed)."""
     names = tuple(box_names(boxes))
     keys = FleetSecrets()
-    written = write_files(folder, config_document(names, keys), models_document(), compact=True)
-    return GeneratedFleet(written.config_path, written.models_path, keys.fleet_key, names)
+    write_files(folder, config_document(names, keys), models_document(), compact=True)
+    return GeneratedFleet(folder, keys, names)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -76,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--boxes", type=int, default=10_000, help="how many boxes (10000)")
     args = parser.parse_args(argv)
     fleet = write_fleet(args.folder, args.boxes)
-    print(f"wrote {len(fleet.boxes)} boxes: {fleet.config} and {fleet.models}")
+    print(f"wrote {len(fleet.boxes)} boxes: {fleet.config_path} and {fleet.models_path}")
     return 0
 
 

@@ -32,7 +32,7 @@ from rig.boxes import Box, LocalStub, free_port, host_gateway_address
 from rig.fleet_files import strong_secret
 from rig.litellm_process import LiteLLMProcess, start_litellm
 from rig.local_fleet import MODEL, LocalFleet, loopback_boxes
-from tests.e2e.tls import make_server_tls
+from rig.tls import make_server_tls
 from tests.llmao_process import LlmaoServer, start_llmao_server
 from tests.reconcile_run import REPO, PlaybookRun, run_reconcile
 

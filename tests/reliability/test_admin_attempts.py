@@ -8,81 +8,25 @@ server sees as different TCP peers.
 
 from __future__ import annotations
 
-import http.client
-import re
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from urllib.parse import urlencode, urlsplit
+from urllib.parse import urlsplit
 
 import pytest
 
 from llmao_server.admin_attempts import OVERALL_LIMIT, PEER_LIMIT
 from rig.postgres import session_cluster
-from tests.llmao_process import LlmaoServer, start_llmao_server
-from tests.server.fleet_pair import ADMIN_TOKEN, CONFIG, write_pair
+from tests.llmao_process import LlmaoServer
+from tests.reliability.admin_http import OBSERVATIONS, WORKERS, bearer, log_in, request
+from tests.server.fleet_pair import ADMIN_TOKEN
 
 GUESSES = 2_000
 PARALLEL = 16
-WORKERS = 3
-OBSERVATIONS = "/admin/api/observations"
-CSRF_FIELD = re.compile(r'name="csrf_token" value="([^"]+)"')
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-def servers(tmp_path: Path) -> Iterator[Callable[..., LlmaoServer]]:
-    """servers(name, state): a real llmao-server on the test fleet with this state store."""
-    started: list[LlmaoServer] = []
-
-    def start(name: str, state: str) -> LlmaoServer:
-        document = {**CONFIG, "server": {"state": state}}
-        config, models = write_pair(tmp_path / name, document)
-        started.append(start_llmao_server(Path(config), Path(models), tmp_path / name,
-                                          workers=WORKERS))
-        return started[-1]
-
-    yield start
-    for server in started:
-        server.stop()
-    for server in started:
-        assert ADMIN_TOKEN not in server.log()
-
-
-def request(server: LlmaoServer, method: str, path: str, peer: str = "127.0.0.1",
-            headers: dict[str, str] | None = None,
-            body: str | None = None) -> http.client.HTTPResponse:
-    """One request on its own connection from ``peer`` (a loopback address); body read."""
-    place = urlsplit(server.url)
-    connection = http.client.HTTPConnection(place.hostname, place.port, timeout=30,
-                                            source_address=(peer, 0))
-    try:
-        connection.request(method, path, body=body, headers=headers or {})
-        answer = connection.getresponse()
-        answer.text = answer.read().decode("utf-8", "replace")  # type: ignore[attr-defined]
-        return answer
-    finally:
-        connection.close()
-
-
-def bearer(server: LlmaoServer, token: str, peer: str = "127.0.0.1") -> int:
-    return request(server, "GET", OBSERVATIONS, peer,
-                   {"Authorization": f"Bearer {token}"}).status
-
-
-def log_in(server: LlmaoServer, token: str, peer: str = "127.0.0.1") -> int:
-    """The login form as a browser posts it: its session cookie and CSRF token first."""
-    form = request(server, "GET", "/login", peer)
-    cookie = form.getheader("Set-Cookie").split(";", 1)[0]
-    csrf = CSRF_FIELD.search(form.text).group(1)  # type: ignore[attr-defined]
-    posted = request(server, "POST", "/login", peer,
-                     {"Cookie": cookie, "Content-Type": "application/x-www-form-urlencoded",
-                      "Referer": f"{server.url}/login"},
-                     urlencode({"csrf_token": csrf, "token": token, "name": "mallory"}))
-    return posted.status
 
 
 def in_parallel(guess: Callable[[LlmaoServer, str, str], int],
@@ -144,7 +88,7 @@ def test_the_limits_hold_across_two_instances_on_postgresql(
 
 def request_text(server: LlmaoServer, peer: str) -> str:
     return request(server, "GET", OBSERVATIONS, peer,
-                   {"Authorization": f"Bearer {ADMIN_TOKEN}"}).text  # type: ignore[attr-defined]
+                   {"Authorization": f"Bearer {ADMIN_TOKEN}"}).text
 
 
 def test_without_a_writable_store_no_attempt_is_accepted(

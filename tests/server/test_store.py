@@ -7,7 +7,6 @@ database per test.
 
 from __future__ import annotations
 
-import multiprocessing
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -28,6 +27,7 @@ from llmao_server.store import (
     open_store,
 )
 from rig.postgres import session_cluster
+from rig.processes import run_forked
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -134,6 +134,31 @@ def test_admin_attempts_are_kept_for_a_bounded_number_of_peers(store: StateStore
     assert store.claim_attempt(OVERALL_SCOPE, 2e3, 1e6) == (2, 0.0)  # never trimmed
 
 
+def test_a_server_secret_is_the_first_one_offered(location: str) -> None:
+    first, second = open_store(location), open_store(location)
+    try:
+        assert first.server_secret("key", "aaaa") == "aaaa"
+        assert second.server_secret("key", "bbbb") == "aaaa"
+        assert second.server_secret("other", "cccc") == "cccc"
+    finally:
+        first.close()
+        second.close()
+
+
+def test_a_session_is_open_until_it_ends_expires_or_the_token_changes(
+        store: StateStore) -> None:
+    store.open_session("s1", "check-a", 100.0, 200.0)
+    store.open_session("s2", "check-a", 100.0, 300.0)
+    assert store.session_open("s1", "check-a", 150.0)
+    assert not store.session_open("s1", "check-b", 150.0)  # another admin.token
+    assert not store.session_open("s1", "check-a", 200.0)  # expired
+    assert not store.session_open("s3", "check-a", 150.0)
+    store.end_session("s2")
+    assert not store.session_open("s2", "check-a", 150.0)
+    store.open_session("s3", "check-a", 250.0, 400.0)  # drops the expired s1
+    assert not store.session_open("s1", "check-a", 150.0)
+
+
 def _note_from_another_process(location: str, box: str) -> None:
     other = open_store(location)
     other.note_fetches({box: 42.0})
@@ -143,14 +168,8 @@ def _note_from_another_process(location: str, box: str) -> None:
 
 def test_processes_on_one_store_share_the_state(location: str) -> None:
     open_store(location).close()
-    context = multiprocessing.get_context("fork")
-    workers = [context.Process(target=_note_from_another_process, args=(location, f"box{i}"))
-               for i in range(3)]
-    for worker in workers:
-        worker.start()
-    for worker in workers:
-        worker.join(30)
-        assert worker.exitcode == 0
+    codes = run_forked(_note_from_another_process, [(location, f"box{i}") for i in range(3)], 30)
+    assert codes == [0, 0, 0]
     reader = open_store(location)
     assert reader.fetch_times() == {"box0": 42.0, "box1": 42.0, "box2": 42.0}
     assert len(reader.unknown_boxes()) == 3

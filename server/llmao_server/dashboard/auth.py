@@ -1,12 +1,16 @@
 """Admin sessions: log in with ``admin.token``, the gate in front of every page, the audit log.
 
 The session is Flask's signed cookie (HttpOnly, SameSite=Lax, Secure when the
-request came over HTTPS). Its signing key is derived from the admin token with
-HMAC rather than generated at start: every worker and every instance behind a
-load balancer derives the same key with nothing to share or store, a session
-outlives a server restart (approvals do not, by design, but a login may), and
-changing ``admin.token`` logs every session out. The key reveals nothing of
-the token.
+request came over HTTPS). Its signing key is random, made once and kept in the
+state store, so every worker and every instance on one store signs alike and a
+login outlives a restart. It is never derived from ``admin.token``: a cookie
+then gives nobody a way to test guesses of the token offline.
+
+A signed cookie alone cannot be taken back, so a login also opens a session in
+the store, named by a random id the cookie carries and tied to the admin token
+it was opened under (an HMAC of the token under the signing key). A cookie
+opens nothing once its session is gone: logged out, past
+``admin.session_lifetime_s``, or opened under another ``admin.token``.
 
 Every login attempt draws on the admin credentials' one attempt limit
 (:mod:`..admin_attempts`), shared with the admin API's bearer and kept in the
@@ -24,6 +28,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
+import time
 from datetime import timedelta
 from typing import Any
 
@@ -33,6 +38,7 @@ from flask import (
     abort,
     current_app,
     flash,
+    g,
     redirect,
     render_template,
     request,
@@ -49,8 +55,8 @@ from ..audit import audit as write_audit
 from ..state import ServerState
 
 SESSION_COOKIE = "llmao_admin"
-SESSION_LIFETIME = timedelta(hours=12)
-SESSION_KEY_LABEL = b"llmao.dashboard.session-key\n"
+SIGNING_KEY_NAME = "dashboard-session-signing-key"
+TOKEN_CHECK_LABEL = b"llmao.dashboard.session-token\n"
 NAME_LENGTH = 40
 SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
 # Reachable without a session: the login form and the stylesheet and script it uses.
@@ -66,25 +72,15 @@ class SessionOverTls(SecureCookieSessionInterface):
         return request.is_secure
 
 
-def session_key(admin_token: str | None) -> bytes:
-    """The cookie signing key: HMAC of a fixed label under the admin token.
-
-    Without a usable token nobody can log in; a random key then signs the
-    (anonymous) sessions that carry the login form's CSRF token.
-    """
-    if is_placeholder(admin_token):
-        return secrets.token_bytes(32)
-    return hmac.new((admin_token or "").encode("utf-8"), SESSION_KEY_LABEL,
-                    hashlib.sha256).digest()
-
-
-def configure_sessions(app: Flask, admin_token: str | None) -> None:
-    app.secret_key = session_key(admin_token)
+def configure_sessions(app: Flask, state: ServerState) -> None:
+    """Sign cookies with the store's shared key, made now if this is the first server."""
+    app.secret_key = bytes.fromhex(state.store.server_secret(SIGNING_KEY_NAME,
+                                                             secrets.token_hex(32)))
     app.config.update(
         SESSION_COOKIE_NAME=SESSION_COOKIE,
         SESSION_COOKIE_HTTPONLY=True,
         SESSION_COOKIE_SAMESITE="Lax",
-        PERMANENT_SESSION_LIFETIME=SESSION_LIFETIME,
+        PERMANENT_SESSION_LIFETIME=timedelta(seconds=state.fleet.settings.session_lifetime_s),
         # The gate calls the check itself, after the login check (see the module's doc).
         WTF_CSRF_CHECK_DEFAULT=False,
         # A page left open overnight keeps working; the session's lifetime bounds the token.
@@ -94,12 +90,25 @@ def configure_sessions(app: Flask, admin_token: str | None) -> None:
     csrf.init_app(app)
 
 
+def token_check() -> str:
+    """What ties a session to the admin token in force, without storing the token."""
+    token = (llmao().fleet.settings.admin_token or "").encode("utf-8")
+    return hmac.new(current_app.secret_key, TOKEN_CHECK_LABEL + token,
+                    hashlib.sha256).hexdigest()
+
+
 def llmao() -> ServerState:
     return current_app.extensions["llmao"]
 
 
 def current_admin() -> str | None:
-    return session.get("admin")
+    """The admin of this request's session while the store holds it open; else None."""
+    if "admin" not in g:
+        name, session_id = session.get("admin"), session.get("sid")
+        still_open = (isinstance(name, str) and isinstance(session_id, str) and token_configured()
+                      and llmao().store.session_open(session_id, token_check(), time.time()))
+        g.admin = name if still_open else None
+    return g.admin
 
 
 def client_address() -> str:
@@ -161,7 +170,10 @@ def login() -> Response | str | tuple[str, int]:
         return render_login(), 401
     session.clear()
     session.permanent = True
-    session["admin"] = name
+    session_id, now = secrets.token_urlsafe(32), time.time()
+    llmao().store.open_session(session_id, token_check(), now,
+                               now + llmao().fleet.settings.session_lifetime_s)
+    session["sid"], session["admin"], g.admin = session_id, name, name
     audit("login", "ok")
     return redirect(url_for("dashboard.fleet"))
 
@@ -172,6 +184,8 @@ def render_login() -> str:
 
 def logout() -> Response:
     audit("logout", "ok")
+    llmao().store.end_session(session["sid"])
     session.clear()
+    g.admin = None
     flash("Logged out.", "info")
     return redirect(url_for("dashboard.login"))

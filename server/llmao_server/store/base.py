@@ -149,5 +149,24 @@ class StateStore(ABC):
         """The credential was right: forget ``peer``'s attempts, give back its overall one."""
 
     @abstractmethod
+    def server_secret(self, name: str, candidate: str) -> str:
+        """The secret ``name`` every worker and instance shares: the first ``candidate``
+        ever offered is kept (one atomic insert) and returned to everyone after."""
+
+    @abstractmethod
+    def open_session(self, session_id: str, token_check: str, now: float,
+                     expires_at: float) -> None:
+        """Remember an admin session until ``expires_at``; expired ones are dropped."""
+
+    @abstractmethod
+    def session_open(self, session_id: str, token_check: str, now: float) -> bool:
+        """Whether this session was opened under this admin token and has not expired
+        or ended."""
+
+    @abstractmethod
+    def end_session(self, session_id: str) -> None:
+        """Forget a session (its admin logged out): its cookie opens nothing after."""
+
+    @abstractmethod
     def close(self) -> None:
         """Release this process's connections (before a fork, at exit)."""

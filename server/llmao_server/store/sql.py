@@ -61,6 +61,16 @@ SCHEMA = (
         scope TEXT PRIMARY KEY,
         window_start DOUBLE PRECISION NOT NULL,
         attempts BIGINT NOT NULL)""",
+    # Secrets made once and shared by every worker and instance (the cookie signing key).
+    """CREATE TABLE IF NOT EXISTS server_secrets (
+        name TEXT PRIMARY KEY,
+        value TEXT NOT NULL)""",
+    # Admin sessions in force; token_check ties each to the admin.token it was opened under.
+    """CREATE TABLE IF NOT EXISTS admin_sessions (
+        id TEXT PRIMARY KEY,
+        token_check TEXT NOT NULL,
+        opened_at DOUBLE PRECISION NOT NULL,
+        expires_at DOUBLE PRECISION NOT NULL)""",
     # What counted failed logins only, before every attempt was counted.
     "DROP TABLE IF EXISTS login_failures",
 )
@@ -125,6 +135,13 @@ TRIM_ATTEMPTS = f"""
 GIVE_BACK_ATTEMPT = f"""
     UPDATE admin_attempts SET attempts = attempts - 1
     WHERE scope = '{OVERALL_SCOPE}' AND attempts > 0"""
+
+
+KEEP_FIRST_SECRET = """
+    INSERT INTO server_secrets (name, value) VALUES (?, ?) ON CONFLICT (name) DO NOTHING"""
+
+OPEN_SESSION = """
+    INSERT INTO admin_sessions (id, token_check, opened_at, expires_at) VALUES (?, ?, ?, ?)"""
 
 
 class SqlStore(StateStore):
@@ -193,7 +210,23 @@ class SqlStore(StateStore):
             self._write(("DELETE FROM admin_attempts WHERE scope = ?", [(peer,)]),
                         (GIVE_BACK_ATTEMPT, [()]))
 
+    def server_secret(self, name: str, candidate: str) -> str:
+        self._write((KEEP_FIRST_SECRET, [(name, candidate)]))
+        return self._query("SELECT value FROM server_secrets WHERE name = ?", (name,))[0][0]
+
+    def open_session(self, session_id: str, token_check: str, now: float,
+                     expires_at: float) -> None:
+        self._write(("DELETE FROM admin_sessions WHERE expires_at <= ?", [(now,)]),
+                    (OPEN_SESSION, [(session_id, token_check, now, expires_at)]))
+
+    def end_session(self, session_id: str) -> None:
+        self._write(("DELETE FROM admin_sessions WHERE id = ?", [(session_id,)]))
+
     # ------------------------------------------------------------------- reads
+
+    def session_open(self, session_id: str, token_check: str, now: float) -> bool:
+        return bool(self._query("SELECT 1 FROM admin_sessions WHERE id = ? AND token_check = ? "
+                                "AND expires_at > ?", (session_id, token_check, now)))
 
     def approval(self, box: str) -> Approval | None:
         rows = self._query(f"SELECT {APPROVAL_COLUMNS} FROM approvals WHERE box = ?", (box,))
@@ -254,17 +287,18 @@ class SqlStore(StateStore):
 
     def _write(self, *steps: tuple[str, Sequence[Sequence[Any]]]) -> None:
         """Run every step (a statement and its rows) in one transaction."""
-        with self._transaction() as cursor:
+        with self._store_errors("be written"), self._transaction() as cursor:
             for statement, rows in steps:
                 cursor.executemany(self._sql(statement), rows)
 
     def _query(self, statement: str, params: Sequence[Any] = ()) -> list[tuple]:
-        connection = self._connection()
-        cursor = connection.cursor()
-        cursor.execute(self._sql(statement), params)
-        rows = cursor.fetchall()
-        connection.commit()  # end the read transaction a driver may have opened
-        return rows
+        with self._store_errors("be read"):
+            connection = self._connection()
+            cursor = connection.cursor()
+            cursor.execute(self._sql(statement), params)
+            rows = cursor.fetchall()
+            connection.commit()  # end the read transaction a driver may have opened
+            return rows
 
 
 def _approval(row: Sequence[Any]) -> Approval:

@@ -101,17 +101,23 @@ def test_an_empty_variable_counts_as_missing(prov, script, required):
     assert done.returncode == 2 and "LLMAO_URL is not set" in done.stderr
 
 
+def assert_ran_the_installer_once(prov, done, argv: list[str], host: str,
+                                  tools: list[str]) -> None:
+    """The script succeeded, ran the installer once with ``argv`` for ``host`` (the key in its
+    environment), called ``tools`` in that order, and printed no key."""
+    assert done.returncode == 0, done.stderr
+    assert prov.installer_runs() == [{"argv": argv, "host": host, "key_passed": True}]
+    assert prov.tool_calls() == tools
+    assert FLEET_KEY not in done.stdout + done.stderr
+
+
 # --------------------------------------------------------------------------- Vast
 
 
 def test_vast_with_supervisord_running_only_runs_the_installer(prov):
     prov.supervisor_up()
     done = prov.run(VAST_PROVISION, prov.env(**VAST_ENV), "--json")
-    assert done.returncode == 0, done.stderr
-    assert prov.installer_runs() == [{"argv": ["--json"], "host": "198.51.100.23",
-                                      "key_passed": True}]
-    assert prov.tool_calls() == ["supervisorctl pid"]
-    assert FLEET_KEY not in done.stdout + done.stderr
+    assert_ran_the_installer_once(prov, done, ["--json"], "198.51.100.23", ["supervisorctl pid"])
 
 
 def test_vast_sends_the_instance_id_when_the_template_asks(prov):
@@ -220,11 +226,8 @@ def test_vast_without_an_installer_to_run_stops(prov, url, says):
 def test_runpod_writes_without_handover_then_becomes_supervisord(prov):
     prov.fake("supervisord", "exit 0\n")
     done = prov.run(RUNPOD_PROVISION, prov.env(**RUNPOD_ENV))
-    assert done.returncode == 0, done.stderr
-    assert prov.installer_runs() == [{"argv": ["--no-handover"], "host": "abc123xyz",
-                                      "key_passed": True}]
-    assert prov.tool_calls() == ["supervisord -n -c /etc/supervisor/supervisord.conf"]
-    assert FLEET_KEY not in done.stdout + done.stderr
+    assert_ran_the_installer_once(prov, done, ["--no-handover"], "abc123xyz",
+                                  ["supervisord -n -c /etc/supervisor/supervisord.conf"])
 
 
 def test_runpod_stops_when_the_installer_fails(prov):

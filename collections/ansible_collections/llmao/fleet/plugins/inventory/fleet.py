@@ -1,8 +1,6 @@
 # Copyright: llmao fleet contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The llmao fleet as an Ansible inventory: one host per ``fleet.hosts`` key."""
-# Ansible's layout puts the documentation strings ahead of the imports.
-# ruff: noqa: E402
 
 from __future__ import annotations
 

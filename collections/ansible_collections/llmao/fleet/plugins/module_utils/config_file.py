@@ -26,6 +26,8 @@ MAX_GRACE_S = 7 * 86400
 MAX_PROBE_TIMEOUT_S = 600
 MAX_PASSES = 1000
 DEFAULT_STATE_FILE = "llmao-state.sqlite3"
+DEFAULT_SESSION_LIFETIME_S = 12 * 3600.0
+MAX_SESSION_LIFETIME_S = 30 * 24 * 3600.0
 
 
 @dataclass(frozen=True)
@@ -76,6 +78,7 @@ class Settings:
     server_url: str | None
     server_state: str
     admin_token: str | None = field(repr=False)
+    session_lifetime_s: float = DEFAULT_SESSION_LIFETIME_S
 
     def is_legacy(self, box: str, listen_port: int) -> bool:
         """A pair that predates the salt and serves ``selfhost_api_key`` (box normalised)."""
@@ -124,6 +127,8 @@ def load_settings(path: str, problems: Problems, warnings: list[str]) -> Setting
     server.close()
     admin = top.sub("admin")
     admin_token = admin.text("token")
+    session_lifetime_s = admin.number("session_lifetime_s", DEFAULT_SESSION_LIFETIME_S,
+                                      maximum=MAX_SESSION_LIFETIME_S)
     admin.close()
     top.close()
     return Settings(
@@ -131,6 +136,7 @@ def load_settings(path: str, problems: Problems, warnings: list[str]) -> Setting
         legacy_servers=legacy, hosts=hosts, lifecycle=lifecycle, providers=providers,
         litellm_url=litellm_url, litellm_master_key=master_key, server_url=server_url,
         server_state=_state_location(path, state), admin_token=admin_token,
+        session_lifetime_s=session_lifetime_s,
     )
 
 

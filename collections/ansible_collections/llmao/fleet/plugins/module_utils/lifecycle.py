@@ -81,7 +81,8 @@ class Listed(StrEnum):
 
     NAMED = "named"            # a listing names it
     NOT_NAMED = "not_named"    # every configured listing was read, none names it
-    UNKNOWN = "unknown"        # a listing could not be read and none that was read names it
+    UNKNOWN = "unknown"        # a listing could not be read and none that was read names it,
+    #                            or several listed instances share the name (ambiguous)
     NO_PROVIDERS = "no_providers"  # a local fleet: nothing to ask
 
 

@@ -2,8 +2,6 @@
 # Copyright: llmao fleet contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Ansible module ``llmao.fleet.fleet_observe``: what a reconcile pass knows before it probes."""
-# Ansible's layout puts the documentation strings ahead of the imports.
-# ruff: noqa: E402
 
 from __future__ import annotations
 
@@ -32,14 +30,9 @@ description:
   - It only reads, so it reports C(changed=false) and runs the same in check mode.
 extends_documentation_fragment:
   - llmao.fleet.fleet_files
+  - llmao.fleet.fleet_files.required
   - ansible.builtin.action_common_attributes
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
-  platform:
-    platforms: posix
+  - llmao.fleet.controller
 options:
   timeout:
     description:
@@ -49,7 +42,6 @@ options:
 notes:
   - "Runs on the controller (C(hosts: localhost)); the credentials it uses come from
     O(config) and never appear in its result."
-  - O(config) and O(models) are both required.
 seealso:
   - module: llmao.fleet.vllm_probe
   - module: llmao.fleet.fleet_plan
@@ -124,6 +116,7 @@ from typing import Any
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.llmao.fleet.plugins.module_utils.fleet import Fleet
+from ansible_collections.llmao.fleet.plugins.module_utils.fleet_files import module_args
 from ansible_collections.llmao.fleet.plugins.module_utils.listings import read_listings
 from ansible_collections.llmao.fleet.plugins.module_utils.litellm_client import (
     LiteLLM,
@@ -134,16 +127,11 @@ from ansible_collections.llmao.fleet.plugins.module_utils.llmao_admin import (
     LlmaoAdminError,
 )
 from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_module import (
-    FILES_RULES,
-    FILES_SPEC,
     load_reconcile_fleet,
 )
 from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_records import Observations
 
-ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
-    **FILES_SPEC,
-    "timeout": {"type": "float", "default": 15.0},
-}
+OPTIONS: dict[str, dict[str, Any]] = {"timeout": {"type": "float", "default": 15.0}}
 NOTHING_CHANGED = "nothing was changed"
 
 
@@ -177,7 +165,7 @@ def observe_result(observations: Observations) -> dict[str, Any]:
 
 
 def main() -> None:
-    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True, **FILES_RULES)
+    module = AnsibleModule(**module_args(OPTIONS))
     fleet = load_reconcile_fleet(module)
     try:
         observations = observe(fleet, module.params["timeout"])

@@ -2,8 +2,6 @@
 # Copyright: llmao fleet contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Ansible module ``llmao.fleet.fleet_plan``: classify every server, decide LiteLLM's changes."""
-# Ansible's layout puts the documentation strings ahead of the imports.
-# ruff: noqa: E402
 
 from __future__ import annotations
 
@@ -32,14 +30,9 @@ description:
     the verdicts.
 extends_documentation_fragment:
   - llmao.fleet.fleet_files
+  - llmao.fleet.fleet_files.required
   - ansible.builtin.action_common_attributes
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
-  platform:
-    platforms: posix
+  - llmao.fleet.controller
 options:
   observations:
     description:
@@ -56,7 +49,6 @@ options:
     required: true
 notes:
   - "Runs on the controller (C(hosts: localhost)). Its result holds no secret."
-  - O(config) and O(models) are both required.
 seealso:
   - module: llmao.fleet.fleet_observe
   - module: llmao.fleet.vllm_probe
@@ -171,11 +163,10 @@ from typing import Any
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.llmao.fleet.plugins.module_utils.fleet import Fleet
+from ansible_collections.llmao.fleet.plugins.module_utils.fleet_files import module_args
 from ansible_collections.llmao.fleet.plugins.module_utils.lifecycle import Change, Drift, Probe
 from ansible_collections.llmao.fleet.plugins.module_utils.listings import provider_of
 from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_module import (
-    FILES_RULES,
-    FILES_SPEC,
     load_reconcile_fleet,
 )
 from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_plan import (
@@ -190,8 +181,7 @@ from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_records impo
     probes_from_record,
 )
 
-ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
-    **FILES_SPEC,
+OPTIONS: dict[str, dict[str, Any]] = {
     "observations": {"type": "dict", "required": True},
     "probes": {"type": "dict", "required": True},
 }
@@ -296,7 +286,7 @@ def plan_result(plan: Plan, observations: Observations) -> dict[str, Any]:
 
 
 def main() -> None:
-    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True, **FILES_RULES)
+    module = AnsibleModule(**module_args(OPTIONS))
     try:
         observations = Observations.from_record(module.params["observations"])
     except RecordError as exc:
