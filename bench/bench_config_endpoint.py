@@ -4,7 +4,7 @@ Three servers run side by side on loopback:
 
 - ``llmao-server`` on a 10,000-box fleet;
 - a bare WSGI app that answers each box's request with the very same bytes,
-  run by the same gunicorn configuration (workers, worker class, threads);
+  run by the same gunicorn configuration (workers, worker class, read time limit);
 - ``llmao-server`` on a 10-box fleet.
 
 Each round drives the first two with many connections (throughput) and the two

@@ -8,6 +8,8 @@ import pytest
 
 PLUGINS = [
     ("module", "llmao.fleet.vllm_api_key", {"host", "port", "config", "models", "salt"}),
+    ("module", "llmao.fleet.box_program", {"program", "payload", "python", "data_directory",
+                                           "supervisor_conf_dir", "vllm_bin", "handover"}),
     ("inventory", "llmao.fleet.fleet", {"plugin", "config", "models", "compose", "groups",
                                         "keyed_groups", "strict", "cache"}),
 ]

@@ -13,10 +13,12 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from .bearer import is_placeholder
 from .config_errors import Problems
 from .field_checks import Section, shown, type_name
 from .hostnames import normalize_host
 from .payload_rules import BOX_NAME_RE, MAX_SERVERS, SERVER_NAME_RE
+from .secret_strength import MAKE_ONE, secret_weakness
 from .yaml_source import read_yaml
 
 LISTEN_PORTS = (8001, 8002, 8003)
@@ -79,6 +81,8 @@ class Settings:
     server_state: str
     admin_token: str | None = field(repr=False)
     session_lifetime_s: float = DEFAULT_SESSION_LIFETIME_S
+    # (key path, why) for fleet.key and fleet.vllm_api_salt when weak: loaded, but warned about.
+    weak_secrets: tuple[tuple[str, str], ...] = ()
 
     def is_legacy(self, box: str, listen_port: int) -> bool:
         """A pair that predates the salt and serves ``selfhost_api_key`` (box normalised)."""
@@ -126,18 +130,49 @@ def load_settings(path: str, problems: Problems, warnings: list[str]) -> Setting
     state = server.text("state", DEFAULT_STATE_FILE)
     server.close()
     admin = top.sub("admin")
-    admin_token = admin.text("token")
+    admin_token = admin.token("token")
     session_lifetime_s = admin.number("session_lifetime_s", DEFAULT_SESSION_LIFETIME_S,
                                       maximum=MAX_SESSION_LIFETIME_S)
     admin.close()
+    others = {"fleet.key": fleet_key, "fleet.vllm_api_salt": salt,
+              "fleet.selfhost_api_key": selfhost, "litellm.master_key": master_key,
+              **{f"providers.{kind}.api_key": p.api_key for kind, p in providers.items()}}
+    check_distinct(top, {"admin.token": admin_token}, others)
+    weak = weak_secrets({"fleet.key": fleet_key, "fleet.vllm_api_salt": salt})
+    warnings.extend(f"{path}: {key}: {why}. It loads, but a weak {key} is easier to guess; "
+                    f"changing it means re-provisioning every box (docs/rotating-secrets.md). "
+                    f"Make a strong one with: {MAKE_ONE}" for key, why in weak)
     top.close()
     return Settings(
         fleet_key=fleet_key, vllm_api_salt=salt, selfhost_api_key=selfhost,
         legacy_servers=legacy, hosts=hosts, lifecycle=lifecycle, providers=providers,
         litellm_url=litellm_url, litellm_master_key=master_key, server_url=server_url,
         server_state=_state_location(path, state), admin_token=admin_token,
-        session_lifetime_s=session_lifetime_s,
+        session_lifetime_s=session_lifetime_s, weak_secrets=weak,
     )
+
+
+def check_distinct(top: Section, tokens: dict[str, str | None],
+                   others: dict[str, str | None]) -> None:
+    """Each token (key path → value) set must differ from every other secret of the file.
+
+    A token equal to ``fleet.key`` would let any box, or anyone who reads a box's
+    template, open what the token guards.
+    """
+    for path, token in tokens.items():
+        if is_placeholder(token):
+            continue
+        same = [other for other, value in {**tokens, **others}.items()
+                if other != path and value == token]
+        if same:
+            top.problem(path, f"must differ from every other secret in this file; it is the "
+                              f"same as {', '.join(same)}")
+
+
+def weak_secrets(secrets: dict[str, str | None]) -> tuple[tuple[str, str], ...]:
+    """(key path, why) for each secret set but weak, in the order given."""
+    return tuple((path, weakness) for path, value in secrets.items()
+                 if not is_placeholder(value) and (weakness := secret_weakness(value)))
 
 
 def _state_location(config_path: str, state: str) -> str:

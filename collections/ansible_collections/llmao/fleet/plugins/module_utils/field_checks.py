@@ -13,7 +13,9 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from .bearer import is_placeholder
 from .config_errors import Problems, key_path
+from .secret_strength import MAKE_ONE, secret_weakness
 
 MISSING = object()
 # Knobs without a bound of their own still have one: YAML ints are unbounded.
@@ -73,6 +75,18 @@ class Section:
         if not isinstance(value, str):
             self.problem(key, f"must be a string, not {type_name(value)}")
             return default
+        return value
+
+    def token(self, key: str) -> str | None:
+        """A token somebody presents to llmao: unset or ``CHANGE_ME`` leaves it off;
+        anything else must be strong (:func:`secret_strength.secret_weakness`)."""
+        value = self.text(key)
+        if is_placeholder(value):
+            return value
+        weakness = secret_weakness(value)
+        if weakness:
+            self.problem(key, f"{weakness}; a token must be at least 32 printable ASCII "
+                              f"characters. Make one with: {MAKE_ONE}")
         return value
 
     def integer(self, key: str, default: int | None = None, *, minimum: int = 1,

@@ -16,8 +16,8 @@ description:
     there (C(--payload)), as the pull path runs it after fetching. Same preflight (C(vram_gb)
     and C(disk_gb) against the box), the same division of the card, the same Supervisor
     programs, byte for byte, and the same applied record under O(data_directory).
-  - When a file changed, the program hands over to supervisord as the pull path does
-    (C(supervisorctl reread) then C(update)): new programs are added, rewritten ones restarted,
+  - When a file changed, the program hands over to supervisord as the pull path does, with
+    C(supervisorctl reread) then C(update). New programs are added, rewritten ones restarted,
     removed ones dropped, and no other program is started or stopped. The result says, program
     by program, what happened to its file and what supervisord did.
   - In check mode the program runs with C(--dry-run) and writes nothing; the result tells what
@@ -124,9 +124,9 @@ removed:
   elements: str
 supervisord:
   description:
-    - What C(supervisorctl update) did to each program it touched (V(added), V(updated): stopped
-      and started with its new file, V(removed)). Empty when nothing was handed over (no file
-      changed, check mode, or O(handover=false)).
+    - What C(supervisorctl update) did to each program it touched. V(added), V(updated) (stopped
+      and started with its new file) or V(removed).
+    - Empty when nothing was handed over (no file changed, check mode, or O(handover=false)).
   returned: success
   type: dict
   sample: {"gemma4-26b": "updated", "qwen3-8b": "added"}

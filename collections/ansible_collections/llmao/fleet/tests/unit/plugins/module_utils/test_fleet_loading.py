@@ -194,7 +194,7 @@ def test_config_file_unreadable(tmp_path, raw, message):
 
 
 def test_missing_file_is_named(tmp_path):
-    config, _ = write_pair(tmp_path)
+    config = write_pair(tmp_path)[0]
     with pytest.raises(ConfigError, match="nowhere.yaml: cannot be read"):
         load_fleet(config, str(tmp_path / "nowhere.yaml"))
 
