@@ -81,6 +81,8 @@ class Settings:
     server_state: str
     admin_token: str | None = field(repr=False)
     session_lifetime_s: float = DEFAULT_SESSION_LIFETIME_S
+    # The bearer of llmao-server's GET /metrics; unset, it answers loopback peers only.
+    metrics_token: str | None = field(default=None, repr=False)
     # (key path, why) for fleet.key and fleet.vllm_api_salt when weak: loaded, but warned about.
     weak_secrets: tuple[tuple[str, str], ...] = ()
 
@@ -94,7 +96,7 @@ class Settings:
         The one list that log redaction and Ansible's censoring both start from.
         """
         return (self.fleet_key, self.vllm_api_salt, self.selfhost_api_key,
-                self.litellm_master_key, self.admin_token,
+                self.litellm_master_key, self.admin_token, self.metrics_token,
                 *(provider.api_key for provider in self.providers.values()))
 
 
@@ -134,10 +136,13 @@ def load_settings(path: str, problems: Problems, warnings: list[str]) -> Setting
     session_lifetime_s = admin.number("session_lifetime_s", DEFAULT_SESSION_LIFETIME_S,
                                       maximum=MAX_SESSION_LIFETIME_S)
     admin.close()
+    metrics = top.sub("metrics")
+    metrics_token = metrics.token("token")
+    metrics.close()
     others = {"fleet.key": fleet_key, "fleet.vllm_api_salt": salt,
               "fleet.selfhost_api_key": selfhost, "litellm.master_key": master_key,
               **{f"providers.{kind}.api_key": p.api_key for kind, p in providers.items()}}
-    check_distinct(top, {"admin.token": admin_token}, others)
+    check_distinct(top, {"admin.token": admin_token, "metrics.token": metrics_token}, others)
     weak = weak_secrets({"fleet.key": fleet_key, "fleet.vllm_api_salt": salt})
     warnings.extend(f"{path}: {key}: {why}. It loads, but a weak {key} is easier to guess; "
                     f"changing it means re-provisioning every box (docs/rotating-secrets.md). "
@@ -148,7 +153,7 @@ def load_settings(path: str, problems: Problems, warnings: list[str]) -> Setting
         legacy_servers=legacy, hosts=hosts, lifecycle=lifecycle, providers=providers,
         litellm_url=litellm_url, litellm_master_key=master_key, server_url=server_url,
         server_state=_state_location(path, state), admin_token=admin_token,
-        session_lifetime_s=session_lifetime_s, weak_secrets=weak,
+        session_lifetime_s=session_lifetime_s, metrics_token=metrics_token, weak_secrets=weak,
     )
 
 

@@ -58,8 +58,8 @@ CONFIG_CASES = [
      lambda c: _hosts(c).update({"203.0.113.10": [["gemma", 8001], ["gemma", 8002]]}),
      "fleet.hosts.203.0.113.10[1]: duplicate name 'gemma'"),
     ("four rows",
-     lambda c: _hosts(c).update({"203.0.113.10": [["gemma", 8001], ["qwen", 8002],
-                                                   ["gemma", 8003, "g2"], ["qwen", 8004, "q2"]]}),
+     lambda c: _hosts(c).update({"203.0.113.10": [
+         ["gemma", 8001], ["qwen", 8002], ["gemma", 8003, "g2"], ["qwen", 8004, "q2"]]}),
      "fleet.hosts.203.0.113.10: has 4 rows; a box runs at most 3"),
     ("port outside the listen ports",
      lambda c: _hosts(c).update({"203.0.113.10": [["gemma", 9000]]}),
