@@ -29,7 +29,7 @@ def observe(store: StateStore, now: float) -> Observed:
         unknown=store.unknown_boxes(),
         approvals=store.approvals(),
         models=last_pass.models if last_pass else {},
-        history=store.load_history(now - CHART_SPAN_S),
+        history=store.load_history(now - CHART_SPAN_S, servers=False),
     )
 
 
