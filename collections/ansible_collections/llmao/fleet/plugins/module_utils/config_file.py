@@ -15,13 +15,18 @@ from typing import Any
 
 from .bearer import is_placeholder
 from .config_errors import Problems
-from .field_checks import Section, type_name
+from .field_checks import Section, shown, type_name
 from .hostnames import normalize_host
+from .payload_rules import BOX_NAME_RE, MAX_SERVERS, SERVER_NAME_RE
 from .secret_strength import MAKE_ONE, secret_weakness
 from .yaml_source import read_yaml
 
 LISTEN_PORTS = (8001, 8002, 8003)
-MAX_SERVERS_PER_BOX = len(LISTEN_PORTS)
+MAX_SERVERS_PER_BOX = MAX_SERVERS
+# Bounds of the lifecycle knobs: a week to load, ten minutes for one probe, a thousand passes.
+MAX_GRACE_S = 7 * 86400
+MAX_PROBE_TIMEOUT_S = 600
+MAX_PASSES = 1000
 DEFAULT_STATE_FILE = "llmao-state.sqlite3"
 DEFAULT_SESSION_LIFETIME_S = 12 * 3600.0
 MAX_SESSION_LIFETIME_S = 30 * 24 * 3600.0
@@ -105,13 +110,17 @@ def load_settings(path: str, problems: Problems, warnings: list[str]) -> Setting
     legacy = _read_legacy(fleet)
     hosts = _read_hosts(fleet, warnings)
     lifecycle = Lifecycle(
-        health_grace_s=fleet.number("health_grace_s", Lifecycle.health_grace_s),
+        health_grace_s=fleet.number("health_grace_s", Lifecycle.health_grace_s,
+                                    maximum=MAX_GRACE_S),
         health_fail_threshold=fleet.integer("health_fail_threshold",
-                                            Lifecycle.health_fail_threshold),
-        rejected_passes=fleet.integer("rejected_passes", Lifecycle.rejected_passes),
+                                            Lifecycle.health_fail_threshold, maximum=MAX_PASSES),
+        rejected_passes=fleet.integer("rejected_passes", Lifecycle.rejected_passes,
+                                      maximum=MAX_PASSES),
         probe_connect_timeout_s=fleet.number("probe_connect_timeout_s",
-                                             Lifecycle.probe_connect_timeout_s),
-        probe_timeout_s=fleet.number("probe_timeout_s", Lifecycle.probe_timeout_s),
+                                             Lifecycle.probe_connect_timeout_s,
+                                             maximum=MAX_PROBE_TIMEOUT_S),
+        probe_timeout_s=fleet.number("probe_timeout_s", Lifecycle.probe_timeout_s,
+                                     maximum=MAX_PROBE_TIMEOUT_S),
     )
     fleet.close()
     providers = _read_providers(top.sub("providers"))
@@ -210,6 +219,10 @@ def _read_hosts(fleet: Section, warnings: list[str]) -> dict[str, tuple[HostRow,
                                                "(quote it in YAML)")
             continue
         name = normalize_host(raw_name)
+        if not BOX_NAME_RE.match(name):
+            fleet.problem(f"hosts.{shown(raw_name)}", "a box name must be 1 to 253 printable "
+                          "ASCII characters without spaces: a box sends it as a header")
+            continue
         if name in hosts:
             fleet.problem(f"hosts.{raw_name}", f"names the same box as another key ({name})")
             continue
@@ -257,14 +270,17 @@ def _read_row(fleet: Section, where: str, index: int, row: Any) -> HostRow | Non
         fleet.problem(where, "the model name (first element) must be a non-empty string")
         ok = False
     if not _is_port(port):
-        fleet.problem(where, f"the port (second element) must be an integer port, not {port!r}")
+        fleet.problem(where, "the port (second element) must be an integer port, "
+                             f"not {shown(port)}")
         ok = False
     if not _is_program_name(name):
-        fleet.problem(where, f"the name {name!r} cannot name a Supervisor program; use letters, "
-                             "digits, '.', '_' or '-' (a third element sets it)")
+        fleet.problem(where, f"the name {shown(name)} cannot name a Supervisor program; use at "
+                             "most 64 letters, digits, '.', '_' or '-', starting with a letter "
+                             "or digit (a third element sets it)")
         ok = False
     if public is not None and not _is_port(public):
-        fleet.problem(where, f"the public port (fourth element) must be a port, not {public!r}")
+        fleet.problem(where, "the public port (fourth element) must be a port, "
+                             f"not {shown(public)}")
         ok = False
     return HostRow(index, model_name, port, name, public) if ok else None
 
@@ -274,8 +290,7 @@ def _is_port(value: Any) -> bool:
 
 
 def _is_program_name(value: Any) -> bool:
-    return (isinstance(value, str) and bool(value) and len(value) <= 64
-            and all(ch.isascii() and (ch.isalnum() or ch in "._-") for ch in value))
+    return isinstance(value, str) and SERVER_NAME_RE.match(value) is not None
 
 
 def _read_providers(section: Section) -> dict[str, Provider]:
