@@ -95,7 +95,7 @@ def module_chain(fleet: Fleet) -> int:
               15.0)
     LlmaoAdmin.from_settings(fleet.settings).post_verdicts(
         verdicts_document(result["now"], result["servers"], result["memories"],
-                          result["drift"]))
+                          result["drift"], result["models"], result["boxes"]))
     return len(result["deployments"])
 
 

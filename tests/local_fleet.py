@@ -20,6 +20,7 @@ import yaml
 
 from ansible_collections.llmao.fleet.plugins.module_utils.config_file import LISTEN_PORTS
 from ansible_collections.llmao.fleet.plugins.module_utils.fleet import Fleet, load_fleet
+from ansible_collections.llmao.fleet.plugins.module_utils.intent import IntendedServer
 from rig.boxes import LocalStub, start_local_stub
 
 MODEL = "stub-model"
@@ -35,11 +36,15 @@ def loopback_boxes(count: int, seed: int | None = None) -> list[str]:
     return sorted(names)
 
 
-def models_document(names: Sequence[str] = (MODEL,)) -> dict[str, Any]:
+def models_document(names: Sequence[str] = (MODEL,),
+                    recipes: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, Any]:
+    """One self-hosted entry per name; ``recipes`` adds vLLM recipe keys (args, max_model_len)."""
+    recipes = recipes or {}
     return {"models": [{
         "model_name": name,
         "litellm_params": {"model": f"hosted_vllm/{name}"},
-        "model_info": {"self_hosted": True, "vllm": {"model": f"example/{name}"}},
+        "model_info": {"self_hosted": True,
+                       "vllm": {"model": f"example/{name}", **recipes.get(name, {})}},
     } for name in names]}
 
 
@@ -51,6 +56,7 @@ class LocalFleet:
     hosts: dict[str, list[list[Any]]]
     settings: dict[str, Any] = field(default_factory=dict)
     models: Sequence[str] = (MODEL,)
+    recipes: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     salt: str = field(default_factory=lambda: "salt-" + secrets.token_urlsafe(18))
     fleet_key: str = field(default_factory=lambda: "fleet-" + secrets.token_urlsafe(18))
     admin_token: str = field(default_factory=lambda: "admin-" + secrets.token_urlsafe(18))
@@ -77,7 +83,7 @@ class LocalFleet:
                   "admin": {"token": self.admin_token}}
         self.folder.mkdir(parents=True, exist_ok=True)
         self.config_path.write_text(yaml.safe_dump(config, sort_keys=False))
-        self.models_path.write_text(yaml.safe_dump(models_document(self.models),
+        self.models_path.write_text(yaml.safe_dump(models_document(self.models, self.recipes),
                                                    sort_keys=False))
         self.inventory_path.write_text("plugin: llmao.fleet.fleet\nconfig: config.yaml\n"
                                        "models: models.yaml\n")
@@ -102,6 +108,13 @@ def one_model_hosts(boxes: Sequence[str], servers_per_box: int = 1,
             for box in boxes}
 
 
+def stub_args(server: IntendedServer) -> list[str]:
+    """What a box passes to `vllm serve` beyond the address: the context, the recipe's args."""
+    recipe = server.entry.vllm
+    context = recipe.numbers.get("max_model_len")
+    return [*(["--max-model-len", str(context)] if context else []), *recipe.args]
+
+
 def start_stubs(fleet: Fleet, behaviours: Mapping[str, Mapping] | None = None,
                 keys: Mapping[str, str] | None = None) -> list[LocalStub]:
     """One stub per intended server, on its box address and listen port, with its bearer.
@@ -117,7 +130,7 @@ def start_stubs(fleet: Fleet, behaviours: Mapping[str, Mapping] | None = None,
                 server.listen_port, served_name=server.served_model_name,
                 model=server.entry.vllm.model, api_key=keys.get(server.box, server.api_key),
                 behaviour=behaviours.get(server.box), box_name=server.box, host=server.box,
-                wait=False))
+                wait=False, args=stub_args(server)))
         for stub in stubs:
             stub.wait_ready()
     except BaseException:

@@ -17,7 +17,8 @@ KEY = "sk-vllm-test-bearer-0123456789"
 
 
 def call(
-    url: str, *, key: str | None = None, body: dict | None = None, auth: str | None = None
+    url: str, *, key: str | None = None, body: dict | None = None, auth: str | None = None,
+    timeout: float = 10,
 ) -> tuple[int, bytes]:
     """One HTTP request; returns (status, body) whatever the status."""
     headers = {"Content-Type": "application/json"}
@@ -28,7 +29,7 @@ def call(
     data = json.dumps(body).encode() if body is not None else None
     request = urllib.request.Request(url, data=data, headers=headers)
     try:
-        with urllib.request.urlopen(request, timeout=10) as response:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
             return response.status, response.read()
     except urllib.error.HTTPError as error:
         return error.code, error.read()
@@ -102,8 +103,9 @@ def test_metrics_are_prometheus_text_and_count_answers(stub):
     text = body.decode()
     assert status == 200
     assert "# TYPE vllm:num_requests_running gauge" in text
-    assert 'vllm:num_requests_waiting{model_name="m"} 0' in text
-    assert 'vllm:request_success_total{finished_reason="stop",model_name="m"} 1' in text
+    assert 'vllm:num_requests_waiting{engine="0",model_name="m"} 0.0' in text
+    assert ('vllm:request_success_total{engine="0",model_name="m",finished_reason="stop"} 1.0'
+            in text)
 
 
 def test_log_has_one_line_per_request_and_never_the_key(stub):

@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 
 from .config_file import Lifecycle
+from .vllm_metrics import ServerMetrics
 
 
 class State(StrEnum):
@@ -73,16 +74,24 @@ class Probe:
     health_ok: bool
     models: Models
     detail: str = ""
+    metrics: ServerMetrics | None = None   # read when it answered with our bearer
 
 
 @dataclass(frozen=True)
 class Memory:
-    """What the previous pass left behind (stored by the server between runs)."""
+    """What the previous pass left behind (stored by the server between runs).
+
+    The last three are the load's (:mod:`fleet_load`): passes in a row with
+    requests waiting, and the generation counter with the time it was read.
+    """
 
     state: State | None = None
     consecutive_failures: int = 0
     rejected_passes: int = 0
     last_healthy_at: float | None = None
+    waiting_passes: int = 0
+    generation_tokens_total: int | None = None
+    generation_counted_at: float | None = None
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,16 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .fleet import Fleet
+from .fleet_load import (
+    BoxCost,
+    ModelLoad,
+    ServerLoad,
+    box_cost,
+    cost_share,
+    model_load,
+    remember_load,
+    server_load,
+)
 from .intent import IntendedServer
 from .lifecycle import Action, Memory, Probe, State, Verdict, classify
 from .listings import Endpoint, Listings
@@ -56,6 +66,9 @@ class Plan:
     orphans: tuple[Route, ...] = ()
     drift: tuple[dict[str, Any], ...] = ()
     memories: Mapping[str, Memory] = field(default_factory=dict)
+    loads: Mapping[str, ServerLoad] = field(default_factory=dict)
+    models: Mapping[str, ModelLoad] = field(default_factory=dict)
+    boxes: Mapping[str, BoxCost] = field(default_factory=dict)
 
     def changes(self) -> list[dict[str, Any]]:
         """Every change to LiteLLM, servers first, then llmao routes that match nothing."""
@@ -82,7 +95,15 @@ def memory_from(record: Mapping[str, Any] | None) -> Memory:
     state = record.get("state")
     return Memory(State(state) if state in State._value2member_map_ else None,
                   int(record.get("consecutive_failures") or 0),
-                  int(record.get("rejected_passes") or 0), record.get("last_healthy_at"))
+                  int(record.get("rejected_passes") or 0), record.get("last_healthy_at"),
+                  int(record.get("waiting_passes") or 0),
+                  _count(record.get("generation_tokens_total")),
+                  _count(record.get("generation_counted_at")))
+
+
+def _count(value: Any) -> Any:
+    """A number the load remembers, or None: a stored value of another type is forgotten."""
+    return value if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
 def memory_record(memory: Memory) -> dict[str, Any]:
@@ -107,8 +128,38 @@ def plan_pass(fleet: Fleet, now: float, last_fetches: Mapping[str, float | None]
     intended = {p.id for p in plans}
     owned_orphans = tuple(r for r in routes if r.owned and r.id not in intended)
     drift = _drift(fleet, plans, routes, intended, applied)
-    return Plan(tuple(plans), owned_orphans, tuple(drift),
-                {p.id: p.verdict.memory for p in plans})
+    boxes = {box: box_cost(listings.provider_of(box), None, fleet.settings.cost_per_hour.get(box))
+             for box in fleet.assignments}
+    loads, remembered = _loads(fleet, plans, probes, memories, boxes)
+    return Plan(tuple(plans), owned_orphans, tuple(drift), remembered, loads,
+                _model_loads(plans, loads), boxes)
+
+
+def _loads(fleet: Fleet, plans: list[ServerPlan], probes: Mapping[str, Probe],
+           memories: Mapping[str, Memory], boxes: Mapping[str, BoxCost],
+           ) -> tuple[dict[str, ServerLoad], dict[str, Memory]]:
+    """Each server's load from its scrape, and its memory with what the next pass needs."""
+    loads, remembered = {}, {}
+    for plan in plans:
+        previous = memories.get(plan.id, Memory())
+        share = cost_share(boxes[plan.server.box],
+                           len(fleet.assignments[plan.server.box].servers))
+        load = server_load(probes[plan.id].metrics,
+                           plan.server.entry.vllm.numbers.get("max_model_len"),
+                           plan.verdict.state is State.HEALTHY, previous, share,
+                           fleet.settings.load)
+        loads[plan.id] = load
+        remembered[plan.id] = remember_load(plan.verdict.memory, previous, load)
+    return loads, remembered
+
+
+def _model_loads(plans: list[ServerPlan], loads: Mapping[str, ServerLoad],
+                 ) -> dict[str, ModelLoad]:
+    by_model: dict[str, list[tuple[ServerLoad, bool]]] = {}
+    for plan in plans:
+        by_model.setdefault(plan.server.model_name, []).append(
+            (loads[plan.id], plan.verdict.state is State.HEALTHY))
+    return {name: model_load(pairs) for name, pairs in by_model.items()}
 
 
 def _decide(server: IntendedServer, endpoint: Endpoint | None, verdict: Verdict,
