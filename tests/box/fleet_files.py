@@ -18,7 +18,7 @@ MODELS = {"models": [
      "model_info": {"self_hosted": True, "vllm": {
          "model": "example/tiny-chat-1b", "args": ["--enable-prefix-caching"],
          "max_model_len": 8192, "vram_gb": 3, "disk_gb": 1}}},
-    {"model_name": "tiny-code", "litellm_params": {"model": "hosted_vllm/tiny-code"},
+    {"model_name": "tiny-code", "litellm_params": {"model": "hosted_vllm/tiny-code-instruct"},
      "model_info": {"self_hosted": True, "vllm": {
          "model": "example/tiny-code-1b", "served_model_name": "tiny-code-instruct",
          "args": "--tool-call-parser hermes --enable-auto-tool-choice",

@@ -46,7 +46,7 @@ MODELS: dict[str, Any] = {
          "model_info": {"self_hosted": True, "vllm": {
              "model": "google/gemma", "args": ["--reasoning-parser", "gemma"],
              "max_model_len": 32768, "vram_gb": 18, "disk_gb": 60}}},
-        {"model_name": "qwen", "litellm_params": {"model": "hosted_vllm/qwen"},
+        {"model_name": "qwen", "litellm_params": {"model": "hosted_vllm/qwen-served"},
          "model_info": {"self_hosted": True, "vllm": {
              "model": "Qwen/Qwen3-8B", "served_model_name": "qwen-served"}}},
         {"model_name": "gpt", "litellm_params": {"model": "openai/gpt-4o-mini"},

@@ -176,6 +176,14 @@ MODELS_CASES = [
      "models.yaml: models[3]: must be a mapping, not a string"),
     ("unknown entry key", lambda m: _gemma(m).update(modle_info={}),
      "models[0].modle_info: unknown key"),
+    ("routed model a typo", lambda m: _gemma(m)["litellm_params"].update(model="hosted_vllm/gema"),
+     "models.yaml: models[0].litellm_params.model: 'hosted_vllm/gema' does not name the served "
+     "model: a self-hosted model is routed as 'hosted_vllm/gemma'"),
+    ("routed to the model name, not the served one",
+     lambda m: m["models"][1]["litellm_params"].update(model="hosted_vllm/qwen"),
+     "models[1].litellm_params.model: 'hosted_vllm/qwen' does not name the served model"),
+    ("routed under another provider", lambda m: _gemma(m)["litellm_params"].update(model="gemma"),
+     "models[0].litellm_params.model: 'gemma' does not name the served model"),
 ]
 
 

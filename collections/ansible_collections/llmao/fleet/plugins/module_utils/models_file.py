@@ -23,6 +23,8 @@ from .yaml_source import read_yaml
 RECIPE_NUMBERS = ("gpu_memory_utilization", "max_model_len", "vram_gb", "disk_gb",
                   "kv_bytes_per_token")
 _INTEGER_NUMBERS = {"max_model_len", "kv_bytes_per_token"}
+# LiteLLM's provider prefix for an OpenAI-compatible vLLM server.
+HOSTED_VLLM_PREFIX = "hosted_vllm/"
 
 
 @dataclass(frozen=True)
@@ -78,18 +80,29 @@ def _read_entry(problems: Problems, path: str, index: int, raw: Any) -> ModelEnt
     entry = Section(problems, path, ("models", index), raw, required=True)
     name = entry.text("model_name", required=True)
     params = entry.sub("litellm_params", required=True)
-    params.text("model", required=True)
+    routed = params.text("model", required=True)
     params.seen.update(params.mapping)  # the rest is LiteLLM's business
     info = entry.sub("model_info")
     self_hosted = info.flag("self_hosted")
     recipe = _read_recipe(info, name, self_hosted)
     info.seen.update(info.mapping)
+    if recipe is not None and routed:
+        _check_routed_model(params, routed, recipe.served_model_name)
     entry.close()
     if not (name and params.valid and info.valid) or (self_hosted and recipe is None):
         return None
     info_copy = {k: v for k, v in info.mapping.items() if k not in ("vllm", "self_hosted")}
     return ModelEntry(name, MappingProxyType(dict(params.mapping)),
                       MappingProxyType(info_copy), recipe)
+
+
+def _check_routed_model(params: Section, routed: str, served: str) -> None:
+    """LiteLLM asks the box's vLLM for the model after ``hosted_vllm/``: it must be the
+    name vLLM serves, or probes pass while every chat through LiteLLM fails."""
+    expected = f"{HOSTED_VLLM_PREFIX}{served}"
+    if routed != expected:
+        params.problem("model", f"{routed!r} does not name the served model: "
+                                f"a self-hosted model is routed as {expected!r}")
 
 
 def _read_recipe(info: Section, model_name: str | None, self_hosted: bool) -> VllmRecipe | None:

@@ -50,7 +50,7 @@ MODELS: dict[str, Any] = {
          "model_info": {"self_hosted": True, "vllm": {
              "model": "google/gemma-4-26b-it", "args": ["--reasoning-parser", "gemma"],
              "max_model_len": 32768, "vram_gb": 18, "disk_gb": 60}}},
-        {"model_name": "qwen3-8b", "litellm_params": {"model": "hosted_vllm/qwen3-8b"},
+        {"model_name": "qwen3-8b", "litellm_params": {"model": "hosted_vllm/qwen-served"},
          "model_info": {"self_hosted": True, "vllm": {
              "model": "Qwen/Qwen3-8B", "served_model_name": "qwen-served",
              "args": "--enable-auto-tool-choice --tool-call-parser hermes"}}},
