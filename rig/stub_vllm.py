@@ -15,7 +15,9 @@ Faults and slowness come from a JSON file (env STUB_VLLM_BEHAVIOUR, default
 - load_delay_s: sleep before binding the port;
 - fail: null, "exit" (exit 1 at start), "health_500" (/health answers 500), or "reject"
   (/v1 answers 401 to every key);
-- answer_delay_s: sleep before every answer.
+- answer_delay_s: sleep before every answer;
+- generation_delay_s: how long each chat request runs once scheduled, holding its KV blocks
+  (only chat answers wait for it, so probes and /metrics stay quick).
 
 Its `/metrics` tells the truth in vLLM's own names and labels (V1 engine, labels `model_name` and
 `engine`): the KV cache it was launched with (vLLM's `--num-gpu-blocks-override` and
@@ -61,6 +63,7 @@ class Behaviour:
     load_delay_s: float = 0.0
     fail: str | None = None
     answer_delay_s: float = 0.0
+    generation_delay_s: float = 0.0
 
 
 def load_behaviour(path: str, port: int) -> Behaviour:
@@ -370,6 +373,7 @@ class Handler(BaseHTTPRequestHandler):
         answer = self.stub.completion(request)
         with self.stub.scheduler.serving(answer["usage"]["prompt_tokens"],
                                          answer["usage"]["completion_tokens"]):
+            time.sleep(self.stub.behaviour.generation_delay_s)
             self.answer_json(HTTPStatus.OK, answer)
 
     def answer_json(self, status: HTTPStatus, payload: object) -> None:

@@ -59,7 +59,7 @@ def test_too_long_a_prompt_is_refused_like_vllm(local_stub_factory):
 
 def test_a_busy_server_queues_and_fills_its_cache(local_stub_factory):
     stub = start(local_stub_factory, "--max-num-seqs", "1", "--num-gpu-blocks-override", "10",
-                 behaviour={"*": {"answer_delay_s": 1.5}})
+                 behaviour={"*": {"generation_delay_s": 1.5}})
     clients = [threading.Thread(target=chat, args=(stub, 30)) for _ in range(3)]
     for client in clients:
         client.start()

@@ -162,7 +162,7 @@ def test_load_verdicts_lines_and_memory(tmp_path):
     assert gemma_line.startswith("gemma: 1 of 2 server(s) Healthy, capacity 0 full-context")
     assert "1 server(s) oversized" in gemma_line and "SATURATED" not in gemma_line
     assert "SATURATED" in qwen_line and "needs another box" in qwen_line
-    assert "20.0 tokens/s" in qwen_line and "0.300 $/h" in qwen_line
+    assert "generation 20.0 tokens/s" in qwen_line and "cost 0.300 $/h" in qwen_line
 
 
 def test_a_pass_without_scrapes_knows_no_load(fleet):

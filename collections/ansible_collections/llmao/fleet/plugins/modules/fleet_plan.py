@@ -299,10 +299,10 @@ def oversized_line(entry: dict[str, Any]) -> str:
             "memory (vram_gb: a larger GPU)")
 
 
-def _shown(value: Any, unit: str = "", digits: int = 0) -> str:
+def _shown(value: Any, digits: int = 0) -> str:
     if value is None:
         return "unknown"
-    return f"{value:.{digits}f}{unit}" if isinstance(value, float) else f"{value}{unit}"
+    return f"{value:.{digits}f}" if isinstance(value, float) else str(value)
 
 
 def model_line(name: str, load: ModelLoad) -> str:
@@ -310,9 +310,9 @@ def model_line(name: str, load: ModelLoad) -> str:
     line = (f"{name}: {load.healthy} of {load.servers} server(s) Healthy, capacity "
             f"{_shown(load.capacity)} full-context request(s) at once, running "
             f"{_shown(load.requests_running)}, waiting {_shown(load.requests_waiting)}, "
-            f"{_shown(load.generation_tokens_per_s, ' tokens/s', 1)}, cost "
-            f"{_shown(load.cost_per_hour, ' $/h', 3)}, "
-            f"{_shown(load.cost_per_million_tokens, ' $', 3)} per million generated tokens")
+            f"generation {_shown(load.generation_tokens_per_s, 1)} tokens/s, cost "
+            f"{_shown(load.cost_per_hour, 3)} $/h, "
+            f"{_shown(load.cost_per_million_tokens, 3)} $ per million generated tokens")
     if load.oversized:
         line += f"; {load.oversized} server(s) oversized"
     if load.saturated:
