@@ -4,7 +4,7 @@ Three servers run side by side on loopback:
 
 - ``llmao-server`` on a 10,000-box fleet;
 - a bare WSGI app that answers each box's request with the very same bytes,
-  run by the same gunicorn configuration (workers, worker class, threads);
+  run by the same gunicorn configuration (workers, worker class, read time limit);
 - ``llmao-server`` on a 10-box fleet.
 
 Each round drives the first two with many connections (throughput) and the two
@@ -150,14 +150,14 @@ def serving(command: Sequence[str], port: int, fleet: GeneratedFleet,
 
 
 def llmao_command(fleet: GeneratedFleet, port: int, state: Path) -> list[str]:
-    return [sys.executable, "-m", "llmao_server.cli", "--config", str(fleet.config),
-            "--models", str(fleet.models), "--bind", f"127.0.0.1:{port}",
+    return [sys.executable, "-m", "llmao_server.cli", "--config", str(fleet.config_path),
+            "--models", str(fleet.models_path), "--bind", f"127.0.0.1:{port}",
             "--workers", str(WORKERS), "--state", str(state)]
 
 
 def bare_command(fleet: GeneratedFleet, port: int) -> list[str]:
     return [sys.executable, "-m", "bench.bench_config_endpoint", "--serve-bare",
-            str(fleet.config), str(fleet.models), f"127.0.0.1:{port}"]
+            str(fleet.config_path), str(fleet.models_path), f"127.0.0.1:{port}"]
 
 
 # ------------------------------------------------------------ load generators

@@ -100,8 +100,8 @@ def measure(client: FlaskClient) -> dict[str, tuple[float, int]]:
 
 def build_app(folder: Path) -> Flask:
     fleet = write_fleet(folder / "fleet", BOXES)
-    app = create_app({"TESTING": True, "LLMAO_CONFIG": str(fleet.config),
-                      "LLMAO_MODELS": str(fleet.models),
+    app = create_app({"TESTING": True, "LLMAO_CONFIG": str(fleet.config_path),
+                      "LLMAO_MODELS": str(fleet.models_path),
                       "LLMAO_STATE": str(folder / "state.sqlite3")})
     app.add_url_rule("/bench/fleet.json", "bench_fleet_json", table_as_json)
     return app

@@ -86,7 +86,7 @@ def run(boxes: int, repeats: int) -> float:
         folder = Path(tmp)
         fleet = write_fleet(folder, boxes)
         plugin_source = fleet_source(folder)
-        static_source = static_inventory(folder, fleet.config, fleet.models)
+        static_source = static_inventory(folder, fleet.config_path, fleet.models_path)
         timings: dict[str, list[float]] = {"plugin": [], "static": []}
         for _ in range(repeats):
             timings["plugin"].append(list_seconds(plugin_source))

@@ -15,7 +15,6 @@ one answering after 200 ms, as a loaded vLLM might. Printed, never asserted:
 
 from __future__ import annotations
 
-import secrets
 import sys
 import tempfile
 import time
@@ -42,9 +41,10 @@ from ansible_collections.llmao.fleet.plugins.modules.litellm_deployment import (
 )
 from ansible_collections.llmao.fleet.plugins.modules.vllm_probe import probe_fleet
 from rig.boxes import free_port
+from rig.fleet_files import strong_secret
 from rig.litellm_process import start_litellm
+from rig.local_fleet import LocalFleet, loopback_boxes, one_model_hosts, start_stubs, stop_stubs
 from tests.llmao_process import start_llmao_server
-from tests.local_fleet import LocalFleet, loopback_boxes, one_model_hosts, start_stubs, stop_stubs
 from tests.reconcile_run import run_reconcile
 
 BOXES = 100
@@ -105,7 +105,7 @@ def whole_passes(folder: Path, hosts: dict, salt: str) -> dict[str, float]:
     times: dict[str, float] = {}
     folder.mkdir(parents=True)
     for way in ("playbook", "modules"):
-        master_key = "sk-bench-" + secrets.token_urlsafe(12)
+        master_key = strong_secret("sk-bench-")
         local = LocalFleet(folder / way, hosts, salt=salt)
         port = free_port()
         with start_litellm("fake", master_key=master_key, log_dir=folder) as litellm:

@@ -32,8 +32,8 @@ from bench.bench_reconcile import (
 )
 from rig.boxes import free_port
 from rig.litellm_process import start_litellm
+from rig.local_fleet import LocalFleet, loopback_boxes, one_model_hosts, start_stubs, stop_stubs
 from tests.llmao_process import start_llmao_server
-from tests.local_fleet import LocalFleet, loopback_boxes, one_model_hosts, start_stubs, stop_stubs
 from tests.reconcile_run import run_reconcile
 
 ROUNDS = 3

@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
-import secrets
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
+from rig.fleet_files import FleetFolder, FleetSecrets, fleet_section, recipe, route
+from rig.fleet_files import write_fleet as write_files
 
 FIRST_ADDRESS = ipaddress.IPv4Address("10.0.0.1")
 LISTEN_PORTS = (8001, 8002, 8003)
@@ -26,13 +26,16 @@ MODEL_NAMES = ("gemma4-26b", "qwen3-8b", "llama3-70b")
 
 
 @dataclass(frozen=True)
-class GeneratedFleet:
-    """Where the files are, and the secrets a client of this fleet needs."""
+class GeneratedFleet(FleetFolder):
+    """Where the files are, the fleet's secrets, and its box names in file order."""
 
-    config: Path
-    models: Path
-    fleet_key: str
+    folder: Path
+    keys: FleetSecrets = field(repr=False)
     boxes: tuple[str, ...]
+
+    @property
+    def fleet_key(self) -> str:
+        return self.keys.fleet_key
 
 
 def box_names(count: int) -> Iterator[str]:
@@ -49,42 +52,24 @@ def box_rows(index: int) -> list[list[object]]:
 
 
 def models_document() -> dict[str, object]:
-    recipes = [{
-        "model_name": name,
-        "litellm_params": {"model": f"hosted_vllm/{name}"},
-        "model_info": {"self_hosted": True, "vllm": {
-            "model": f"example/{name}", "args": ["--max-num-seqs", "64"],
-            "max_model_len": 16384 * (position + 1), "vram_gb": 8 * (position + 1),
-            "disk_gb": 20 * (position + 1)}},
-    } for position, name in enumerate(MODEL_NAMES)]
-    commercial = {"model_name": "gpt-4o-mini",
-                  "litellm_params": {"model": "openai/gpt-4o-mini"},
-                  "model_info": {"self_hosted": False}}
-    return {"models": [*recipes, commercial]}
+    recipes = [recipe(name, f"example/{name}", args=["--max-num-seqs", "64"],
+                      max_model_len=16384 * (position + 1), vram_gb=8 * (position + 1),
+                      disk_gb=20 * (position + 1))
+               for position, name in enumerate(MODEL_NAMES)]
+    return {"models": [*recipes, route("gpt-4o-mini", "openai/gpt-4o-mini")]}
 
 
-def config_document(boxes: tuple[str, ...], fleet_key: str) -> dict[str, object]:
-    return {
-        "fleet": {
-            "key": fleet_key,
-            "vllm_api_salt": secrets.token_urlsafe(24),
-            "hosts": {name: box_rows(index) for index, name in enumerate(boxes)},
-        },
-        "server": {"state": "llmao-state.sqlite3"},
-    }
+def config_document(boxes: tuple[str, ...], keys: FleetSecrets) -> dict[str, object]:
+    hosts = {name: box_rows(index) for index, name in enumerate(boxes)}
+    return {"fleet": fleet_section(keys, hosts), "server": {"state": "llmao-state.sqlite3"}}
 
 
 def write_fleet(folder: Path, boxes: int) -> GeneratedFleet:
     """Write a ``boxes``-box fleet into ``folder`` (created if needed)."""
-    folder.mkdir(parents=True, exist_ok=True)
     names = tuple(box_names(boxes))
-    fleet_key = secrets.token_urlsafe(24)
-    config, models = folder / "config.yaml", folder / "models.yaml"
-    dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
-    config.write_text(yaml.dump(config_document(names, fleet_key), Dumper=dumper,
-                                sort_keys=False, default_flow_style=None))
-    models.write_text(yaml.dump(models_document(), Dumper=dumper, sort_keys=False))
-    return GeneratedFleet(config, models, fleet_key, names)
+    keys = FleetSecrets()
+    write_files(folder, config_document(names, keys), models_document(), compact=True)
+    return GeneratedFleet(folder, keys, names)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -94,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--boxes", type=int, default=10_000, help="how many boxes (10000)")
     args = parser.parse_args(argv)
     fleet = write_fleet(args.folder, args.boxes)
-    print(f"wrote {len(fleet.boxes)} boxes: {fleet.config} and {fleet.models}")
+    print(f"wrote {len(fleet.boxes)} boxes: {fleet.config_path} and {fleet.models_path}")
     return 0
 
 

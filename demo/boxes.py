@@ -30,11 +30,11 @@ from rig import REPO_ROOT
 from rig.box_image import ensure_box_image
 from rig.boxes import start_box
 from rig.dockerd import docker
+from rig.web import answers
 
 from .fleet import DemoFleet
 from .paths import shown, venv_tool
 from .processes import Record, spawn
-from .web import answers
 
 BOX_FILES = REPO_ROOT / "roles" / "vllm_box" / "files"
 PROVISION = BOX_FILES / "provision" / "vast" / "provision.sh"

@@ -10,8 +10,6 @@ own, so the printed commands read them (`curl -H @file`) and no secret is ever p
 
 from __future__ import annotations
 
-import os
-import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,20 +17,10 @@ from urllib.parse import urlsplit
 
 import yaml
 
-from ansible_collections.llmao.fleet.plugins.module_utils.fleet import Fleet, load_fleet
 from rig import REPO_ROOT
+from rig.fleet_files import FleetFolder, FleetSecrets, write_fleet, write_private
 
 TEMPLATE = REPO_ROOT / "inventories" / "local"
-INVENTORY_SOURCE = "plugin: llmao.fleet.fleet\nconfig: config.yaml\nmodels: models.yaml\n"
-
-
-def write_private(path: Path, text: str) -> None:
-    """Create (or replace) a file readable by its owner only, created so from the start."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.unlink(missing_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as out:
-        out.write(text)
 
 
 def template_config() -> dict[str, Any]:
@@ -49,42 +37,13 @@ def template_port(section: str) -> int:
     return urlsplit(template_config()[section]["url"]).port or 443
 
 
-def _secret(prefix: str) -> str:
-    return prefix + secrets.token_urlsafe(24)
-
-
 @dataclass(frozen=True)
-class DemoSecrets:
-    """One run's secrets, random each time `make demo` starts a fleet."""
-
-    fleet_key: str = field(default_factory=lambda: _secret("fleet-"), repr=False)
-    salt: str = field(default_factory=lambda: _secret("salt-"), repr=False)
-    master_key: str = field(default_factory=lambda: _secret("sk-demo-"), repr=False)
-    admin_token: str = field(default_factory=lambda: _secret("admin-"), repr=False)
-
-
-@dataclass(frozen=True)
-class DemoFleet:
+class DemoFleet(FleetFolder):
     """Where the demo's fleet files are, and the loaded fleet they describe."""
 
     folder: Path
     boxes: tuple[str, ...]
-    secrets: DemoSecrets = field(repr=False)
-
-    @property
-    def config_path(self) -> Path:
-        return self.folder / "config.yaml"
-
-    @property
-    def models_path(self) -> Path:
-        return self.folder / "models.yaml"
-
-    @property
-    def inventory_path(self) -> Path:
-        return self.folder / "fleet.yml"
-
-    def load(self) -> Fleet:
-        return load_fleet(str(self.config_path), str(self.models_path))
+    secrets: FleetSecrets = field(repr=False)
 
     def listen_ports(self) -> dict[str, list[int]]:
         """Each box's listen ports, in row order."""
@@ -94,7 +53,7 @@ class DemoFleet:
         return ports
 
 
-def demo_config(boxes: list[str], keys: DemoSecrets, *, server_url: str, litellm_url: str,
+def demo_config(boxes: list[str], keys: FleetSecrets, *, server_url: str, litellm_url: str,
                 state: Path, providers: dict[str, Any] | None) -> dict[str, Any]:
     """The committed config with this run's values; box i of the template becomes boxes[i]."""
     config = template_config()
@@ -114,12 +73,11 @@ def demo_config(boxes: list[str], keys: DemoSecrets, *, server_url: str, litellm
 def write_demo_fleet(folder: Path, boxes: list[str], *, server_url: str, litellm_url: str,
                      state: Path, providers: dict[str, Any] | None = None) -> DemoFleet:
     """Write config.yaml, models.yaml and the inventory source, and check they load."""
-    keys = DemoSecrets()
+    keys = FleetSecrets()
     config = demo_config(boxes, keys, server_url=server_url, litellm_url=litellm_url,
                          state=state, providers=providers)
-    write_private(folder / "config.yaml", yaml.safe_dump(config, sort_keys=False))
-    write_private(folder / "models.yaml", (TEMPLATE / "models.yaml").read_text())
-    write_private(folder / "fleet.yml", INVENTORY_SOURCE)
+    write_fleet(folder, config, (TEMPLATE / "models.yaml").read_text(), private=True,
+                inventory=True)
     fleet = DemoFleet(folder, tuple(boxes), keys)
     fleet.load()  # a template that does not load stops the demo here, with the core's message
     return fleet

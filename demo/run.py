@@ -23,6 +23,7 @@ from typing import Any
 
 from rig.boxes import BOX_LABEL, host_gateway_address
 from rig.dockerd import EngineError, ensure_engine, our_pid, stop_engine
+from rig.tls import make_server_tls
 
 from .boxes import (
     BoxBoot,
@@ -37,7 +38,6 @@ from .processes import Record, stop_process
 from .reconcile import interval_s, run_pass, start_loop
 from .services import chat, launch_litellm, owned_routes, pick_port, start_llmao, wait_litellm
 from .summary import Summary
-from .tls import make_demo_tls
 
 MODE_ENV = "LLMAO_DEMO_BOXES"
 STEPS = 5
@@ -178,7 +178,8 @@ def bring_up(folder: Path, record: Record, progress: Progress) -> Summary:
     litellm_port = pick_port("127.0.0.1", template_port("litellm"))
 
     progress.step(1, "CA, certificate and llmao-server over HTTPS")
-    tls = make_demo_tls(folder / "tls", layout.certificate_names)
+    tls = make_server_tls(folder / "tls", layout.certificate_names, days=30,
+                          ca_name="llmao demo CA")
     fleet = write_demo_fleet(folder / "fleet", layout.boxes,
                              server_url=f"https://{host}:{llmao_port}",
                              litellm_url=f"http://127.0.0.1:{litellm_port}",

@@ -16,12 +16,12 @@ from pathlib import Path
 from rig import REPO_ROOT
 from rig.boxes import free_port
 from rig.litellm_process import READY_TIMEOUT_S, LiteLLMProcess, command_for, wait_ready
+from rig.tls import ServerTls
+from rig.web import answers, call
 
 from .fleet import DemoFleet
 from .paths import shown, venv_tool
 from .processes import Record, spawn
-from .tls import DemoTls
-from .web import answers, call
 
 LLMAO_START_TIMEOUT_S = 60.0
 LLMAO_WORKERS = 2
@@ -44,7 +44,7 @@ def pick_port(host: str, preferred: int) -> int:
     return preferred
 
 
-def start_llmao(record: Record, fleet: DemoFleet, tls: DemoTls, host: str, port: int,
+def start_llmao(record: Record, fleet: DemoFleet, tls: ServerTls, host: str, port: int,
                 logs: Path) -> str:
     """llmao-server on host:port over HTTPS, SQLite in .demo/; returns its URL once up."""
     argv = [str(venv_tool("llmao-server")), "--config", str(fleet.config_path),

@@ -18,11 +18,11 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import ClassVar, Literal
 
 from rig import REPO_ROOT, cache_dir
 from rig.boxes import free_port
-from rig.processes import stop_child
+from rig.processes import ChildService
 
 Kind = Literal["real", "fake"]
 
@@ -65,8 +65,10 @@ def command_for(kind: Kind, host: str, port: int) -> list[str]:
 
 
 @dataclass
-class LiteLLMProcess:
+class LiteLLMProcess(ChildService):
     """A running proxy: where it answers, its log, how long it took to start, how to stop it."""
+
+    stop_timeout_s: ClassVar[float] = STOP_TIMEOUT_S
 
     kind: Kind
     url: str
@@ -79,21 +81,6 @@ class LiteLLMProcess:
     def pid(self) -> int:
         return self.process.pid
 
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def stop(self) -> None:
-        """SIGTERM to its PID, then SIGKILL if it has not gone within STOP_TIMEOUT_S."""
-        if self._stopped:
-            return
-        self._stopped = True
-        stop_child(self.process, STOP_TIMEOUT_S)
-
-    def __enter__(self) -> LiteLLMProcess:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
 
 def answers(url: str) -> bool:

@@ -8,11 +8,13 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 from rig.boxes import free_port
-from rig.processes import stop_child
+from rig.processes import ChildService
 
 SERVER = Path(sys.executable).with_name("llmao-server")
 START_TIMEOUT_S = 60.0
@@ -20,17 +22,17 @@ STOP_TIMEOUT_S = 30.0
 
 
 @dataclass
-class LlmaoServer:
-    """A running ``llmao-server``: its base URL, log and process."""
+class LlmaoServer(ChildService):
+    """A running ``llmao-server``: its base URL, log and process (stopping it by its PID,
+    gunicorn's master, stops the workers too)."""
+
+    stop_timeout_s: ClassVar[float] = STOP_TIMEOUT_S
 
     url: str
     process: subprocess.Popen[bytes]
     log_path: Path
     context: ssl.SSLContext | None = field(default=None, repr=False)
     _stopped: bool = field(default=False, repr=False)
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
 
     def answers(self) -> bool:
         try:
@@ -40,31 +42,20 @@ class LlmaoServer:
         except (urllib.error.URLError, OSError):
             return False
 
-    def stop(self) -> None:
-        """SIGTERM to its PID (gunicorn stops its workers), SIGKILL if it lingers."""
-        if self._stopped:
-            return
-        self._stopped = True
-        stop_child(self.process, STOP_TIMEOUT_S)
-
-    def __enter__(self) -> LlmaoServer:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
 
 def start_llmao_server(config: Path, models: Path, log_dir: Path, *, host: str = "127.0.0.1",
                        port: int | None = None, workers: int = 2,
-                       tls: tuple[Path, Path, Path] | None = None) -> LlmaoServer:
+                       tls: tuple[Path, Path, Path] | None = None,
+                       options: Sequence[str] = ()) -> LlmaoServer:
     """Start it on host:port (a free port when None) and wait for ``/healthz``.
 
     ``tls`` is (CA file, certificate, key): the server serves HTTPS with the pair and this
-    side trusts the CA.
+    side trusts the CA. ``options`` are more ``llmao-server`` flags.
     """
     port = port or free_port(host)
     argv = [str(SERVER), "--config", str(config), "--models", str(models),
-            "--bind", f"{host}:{port}", "--workers", str(workers)]
+            "--bind", f"{host}:{port}", "--workers", str(workers), *options]
     context = None
     if tls is not None:
         ca_file, certfile, keyfile = tls

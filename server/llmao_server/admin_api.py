@@ -13,14 +13,15 @@ literals are refused, ``pass_at`` must be near the server's clock (reconcile
 takes it from ``now`` in the observations), and each verdict's memory, which
 the next pass reads back, must hold the types that pass expects.
 
-Both need ``Authorization: Bearer <admin.token>``, compared in constant time.
-No admin token configured: 503 whatever the request carries, as the box API
-does for the fleet key.
+Both need ``Authorization: Bearer <admin.token>``, compared in constant time
+after the attempt is counted against the admin credentials' one limit
+(:mod:`.admin_attempts`, shared with the dashboard's login): 429 over it, 503
+when the store cannot count. No admin token configured: 503 whatever the
+request carries, as the box API does for the fleet key.
 """
 
 from __future__ import annotations
 
-import hmac
 import json
 import math
 import time
@@ -30,10 +31,14 @@ from flask import Blueprint, Response, current_app, request
 
 from ansible_collections.llmao.fleet.plugins.module_utils.bearer import is_placeholder
 from ansible_collections.llmao.fleet.plugins.module_utils.lifecycle import State
+from ansible_collections.llmao.fleet.plugins.module_utils.llmao_admin import (
+    observations_document,
+)
 
+from .admin_attempts import AttemptRefused, admin_token_matches
 from .api_errors import JSON, ApiError
 from .state import ServerState
-from .store import ReconcilePass
+from .store import AppliedReport, ReconcilePass
 
 bp = Blueprint("admin_api", __name__, url_prefix="/admin/api")
 
@@ -57,7 +62,8 @@ def llmao_state() -> ServerState:
 
 @bp.before_request
 def require_admin_token() -> None:
-    """503 without a configured token, 401 without a bearer, 403 with the wrong one."""
+    """503 without a configured token, 401 without a bearer, 403 with the wrong one;
+    429 or 503 from the attempt limit before the token is compared."""
     token = llmao_state().fleet.settings.admin_token
     if is_placeholder(token):
         raise ApiError(503, "admin_token_not_configured",
@@ -68,7 +74,12 @@ def require_admin_token() -> None:
     if scheme.lower() != "bearer" or not presented:
         raise ApiError(401, "admin_token_required",
                        "present the admin token as 'Authorization: Bearer <admin.token>'")
-    if not hmac.compare_digest(presented.encode("utf-8"), (token or "").encode("utf-8")):
+    try:
+        right = admin_token_matches(llmao_state(), presented, request.remote_addr, "admin-api")
+    except AttemptRefused as refused:
+        code = "too_many_attempts" if refused.status == 429 else "attempts_not_counted"
+        raise ApiError(refused.status, code, refused.message) from None
+    if not right:
         raise ApiError(403, "admin_token_wrong", "the admin token is not this server's")
 
 
@@ -83,24 +94,22 @@ def observations() -> Response:
     fetches = state.store.fetch_times()
     reports = state.store.applied_reports()
     approved = approvals_in_force(state)
-    boxes = {}
-    for box in [*state.fleet.assignments, *approved]:
-        report = reports.get(box)
-        boxes[box] = {
-            "last_fetch": fetches.get(box),
-            "applied": None if report is None else {
-                "revision": report.revision, "applied_at": report.applied_at,
-                "reported_at": report.reported_at},
-        }
+    served = [*state.fleet.assignments, *approved]
     last = state.store.last_pass()
-    return json_answer({
-        "now": time.time(),
-        "boxes": boxes,
-        "approved": approved,
-        "verdicts": dict(last.verdicts) if last else {},
-        "drift": list(last.drift) if last else [],
-        "pass_at": last.pass_at if last else None,
-    })
+    return json_answer(observations_document(
+        time.time(),
+        {box: fetches.get(box) for box in served},
+        {box: applied_record(report) for box, report in reports.items()},
+        approved,
+        last.verdicts if last else {},
+        last.drift if last else (),
+        last.pass_at if last else None,
+    ))
+
+
+def applied_record(report: AppliedReport) -> dict[str, Any]:
+    return {"revision": report.revision, "applied_at": report.applied_at,
+            "reported_at": report.reported_at}
 
 
 def approvals_in_force(state: ServerState) -> dict[str, list[str]]:

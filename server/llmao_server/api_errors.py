@@ -3,6 +3,7 @@
 A box (or curl) always gets a body it can parse and a message that says what
 to do. Faults of our own are logged with their traceback and answered with a
 generic 500: the details stay in the log, which is redacted like every line.
+A store that cannot be written is not a fault of ours but of the moment: 503.
 :func:`error_answer` makes that decision once, for the box API and for the
 Flask routes alike.
 """
@@ -17,6 +18,8 @@ from collections.abc import Callable
 from flask import Response, current_app
 from werkzeug.exceptions import HTTPException
 
+from .store import StoreError
+
 log = logging.getLogger(__name__)
 
 JSON = "application/json"
@@ -27,6 +30,7 @@ ERROR_TYPES = {
     404: "not_found_error",
     405: "invalid_request_error",
     413: "invalid_request_error",
+    429: "rate_limit_error",
     500: "server_error",
     503: "unavailable_error",
 }
@@ -52,6 +56,10 @@ def error_answer(exc: BaseException, redact: Callable[[str], str]) -> tuple[int,
     """Status and body for any exception: deliberate errors, HTTP errors, and faults."""
     if isinstance(exc, ApiError):
         return exc.status, error_body(exc.status, exc.code, exc.message)
+    if isinstance(exc, StoreError):  # the database is down, full or read-only: not our bug
+        log.warning("%s", redact(f"answered 503: {exc}"))
+        return 503, error_body(503, "store_unavailable",
+                               "the server cannot record this now; try again later")
     if isinstance(exc, HTTPException) and exc.code is not None and exc.code < 500:
         code = (exc.name or "error").lower().replace(" ", "_")
         return exc.code, error_body(exc.code, code, exc.description or exc.name)

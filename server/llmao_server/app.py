@@ -21,6 +21,7 @@ from . import admin_api, health
 from .api_errors import flask_error_handler
 from .box_api import BoxApi
 from .dashboard import init_dashboard
+from .hsts import StrictTransport
 from .logs import SERVER_LOGGER, ensure_server_logging
 from .state import ServerState
 from .store import open_store
@@ -38,15 +39,15 @@ def create_app(test_config: Mapping[str, Any] | None = None) -> Flask:
     store = open_store(app.config["LLMAO_STATE"] or fleet.settings.server_state)
     state = ServerState(fleet, store)
     state.forget_joined_unknowns()
-    store.close()  # a worker forked from this process opens its own connection
     app.extensions["llmao"] = state
     ensure_server_logging()
     app.register_blueprint(health.bp)
     app.register_blueprint(admin_api.bp)
     init_dashboard(app)
+    store.close()  # a worker forked from this process opens its own connection
     # Flask's routes answer errors in the box API's JSON shape.
     app.register_error_handler(Exception, flask_error_handler)
-    app.wsgi_app = BoxApi(state, app.wsgi_app)
+    app.wsgi_app = StrictTransport(BoxApi(state, app.wsgi_app))
     return app
 
 

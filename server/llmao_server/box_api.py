@@ -31,13 +31,16 @@ from ansible_collections.llmao.fleet.plugins.module_utils.intent import BoxAssig
 
 from .api_errors import JSON, ApiError, error_answer
 from .applied_report import APPLIED_MAX_BYTES, read_applied_report
+from .logs import RequestLog
+from .redaction import clipped
 from .state import ServerState
 
 PREFIX = "/vllm/"
 STATUS_LINES = {status.value: f"{status.value} {status.phrase}" for status in HTTPStatus}
-SHOWN_NAME_LENGTH = 100
+# HTTP methods are short tokens; a longer one is cut in the log line.
+SHOWN_METHOD_LENGTH = 16
 
-log = logging.getLogger(__name__)
+log = RequestLog(logging.getLogger(__name__))
 
 WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 
@@ -80,23 +83,36 @@ def check_fleet_key(state: ServerState, request: BoxRequest) -> None:
 
 
 def resolve_box(state: ServerState, request: BoxRequest) -> BoxAssignment:
-    """The assignment of the box this request speaks for; an unknown box is remembered."""
+    """The assignment of the box this request speaks for; an unknown box is remembered.
+
+    An empty name (``X-LLMAO-Host:`` with no value) is present, so it is the only
+    key, as the protocol says; no box can be called that, so it is unknown (404),
+    but it is a broken box template rather than a box to approve: not remembered.
+    """
     check_fleet_key(state, request)
     name, _ = request.claim
+    if not name:
+        raise ApiError(404, "empty_host",
+                       "the box name is empty: send X-LLMAO-Host with the box's name in "
+                       "fleet.hosts (LLMAO_HOST on the box), or leave the header out")
     assignment = state.served_assignment(name)
     if assignment is None:
         state.note_unknown(name, time.time())
-        shown = name if len(name) <= SHOWN_NAME_LENGTH else name[:SHOWN_NAME_LENGTH] + "…"
         raise ApiError(404, "unknown_host",
-                       f"box {shown!r} is not in fleet.hosts; add it there, or ask an admin "
-                       "to approve it")
+                       f"box {clipped(name)!r} is not in fleet.hosts; add it there, or ask an "
+                       "admin to approve it")
     return assignment
 
 
 def fetch_config(state: ServerState, request: BoxRequest) -> bytes:
-    """``GET /vllm/config``: the box's assignment as built at load; the fetch time is noted."""
+    """``GET /vllm/config``: the box's assignment as built at load; the fetch time is noted.
+
+    ``HEAD`` answers the same (the body is dropped on the way out) but notes no
+    fetch: nothing was handed to a box, so no Loading window starts.
+    """
     assignment = resolve_box(state, request)
-    state.note_fetch(assignment.box, time.time())
+    if request.method == "GET":
+        state.note_fetch(assignment.box, time.time())
     return assignment.body
 
 
@@ -110,9 +126,9 @@ def report_applied(state: ServerState, request: BoxRequest) -> bytes:
                        "current": report.revision == assignment.revision}).encode("utf-8")
 
 
-ROUTES: dict[str, tuple[str, Callable[[ServerState, BoxRequest], bytes]]] = {
-    "/vllm/config": ("GET", fetch_config),
-    "/vllm/applied": ("POST", report_applied),
+ROUTES: dict[str, tuple[tuple[str, ...], Callable[[ServerState, BoxRequest], bytes]]] = {
+    "/vllm/config": (("GET", "HEAD"), fetch_config),
+    "/vllm/applied": (("POST",), report_applied),
 }
 
 
@@ -133,7 +149,7 @@ class BoxApi:
         start_response(STATUS_LINES[status],
                        [("Content-Type", JSON), ("Content-Length", str(len(body))),
                         ("Cache-Control", "no-store"), *headers])
-        return [body]
+        return [b""] if request.method == "HEAD" else [body]
 
     def answer(self, request: BoxRequest) -> tuple[int, bytes, list[tuple[str, str]]]:
         """Status, body and extra headers; every exception becomes a JSON error."""
@@ -142,18 +158,24 @@ class BoxApi:
             if route is None:
                 raise ApiError(404, "not_found",
                                f"no box API at {request.path}; see GET /vllm/config")
-            method, handler = route
-            if request.method != method:
-                raise ApiError(405, "method_not_allowed", f"{request.path} takes {method}")
+            methods, handler = route
+            if request.method not in methods:
+                raise ApiError(405, "method_not_allowed",
+                               f"{request.path} takes {' or '.join(methods)}")
             return 200, handler(self.state, request), []
         except Exception as exc:  # noqa: BLE001 - the one error handler of the box API
             status, body = error_answer(exc, self.state.redact)
-            return status, body, [("Allow", route[0])] if status == 405 and route else []
+            allow = [("Allow", ", ".join(route[0]))] if status == 405 and route else []
+            return status, body, allow
 
     def log_request(self, request: BoxRequest, status: int) -> None:
-        """One line per request: the claim, how it was made, the peer, the raw XFF, the status."""
+        """One line per request: the claim, how it was made, the peer, the raw XFF, the status.
+
+        What the caller sent is redacted and cut short (:meth:`Redactor.shown`), so a
+        request without the key cannot add kilobytes to the log.
+        """
         name, source = request.claim
-        path = request.path if request.path in ROUTES else repr(request.path)
-        line = (f"{request.method} {path} {status} host={name!r} via={source} "
-                f"peer={request.peer!r} xff={request.forwarded!r}")
-        log.info("%s", self.state.redact(line))
+        shown = self.state.redact.shown
+        path = request.path if request.path in ROUTES else shown(request.path)
+        log.info(f"{request.method[:SHOWN_METHOD_LENGTH]} {path} {status} host={shown(name)} "
+                 f"via={source} peer={request.peer!r} xff={shown(request.forwarded)}")

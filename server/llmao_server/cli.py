@@ -16,7 +16,7 @@ from ansible_collections.llmao.fleet.plugins.module_utils.config_errors import C
 from ansible_collections.llmao.fleet.plugins.module_utils.fleet import Fleet, load_fleet
 
 from .app import create_app
-from .gunicorn_app import GunicornServer, gunicorn_options
+from .gunicorn_app import READ_TIMEOUT_S, GunicornServer, gunicorn_options
 from .logs import log_to_stderr
 from .store import StoreError, open_store
 
@@ -40,6 +40,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--state", metavar="PATH_OR_URL",
                         help="state store: a SQLite file or a postgresql:// URL, "
                              "overriding server.state")
+    parser.add_argument("--read-timeout", type=int, default=READ_TIMEOUT_S, metavar="SECONDS",
+                        help="time limit for a TLS handshake, for a request's headers (and "
+                             "an idle kept-alive connection), and for a request's body and "
+                             f"answer; a slower client is disconnected ({READ_TIMEOUT_S})")
     return parser.parse_args(argv)
 
 
@@ -101,6 +105,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.workers < 1:
             raise Refused("--workers must be at least 1")
+        if args.read_timeout < 1:
+            raise Refused("--read-timeout must be at least 1 second")
         fleet = load_checked_fleet(args)
         check_transport(args)
         location = args.state or fleet.settings.server_state
@@ -111,7 +117,8 @@ def main(argv: list[str] | None = None) -> int:
     log_to_stderr()
     app_config = {"LLMAO_CONFIG": args.config, "LLMAO_MODELS": args.models,
                   "LLMAO_STATE": location, "LLMAO_FLEET": fleet}
-    options = gunicorn_options(args.bind, args.workers, args.certfile, args.keyfile)
+    options = gunicorn_options(args.bind, args.workers, args.certfile, args.keyfile,
+                               args.read_timeout)
     GunicornServer(lambda: create_app(app_config), options).run()
     return 0
 

@@ -12,19 +12,31 @@ from typing import Any
 
 from gunicorn.app.base import BaseApplication
 
-WORKER_CLASS = "gthread"
-THREADS_PER_WORKER = 4
+from .worker import deadline_ssl_context
+
+WORKER_CLASS = "llmao_server.worker.LlmaoWorker"
+READ_TIMEOUT_S = 10
+# Open connections one worker holds at most (each costs a greenlet and a file
+# descriptor); beyond that the kernel's backlog queues new ones.
+CONNECTIONS_PER_WORKER = 4096
 GRACEFUL_TIMEOUT_S = 10
 
 
 def gunicorn_options(bind: str, workers: int, certfile: str | None = None,
-                     keyfile: str | None = None) -> dict[str, Any]:
-    """The settings every llmao gunicorn runs with."""
+                     keyfile: str | None = None,
+                     read_timeout_s: int = READ_TIMEOUT_S) -> dict[str, Any]:
+    """The settings every llmao gunicorn runs with.
+
+    ``read_timeout_s`` bounds a TLS handshake, a request's headers (and the idle
+    wait between kept-alive requests), and a request's body and answer: see
+    :mod:`llmao_server.worker`, which reads it as gunicorn's ``keepalive``.
+    """
     options: dict[str, Any] = {
         "bind": [bind],
         "workers": workers,
         "worker_class": WORKER_CLASS,
-        "threads": THREADS_PER_WORKER,
+        "worker_connections": CONNECTIONS_PER_WORKER,
+        "keepalive": read_timeout_s,
         # Load (and validate) the fleet once, in the arbiter; workers share it by fork.
         "preload_app": True,
         # gunicorn's control socket defaults to one path per user, shared by every
@@ -36,7 +48,7 @@ def gunicorn_options(bind: str, workers: int, certfile: str | None = None,
         "proc_name": "llmao-server",
     }
     if certfile:
-        options.update(certfile=certfile, keyfile=keyfile)
+        options.update(certfile=certfile, keyfile=keyfile, ssl_context=deadline_ssl_context)
     return options
 
 

@@ -6,6 +6,11 @@ pace. So each worker keeps the latest time per box (and the newest unknown
 names, bounded like the store's list) and a background thread writes them in
 one transaction every :data:`FLUSH_INTERVAL_S`: the state reaches every worker
 within about that long, and a clean exit writes what is left.
+
+When the store cannot be written (disk full, read-only, database down) the
+fetches stay in memory (bounded: one time per known box, the newest unknown
+names), the flusher backs off, and the log gets one line when a failure streak
+starts and one when it ends, never a traceback every half second.
 """
 
 from __future__ import annotations
@@ -14,10 +19,14 @@ import atexit
 import logging
 import os
 import threading
+from collections.abc import Callable
 
-from .store import UNKNOWN_LIMIT, StateStore, UnknownBox
+from .store import UNKNOWN_LIMIT, StateStore, StoreError, UnknownBox
 
 FLUSH_INTERVAL_S = 0.5
+# During a failure streak each wait is twice the last, up to this long.
+MAX_RETRY_INTERVAL_S = 30.0
+MAX_BACKOFF_DOUBLINGS = 10
 
 log = logging.getLogger(__name__)
 
@@ -25,9 +34,12 @@ log = logging.getLogger(__name__)
 class FetchRecorder:
     """Per-process buffer in front of :meth:`StateStore.note_fetches` / ``note_unknown``."""
 
-    def __init__(self, store: StateStore, interval_s: float = FLUSH_INTERVAL_S):
+    def __init__(self, store: StateStore, interval_s: float = FLUSH_INTERVAL_S,
+                 redact: Callable[[str], str] = str):
         self.store = store
         self.interval_s = interval_s
+        self.redact = redact
+        self.failures = 0  # consecutive failed flushes: the current failure streak
         self._lock = threading.Lock()
         self._fetches: dict[str, float] = {}
         self._unknown: dict[str, UnknownBox] = {}
@@ -54,12 +66,32 @@ class FetchRecorder:
         try:
             self.store.note_fetches(fetches)
             self.store.note_unknown(unknown)
-        except Exception:  # noqa: BLE001 - the next flush retries; the log says why
-            log.exception("could not write %d fetch time(s) and %d unknown sighting(s); "
-                          "keeping them for the next flush", len(fetches), len(unknown))
+        except Exception as exc:  # noqa: BLE001 - the next flush retries; the log says why
             with self._lock:
                 self._merge_fetches(fetches)
                 self._merge_unknown(unknown)
+            self._note_failure(exc, len(fetches), len(unknown))
+            return
+        if self.failures:
+            log.warning("the state store takes writes again after %d failed flush(es); "
+                        "the fetch times held meanwhile are written", self.failures)
+            self.failures = 0
+
+    def next_wait_s(self) -> float:
+        """How long the flusher waits: the interval, doubled per failure of the streak."""
+        doublings = min(self.failures, MAX_BACKOFF_DOUBLINGS)
+        return min(self.interval_s * 2 ** doublings, max(self.interval_s, MAX_RETRY_INTERVAL_S))
+
+    def _note_failure(self, exc: Exception, fetches: int, unknown: int) -> None:
+        """One line when a streak starts; the store's own message only (it holds no secret)."""
+        self.failures += 1
+        if self.failures > 1:
+            return
+        reason = str(exc) if isinstance(exc, StoreError) else type(exc).__name__
+        log.warning("%s", self.redact(
+            f"cannot write {fetches} fetch time(s) and {unknown} unknown sighting(s) to the "
+            f"state store ({reason}); keeping them in memory and retrying with back-off, "
+            f"up to every {MAX_RETRY_INTERVAL_S:g} s; one line follows when it works again"))
 
     def close(self) -> None:
         """Stop this process's flusher and write what is left (a clean exit loses nothing)."""
@@ -98,5 +130,5 @@ class FetchRecorder:
         atexit.register(self.close)
 
     def _run(self) -> None:
-        while not self._stop.wait(self.interval_s):
+        while not self._stop.wait(self.next_wait_s()):
             self.flush()

@@ -16,6 +16,10 @@ from ansible_collections.llmao.fleet.plugins.module_utils.bearer import BEARER_P
 from ansible_collections.llmao.fleet.plugins.module_utils.config_file import Settings
 
 MASK = "<redacted>"
+# How much of one value a caller sent (a claimed name, X-Forwarded-For, a path) a
+# line shows: enough for any real box name or proxy chain, never kilobytes.
+SHOWN_LENGTH = 100
+CUT_MARK = "…"
 BEARER_SHAPE = re.compile(re.escape(BEARER_PREFIX) + r"[A-Za-z0-9_\-]*")
 
 
@@ -36,3 +40,15 @@ class Redactor:
             if secret in text:
                 text = text.replace(secret, MASK)
         return BEARER_SHAPE.sub(MASK, text) if BEARER_PREFIX in text else text
+
+    def shown(self, value: str | None) -> str:
+        """A value a caller sent, as a log line shows it: redacted, then cut, then quoted.
+
+        Redacting first means a cut never leaves the head of a secret behind.
+        """
+        return "None" if value is None else repr(clipped(self(value)))
+
+
+def clipped(text: str, limit: int = SHOWN_LENGTH) -> str:
+    """``text`` cut to ``limit`` characters, marked when it was cut."""
+    return text if len(text) <= limit else text[:limit] + CUT_MARK

@@ -24,8 +24,8 @@ class ServerState:
     def __init__(self, fleet: Fleet, store: StateStore):
         self.fleet = fleet
         self.store = store
-        self.recorder = FetchRecorder(store)
         self.redact = Redactor.for_settings(fleet.settings)
+        self.recorder = FetchRecorder(store, redact=self.redact)
         # Encoded once: the gate compares bytes on every request.
         self.fleet_key = (fleet.settings.fleet_key or "").encode("utf-8")
 

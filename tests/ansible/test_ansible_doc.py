@@ -8,8 +8,19 @@ import pytest
 
 PLUGINS = [
     ("module", "llmao.fleet.vllm_api_key", {"host", "port", "config", "models", "salt"}),
+    ("module", "llmao.fleet.box_program", {"program", "payload", "python", "data_directory",
+                                           "supervisor_conf_dir", "vllm_bin", "handover"}),
     ("inventory", "llmao.fleet.fleet", {"plugin", "config", "models", "compose", "groups",
                                         "keyed_groups", "strict", "cache"}),
+]
+# Plugins that cannot work without both fleet files, and what their doc says of each attribute.
+FILES_REQUIRED = [
+    ("module", "llmao.fleet.fleet_observe", {"diff_mode": "none"}),
+    ("module", "llmao.fleet.vllm_probe", {"diff_mode": "none"}),
+    ("module", "llmao.fleet.fleet_plan", {"diff_mode": "none"}),
+    ("module", "llmao.fleet.litellm_deployment", {"diff_mode": "full"}),
+    ("module", "llmao.fleet.fleet_verdicts", {"diff_mode": "none"}),
+    ("lookup", "llmao.fleet.box_assignment", {}),
 ]
 
 
@@ -43,3 +54,32 @@ def test_collection_lists_its_plugins(ansible) -> None:
     inventories = ansible("ansible-doc", "-t", "inventory", "-l", "llmao.fleet")
     assert "llmao.fleet.vllm_api_key" in modules.stdout
     assert "llmao.fleet.fleet" in inventories.stdout
+
+
+def plugin_doc(ansible, kind: str, name: str) -> dict:
+    done = ansible("ansible-doc", "--json", "-t", kind, name)
+    assert done.returncode == 0, done.stderr
+    assert "WARNING" not in done.stderr
+    return json.loads(done.stdout)[name]["doc"]
+
+
+@pytest.mark.parametrize(("kind", "name", "attributes"), FILES_REQUIRED)
+def test_fleet_files_show_as_required_where_they_are(ansible, kind: str, name: str,
+                                                     attributes: dict[str, str]) -> None:
+    doc = plugin_doc(ansible, kind, name)
+    assert doc["options"]["config"]["required"] is True
+    assert doc["options"]["models"]["required"] is True
+    assert "llmao_config_file" in " ".join(doc["options"]["config"]["description"])
+    for attribute, support in attributes.items():
+        assert doc["attributes"][attribute]["support"] == support
+    if attributes:
+        assert doc["attributes"]["check_mode"]["support"] == "full"
+        assert doc["attributes"]["platform"]["platforms"] == "posix"
+        assert doc["attributes"]["check_mode"]["description"]  # ansible-core's wording
+
+
+def test_a_salt_makes_the_fleet_files_optional(ansible) -> None:
+    doc = plugin_doc(ansible, "module", "llmao.fleet.vllm_api_key")
+    assert not doc["options"]["config"].get("required")
+    assert not doc["options"]["models"].get("required")
+    assert doc["attributes"]["diff_mode"]["support"] == "none"

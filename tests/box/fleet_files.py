@@ -6,23 +6,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
+from ansible_collections.llmao.fleet.plugins.module_utils.fleet import Fleet
+from rig.fleet_files import FleetSecrets, fleet_section, recipe, write_fleet
 
-from ansible_collections.llmao.fleet.plugins.module_utils.fleet import Fleet, load_fleet
-
-FLEET_KEY = "box-tests-fleet-key-5e1d"
-SALT = "box-tests-salt-c07a"
+KEYS = FleetSecrets()
+FLEET_KEY = KEYS.fleet_key
 
 MODELS = {"models": [
-    {"model_name": "tiny-chat", "litellm_params": {"model": "hosted_vllm/tiny-chat"},
-     "model_info": {"self_hosted": True, "vllm": {
-         "model": "example/tiny-chat-1b", "args": ["--enable-prefix-caching"],
-         "max_model_len": 8192, "vram_gb": 3, "disk_gb": 1}}},
-    {"model_name": "tiny-code", "litellm_params": {"model": "hosted_vllm/tiny-code-instruct"},
-     "model_info": {"self_hosted": True, "vllm": {
-         "model": "example/tiny-code-1b", "served_model_name": "tiny-code-instruct",
-         "args": "--tool-call-parser hermes --enable-auto-tool-choice",
-         "max_model_len": 4096, "vram_gb": 2, "disk_gb": 1}}},
+    recipe("tiny-chat", "example/tiny-chat-1b", args=["--enable-prefix-caching"],
+           max_model_len=8192, vram_gb=3, disk_gb=1),
+    recipe("tiny-code", "example/tiny-code-1b", served_model_name="tiny-code-instruct",
+           args="--tool-call-parser hermes --enable-auto-tool-choice", max_model_len=4096,
+           vram_gb=2, disk_gb=1),
 ]}
 
 
@@ -43,10 +38,6 @@ class FleetFiles:
 def write_fleet_files(folder: Path, hosts: Mapping[str, list],
                       sections: Mapping[str, dict] | None = None) -> FleetFiles:
     """config.yaml (the fleet section for ``hosts``, plus ``sections``) and models.yaml."""
-    folder.mkdir(parents=True, exist_ok=True)
-    config = {"fleet": {"key": FLEET_KEY, "vllm_api_salt": SALT, "hosts": dict(hosts)},
-              **(sections or {})}
-    (folder / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
-    (folder / "models.yaml").write_text(yaml.safe_dump(MODELS, sort_keys=False))
-    return FleetFiles(folder / "config.yaml", folder / "models.yaml",
-                      load_fleet(str(folder / "config.yaml"), str(folder / "models.yaml")))
+    written = write_fleet(folder, {"fleet": fleet_section(KEYS, hosts), **(sections or {})},
+                          MODELS)
+    return FleetFiles(written.config_path, written.models_path, written.load())

@@ -24,6 +24,7 @@ import pytest
 
 from llmao_server.store import open_store
 from rig.boxes import Box, host_gateway_address, start_box
+from rig.tls import make_server_tls
 from tests.box.fleet_files import FLEET_KEY, FleetFiles, write_fleet_files
 from tests.box.probes import (
     COMMAND_LINES,
@@ -31,7 +32,6 @@ from tests.box.probes import (
     assert_serves,
     wait_for,
 )
-from tests.e2e.tls import make_server_tls
 from tests.llmao_process import LlmaoServer, start_llmao_server
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]

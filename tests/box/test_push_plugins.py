@@ -38,9 +38,10 @@ def lookup():
 
 
 @pytest.fixture
-def box_dirs(tmp_path: Path) -> dict[str, str]:
+def box_dirs(tmp_path: Path) -> dict[str, Any]:
+    """The box's folders in the test's own; no supervisord runs here, so no handover."""
     return {"supervisor_conf_dir": str(tmp_path / "conf.d"),
-            "data_directory": str(tmp_path / "data")}
+            "data_directory": str(tmp_path / "data"), "handover": False}
 
 
 def run_module(capsys, check: bool = False, diff: bool = False, **args: Any) -> dict[str, Any]:

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 
 import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
-from llmao_server.dashboard.auth import LOGIN_MAX_FAILURES, SESSION_COOKIE
+from ansible_collections.llmao.fleet.plugins.module_utils.config_errors import ConfigError
+from llmao_server.admin_attempts import PEER_LIMIT
+from llmao_server.dashboard.auth import SESSION_COOKIE
 from tests.dashboard.sessions import approve, csrf_token, flashes, log_in
 from tests.server.fleet_pair import ADMIN_TOKEN, CONFIG, SECRETS, UNKNOWN, box_headers
 
@@ -89,23 +92,23 @@ def test_failed_logins_are_limited_per_address_across_workers(
     """Two apps on one state file are two workers: the count is shared, per client address."""
     first, second = make_app().test_client(), make_app().test_client()
     attacker = {"environ_base": {"REMOTE_ADDR": "192.0.2.66"}}
-    for attempt in range(LOGIN_MAX_FAILURES):
+    for attempt in range(PEER_LIMIT):
         client = first if attempt % 2 else second
         assert log_in(client, token=f"guess-{attempt}", **attacker).status_code == 401
     refused = log_in(first, **attacker)  # the right token, but too late
     assert refused.status_code == 429
-    assert "Too many failed logins from 192.0.2.66" in refused.get_data(as_text=True)
+    assert "Too many admin token attempts from this address" in refused.get_data(as_text=True)
     assert log_in(second, **attacker).status_code == 429
     # Another address is not locked out.
     assert log_in(first, environ_base={"REMOTE_ADDR": "192.0.2.67"}).status_code == 302
 
 
 def test_a_good_login_clears_the_address_count(client: FlaskClient) -> None:
-    for attempt in range(LOGIN_MAX_FAILURES - 1):
+    for attempt in range(PEER_LIMIT - 1):
         assert log_in(client, token=f"guess-{attempt}").status_code == 401
     assert log_in(client).status_code == 302
     client.post("/logout", data={"csrf_token": csrf_token(client, "/fleet")})
-    for attempt in range(LOGIN_MAX_FAILURES - 1):
+    for attempt in range(PEER_LIMIT - 1):
         assert log_in(client, token=f"again-{attempt}").status_code == 401
     assert log_in(client).status_code == 302
 
@@ -124,8 +127,8 @@ def test_without_an_admin_token_nobody_can_log_in(make_app: Callable[..., Flask]
 
 def test_a_session_holds_across_workers_and_instances_with_the_same_token(
         make_app: Callable[..., Flask]) -> None:
-    """The signing key is derived from admin.token: nothing to share, and a new token
-    ends every session."""
+    """The signing key and the sessions live in the shared store; a new token ends every
+    session opened under the old one."""
     first = make_app().test_client()
     log_in(first)
     cookie = first.get_cookie(SESSION_COOKIE)
@@ -202,3 +205,50 @@ def test_every_admin_action_is_logged_with_who_and_what_and_no_secret(
         assert detail in line, line
     assert not [s for s in SECRETS if s in caplog.text]
     assert "wrong-" not in caplog.text  # a mistyped token is not logged either
+
+
+def test_a_cookie_saved_before_logout_opens_nothing_after(client: FlaskClient) -> None:
+    log_in(client)
+    saved = client.get_cookie(SESSION_COOKIE)
+    assert saved is not None
+    client.post("/logout", data={"csrf_token": csrf_token(client, "/fleet")})
+    client.set_cookie(SESSION_COOKIE, saved.value)
+    assert client.get("/fleet").status_code == 302
+    answer = client.post("/fleet/approve", data={"csrf_token": csrf_token(client),
+                                                 "box": UNKNOWN, "model": ["gemma"]})
+    assert answer.status_code == 403
+
+
+def test_the_signing_key_is_random_per_store_not_derived_from_the_token(
+        make_app: Callable[..., Flask], tmp_path) -> None:
+    first = make_app()
+    again = make_app(folder="again")
+    elsewhere = make_app(folder="elsewhere", state=str(tmp_path / "other.sqlite3"))
+    assert first.secret_key == again.secret_key  # one key per store, shared
+    assert first.secret_key != elsewhere.secret_key  # same admin.token, another key
+    assert ADMIN_TOKEN.encode() not in first.secret_key
+    client = first.test_client()
+    log_in(client)
+    stranger = elsewhere.test_client()
+    stranger.set_cookie(SESSION_COOKIE, client.get_cookie(SESSION_COOKIE).value)
+    assert stranger.get("/fleet").status_code == 302
+
+
+def test_a_session_ends_with_its_configured_lifetime(
+        make_app: Callable[..., Flask], monkeypatch: pytest.MonkeyPatch) -> None:
+    app = make_app({**CONFIG, "admin": {"token": ADMIN_TOKEN, "session_lifetime_s": 60}})
+    client = app.test_client()
+    answer = log_in(client)
+    assert "Max-Age=60" in session_cookie(answer) or "Expires=" in session_cookie(answer)
+    assert client.get("/fleet").status_code == 200
+    later = time.time() + 61
+    monkeypatch.setattr("llmao_server.dashboard.auth.time.time", lambda: later)
+    assert client.get("/fleet").status_code == 302
+
+
+@pytest.mark.parametrize("lifetime", [0, -5, "12h", 31 * 24 * 3600])
+def test_a_session_lifetime_out_of_bounds_is_refused_at_load(
+        make_app: Callable[..., Flask], lifetime: object) -> None:
+    document = {**CONFIG, "admin": {"token": ADMIN_TOKEN, "session_lifetime_s": lifetime}}
+    with pytest.raises(ConfigError, match="admin.session_lifetime_s"):
+        make_app(document)

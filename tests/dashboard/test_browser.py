@@ -21,11 +21,21 @@ from tests.server.fleet_pair import KNOWN, UNKNOWN
 
 pytestmark = pytest.mark.browser
 
-def test_an_admin_approves_a_new_box_and_its_next_fetch_gets_the_models_until_a_restart(
-        live_servers: Callable[..., LlmaoServer], new_page: Callable[[], Page]) -> None:
+SignedIn = tuple[LlmaoServer, Page]
+
+
+@pytest.fixture
+def signed_in(live_servers: Callable[..., LlmaoServer],
+              new_page: Callable[[], Page]) -> SignedIn:
+    """A fresh llmao-server, and a page logged in to its dashboard as the admin."""
     server = live_servers()
     page = new_page()
     log_in(page, server)
+    return server, page
+
+def test_an_admin_approves_a_new_box_and_its_next_fetch_gets_the_models_until_a_restart(
+        signed_in: SignedIn, live_servers: Callable[..., LlmaoServer]) -> None:
+    server, page = signed_in
     assert [fetch_config(server, UNKNOWN)[0] for _ in range(2)] == [404, 404]
 
     reload_until(page, stranger(page, UNKNOWN))
@@ -56,11 +66,8 @@ def test_an_admin_approves_a_new_box_and_its_next_fetch_gets_the_models_until_a_
     assert fetch_config(restarted, UNKNOWN)[0] == 404
 
 
-def test_the_filter_box_narrows_the_table_as_you_type(
-        live_servers: Callable[..., LlmaoServer], new_page: Callable[[], Page]) -> None:
-    server = live_servers()
-    page = new_page()
-    log_in(page, server)
+def test_the_filter_box_narrows_the_table_as_you_type(signed_in: SignedIn) -> None:
+    server, page = signed_in
     rows = page.locator("tr.server")
     expect(rows).to_have_count(4)
     page.get_by_label("Filter servers").fill("qwen")
@@ -71,11 +78,8 @@ def test_the_filter_box_narrows_the_table_as_you_type(
     expect(page.locator("tr.server:visible")).to_have_count(4)
 
 
-def test_a_form_posted_without_its_csrf_token_is_refused(
-        live_servers: Callable[..., LlmaoServer], new_page: Callable[[], Page]) -> None:
-    server = live_servers()
-    page = new_page()
-    log_in(page, server)
+def test_a_form_posted_without_its_csrf_token_is_refused(signed_in: SignedIn) -> None:
+    server, page = signed_in
     fetch_config(server, UNKNOWN)
     reload_until(page, stranger(page, UNKNOWN))
     row = stranger(page, UNKNOWN)
@@ -89,10 +93,8 @@ def test_a_form_posted_without_its_csrf_token_is_refused(
 
 
 def test_logged_out_the_page_and_every_action_are_refused(
-        live_servers: Callable[..., LlmaoServer], new_page: Callable[[], Page]) -> None:
-    server = live_servers()
-    page = new_page()
-    log_in(page, server)
+        signed_in: SignedIn, new_page: Callable[[], Page]) -> None:
+    server, page = signed_in
     page.get_by_role("button", name="Log out").click()
     expect(page).to_have_url(f"{server.url}/login")
     page.goto(f"{server.url}/fleet")

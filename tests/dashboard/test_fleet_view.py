@@ -77,8 +77,9 @@ def test_a_verdict_gives_the_state_reason_presence_public_port_and_provider(
     assert rows[(KNOWN, 8001)]["in_litellm"] is True
     assert rows[(KNOWN, 8001)]["public"] == f"{KNOWN}:48001"
     assert rows[(KNOWN, 8002)]["in_litellm"] is False
-    # Boxes no verdict placed yet are grouped apart from the listed ones.
-    assert [provider for provider, _ in page.groups] == ["provider not known yet", "vast"]
+    # Boxes no verdict placed yet are grouped apart from the listed ones, under the name
+    # the inventory and reconcile give a box no listing names.
+    assert [provider for provider, _ in page.groups] == ["unlisted", "vast"]
     assert rows[(OTHER_KNOWN, 8001)]["public"] is None
 
 

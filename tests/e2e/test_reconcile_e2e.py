@@ -29,10 +29,11 @@ import pytest
 
 from ansible_collections.llmao.fleet.plugins.module_utils.llmao_admin import LlmaoAdmin
 from rig.boxes import Box, LocalStub, free_port, host_gateway_address
+from rig.fleet_files import strong_secret
 from rig.litellm_process import LiteLLMProcess, start_litellm
-from tests.e2e.tls import make_server_tls
+from rig.local_fleet import MODEL, LocalFleet, loopback_boxes
+from rig.tls import make_server_tls
 from tests.llmao_process import LlmaoServer, start_llmao_server
-from tests.local_fleet import MODEL, LocalFleet, loopback_boxes
 from tests.reconcile_run import REPO, PlaybookRun, run_reconcile
 
 pytestmark = [pytest.mark.docker, pytest.mark.litellm, pytest.mark.slow]
@@ -94,7 +95,7 @@ def owned_routes(litellm: LiteLLMProcess, master_key: str) -> list[str]:
 def test_reconcile_end_to_end(tmp_path, monkeypatch, box_factory, local_stub_factory):
     gateway = host_gateway_address()
     tls = make_server_tls(tmp_path / "tls", [gateway, "127.0.0.1"])
-    master_key = "sk-e2e-master-" + secrets.token_urlsafe(18)
+    master_key = strong_secret("sk-e2e-master-")
     suffix = secrets.token_hex(3)
     slow = f"e2e-slow-{suffix}"
     (rejecting,) = loopback_boxes(1)  # an address: once unlisted it is dialled by its name

@@ -14,18 +14,18 @@ CI cannot go green without it) with a message that says to run `make setup`;
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Callable, Iterator
 
 import pytest
 
+from rig.fleet_files import strong_secret
 from rig.litellm_process import Kind, LiteLLMMissing, LiteLLMProcess, start_litellm
 
 
 @pytest.fixture(scope="session")
 def litellm_master_key() -> str:
     """A fresh master key per session, so no test can depend on a known value."""
-    return "sk-llmao-test-" + secrets.token_urlsafe(24)
+    return strong_secret("sk-llmao-test-")
 
 
 @pytest.fixture(scope="session")

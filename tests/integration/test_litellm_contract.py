@@ -13,12 +13,11 @@ import os
 import secrets
 import signal
 import socket
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterator
 
 import pytest
 
+from rig import web
 from rig.boxes import LocalStub
 from rig.litellm_process import LiteLLMProcess, LiteLLMStartError, start_litellm
 
@@ -28,29 +27,14 @@ BOX = "contract-box"
 INFO_PATHS = ["/model/info", "/v1/model/info"]
 
 
-def call(
-    proxy: LiteLLMProcess,
-    method: str,
-    path: str,
-    body: object = None,
-    *,
-    key: str | None,
-    raw: bytes | None = None,
-    authorization: str | None = None,
-) -> tuple[int, str]:
+def call(proxy: LiteLLMProcess, method: str, path: str, body: object = None, *,
+         key: str | None, raw: bytes | None = None,
+         authorization: str | None = None) -> tuple[int, str]:
     """One request to the proxy; (status, body text) whatever the status."""
-    headers = {"Content-Type": "application/json"}
-    if authorization is not None:
-        headers["Authorization"] = authorization
-    elif key is not None:
-        headers["Authorization"] = f"Bearer {key}"
-    data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
-    request = urllib.request.Request(proxy.url + path, data=data, headers=headers, method=method)
-    try:
-        with urllib.request.urlopen(request, timeout=60) as response:
-            return response.status, response.read().decode()
-    except urllib.error.HTTPError as error:
-        return error.code, error.read().decode()
+    headers = {"Content-Type": "application/json", **web.authorization(key, authorization)}
+    status, answer = web.call(proxy.url + path, headers=headers, body=body, raw=raw,
+                              method=method, timeout=60)
+    return status, answer.decode()
 
 
 def deployment_body(stub: LocalStub, bearer: str, name: str) -> dict:

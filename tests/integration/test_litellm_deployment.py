@@ -30,7 +30,7 @@ from ansible_collections.llmao.fleet.plugins.modules.litellm_deployment import (
 )
 from rig.boxes import free_port
 from rig.litellm_process import LiteLLMProcess
-from tests.local_fleet import LocalFleet, loopback_boxes, one_model_hosts, start_stubs, stop_stubs
+from rig.local_fleet import LocalFleet, loopback_boxes, one_model_hosts, start_stubs, stop_stubs
 
 MODEL = "deploy-model"
 

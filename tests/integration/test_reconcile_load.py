@@ -15,8 +15,8 @@ import pytest
 
 from ansible_collections.llmao.fleet.plugins.module_utils.llmao_admin import LlmaoAdmin
 from rig.boxes import free_port
+from rig.local_fleet import LocalFleet, loopback_boxes, start_stubs, stop_stubs
 from tests.llmao_process import start_llmao_server
-from tests.local_fleet import LocalFleet, loopback_boxes, start_stubs, stop_stubs
 from tests.reconcile_run import run_reconcile
 
 pytestmark = pytest.mark.slow

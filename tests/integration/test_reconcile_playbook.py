@@ -19,8 +19,7 @@ from ansible_collections.llmao.fleet.plugins.module_utils.llmao_admin import Llm
 from llmao_server.store import Approval, SqliteStore
 from rig.boxes import LocalStub, free_port
 from rig.litellm_process import LiteLLMProcess
-from tests.llmao_process import LlmaoServer, start_llmao_server
-from tests.local_fleet import (
+from rig.local_fleet import (
     MODEL,
     LocalFleet,
     loopback_boxes,
@@ -28,6 +27,7 @@ from tests.local_fleet import (
     start_stubs,
     stop_stubs,
 )
+from tests.llmao_process import LlmaoServer, start_llmao_server
 from tests.reconcile_run import PlaybookRun, run_reconcile
 
 pytestmark = pytest.mark.slow
@@ -245,3 +245,27 @@ def test_a_provider_answering_garbage_deletes_nothing_and_unlists_nobody(
     assert second.returncode == 0, second.output
     assert "Unlisted" not in second.output
     assert [r.id for r in litellm.routes() if first_box in r.id] == [route]
+
+
+def test_an_address_two_vast_instances_share_is_flagged_and_never_dialled(
+        local, serving, server, litellm):
+    """Item 2 of issue 13: never resolved by order, never Unlisted, said in the output."""
+    from rig.provider_api import serve_provider_api, vast_instance
+
+    first_box, silent_box = boxes_of(local)
+    page = {"instances": [vast_instance(11, first_box, {8001: 8001}),
+                          vast_instance(12, first_box, {8001: 8001})], "next_token": None}
+    with serve_provider_api() as api:
+        api.answer("/vast/instances/", page)
+        local.write(providers={"vast": {"api_key": "vast-key-for-the-test",
+                                        "url": f"{api.url}/vast"}})
+        done = reconcile(local)
+    assert done.returncode == 0, done.output
+    assert f"{first_box} is ambiguous: vast 11, vast 12 share this address" in done.output
+    assert "key the fleet.hosts row by the instance id" in done.output
+    line = next(line for line in done.output.splitlines()
+                if f"{first_box} {MODEL}-8001 ({MODEL}, 8001 -> no public address)" in line)
+    assert "Unlisted" not in line and "Foreign" not in line and "is ambiguous" in line
+    assert f"{silent_box} {MODEL}-8001" in done.output  # the other box: no listing names it
+    # Its vLLM answers at the shared address, but which instance that is cannot be known.
+    assert not [r.id for r in litellm.routes() if first_box in r.id]

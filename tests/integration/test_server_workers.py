@@ -193,7 +193,9 @@ def test_a_boot_storm_is_answered_and_recorded_whole(tmp_path: Path) -> None:
         assert {statuses[name] for name in strangers} == {404}
         store = SqliteStore(str(running.state))
         deadline = time.monotonic() + 10
-        while len(store.fetch_times()) < len(boxes) and time.monotonic() < deadline:
+        # Each worker writes what it holds every half second: wait for the last writes.
+        while ((len(store.fetch_times()) < len(boxes) or len(store.unknown_boxes()) < 50)
+               and time.monotonic() < deadline):
             time.sleep(0.1)
         assert set(store.fetch_times()) == set(boxes)
         assert len(store.unknown_boxes()) == 50
@@ -242,11 +244,9 @@ def test_https_is_verified_against_its_own_ca(tmp_path: Path,
 
 
 def test_a_bad_config_exits_non_zero_with_the_message_and_no_traceback(tmp_path: Path) -> None:
-    config_path, models_path = write_pair(tmp_path, config(hosts={"203.0.113.10": [["gpt", 8001]]}))
+    files = write_pair(tmp_path, config(hosts={"203.0.113.10": [["gpt", 8001]]}))
     port = free_port()
-    done = subprocess.run([str(SERVER), "--config", config_path, "--models", models_path,
-                           "--bind", f"127.0.0.1:{port}"], capture_output=True, text=True,
-                          timeout=60)
+    done = start_once(files, f"127.0.0.1:{port}")
     assert done.returncode != 0
     assert "fleet.hosts.203.0.113.10[0]: model 'gpt' is a commercial route" in done.stderr
     assert "Traceback" not in done.stderr + done.stdout
@@ -255,14 +255,18 @@ def test_a_bad_config_exits_non_zero_with_the_message_and_no_traceback(tmp_path:
 
 @pytest.mark.parametrize("host", ["0.0.0.0", "[::]"])
 def test_plain_http_on_a_non_loopback_bind_is_refused(tmp_path: Path, host: str) -> None:
-    config_path, models_path = write_pair(tmp_path)
     port = free_port()
-    done = subprocess.run([str(SERVER), "--config", config_path, "--models", models_path,
-                           "--bind", f"{host}:{port}"], capture_output=True, text=True,
-                          timeout=60)
+    done = start_once(write_pair(tmp_path), f"{host}:{port}")
     assert done.returncode != 0
     assert "--certfile and --keyfile" in done.stderr
     assert not listening(port)
+
+
+def start_once(files: tuple[str, str], bind: str) -> subprocess.CompletedProcess[str]:
+    """Run llmao-server on ``files`` and ``bind`` to its end: for the starts it must refuse."""
+    config_path, models_path = files
+    return subprocess.run([str(SERVER), "--config", config_path, "--models", models_path,
+                           "--bind", bind], capture_output=True, text=True, timeout=60)
 
 
 def listening(port: int) -> bool:

@@ -10,7 +10,6 @@ database behave as one server for boxes (the dashboard's side of it is in
 
 from __future__ import annotations
 
-import multiprocessing
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -22,6 +21,7 @@ from llmao_server.store import Approval, StoreError, UnknownBox, open_store
 from llmao_server.store.postgres import PostgresStore, shown_url
 from rig.boxes import free_port
 from rig.postgres import PostgresCluster, session_cluster
+from rig.processes import run_forked
 from tests.dashboard.live_server import fetch_config, start_server
 from tests.llmao_process import LlmaoServer
 from tests.server.fleet_pair import KNOWN, SECRETS, UNKNOWN
@@ -76,14 +76,8 @@ def _open_and_note(url: str, name: str) -> None:
 
 
 def test_instances_starting_together_create_the_schema_once(database: str) -> None:
-    context = multiprocessing.get_context("fork")
-    starters = [context.Process(target=_open_and_note, args=(database, f"n{i}"))
-                for i in range(6)]
-    for starter in starters:
-        starter.start()
-    for starter in starters:
-        starter.join(60)
-    assert [starter.exitcode for starter in starters] == [0] * 6
+    codes = run_forked(_open_and_note, [(database, f"n{i}") for i in range(6)], 60)
+    assert codes == [0] * 6
     store = open_store(database)
     assert sorted(u.name for u in store.unknown_boxes()) == [f"n{i}" for i in range(6)]
     store.close()

@@ -30,7 +30,7 @@ from ansible_collections.llmao.fleet.plugins.module_utils.llmao_admin import (
     LlmaoAdmin,
     LlmaoAdminError,
 )
-from tests.e2e.tls import make_server_tls
+from rig.tls import make_server_tls
 
 MASTER_KEY = "sk-master-redirect-test-0123456789abcdef"
 ADMIN_TOKEN = "admin-redirect-test-0123456789abcdefghij"

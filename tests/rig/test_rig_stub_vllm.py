@@ -5,34 +5,21 @@ from __future__ import annotations
 import json
 import socket
 import time
-import urllib.error
-import urllib.request
 
 import pytest
 
+from rig import web
 from rig.boxes import free_port
 from rig.stub_vllm import Behaviour, load_behaviour, parse_args
 
 KEY = "sk-vllm-test-bearer-0123456789"
 
 
-def call(
-    url: str, *, key: str | None = None, body: dict | None = None, auth: str | None = None,
-    timeout: float = 10,
-) -> tuple[int, bytes]:
-    """One HTTP request; returns (status, body) whatever the status."""
-    headers = {"Content-Type": "application/json"}
-    if auth is not None:
-        headers["Authorization"] = auth
-    elif key is not None:
-        headers["Authorization"] = f"Bearer {key}"
-    data = json.dumps(body).encode() if body is not None else None
-    request = urllib.request.Request(url, data=data, headers=headers)
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            return response.status, response.read()
-    except urllib.error.HTTPError as error:
-        return error.code, error.read()
+def call(url: str, *, key: str | None = None, body: dict | None = None,
+         auth: str | None = None, timeout: float = 10.0) -> tuple[int, bytes]:
+    """One HTTP request to the stub; returns (status, body) whatever the status."""
+    return web.call(url, headers={"Content-Type": "application/json",
+                                  **web.authorization(key, auth)}, body=body, timeout=timeout)
 
 
 def chat_body(model: str = "m") -> dict:

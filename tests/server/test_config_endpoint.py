@@ -119,7 +119,8 @@ def test_an_unknown_claim_is_404_with_no_fallback(client: FlaskClient, host: str
     answer = client.get("/vllm/config", headers=box_headers(host=host, xff=xff),
                         environ_base={"REMOTE_ADDR": peer})
     assert answer.status_code == 404
-    assert answer.json["error"]["code"] == "unknown_host"
+    empty = host is not None and not host.strip()
+    assert answer.json["error"]["code"] == ("empty_host" if empty else "unknown_host")
     assert "api_key" not in answer.get_data(as_text=True)
 
 
@@ -166,7 +167,7 @@ def test_an_unknown_box_is_remembered_with_first_and_last_seen_and_a_count(
     client.get("/vllm/config", headers=box_headers(host=""))
     state.recorder.flush()
     seen = {u.name: u for u in state.store.unknown_boxes()}
-    assert set(seen) == {UNKNOWN, ""}
+    assert set(seen) == {UNKNOWN}  # an empty name is refused, never remembered
     assert seen[UNKNOWN].count == 3
     assert start <= seen[UNKNOWN].first_seen <= seen[UNKNOWN].last_seen <= time.time()
     assert KNOWN not in state.store.fetch_times()

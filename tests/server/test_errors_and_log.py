@@ -43,7 +43,7 @@ def test_every_error_has_the_one_json_shape(client: FlaskClient, method: str, pa
 
 def test_a_wrong_method_names_the_right_one(client: FlaskClient) -> None:
     answer = client.post("/vllm/config", headers=box_headers())
-    assert answer.headers["Allow"] == "GET"
+    assert answer.headers["Allow"] == "GET, HEAD"
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ from bench.fleetgen import write_fleet
 def test_a_generated_fleet_loads_with_every_box_and_fresh_secrets(tmp_path: Path) -> None:
     first = write_fleet(tmp_path / "a", 25)
     second = write_fleet(tmp_path / "b", 25)
-    fleet = load_fleet(str(first.config), str(first.models))
+    fleet = load_fleet(*first.paths())
     assert list(fleet.assignments) == list(first.boxes)
     assert len(set(first.boxes)) == 25
     assert {len(a.servers) for a in fleet.assignments.values()} == {1, 2, 3}

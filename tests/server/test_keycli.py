@@ -8,10 +8,11 @@ from pathlib import Path
 import pytest
 
 from llmao_server.keycli import main
-from tests.unit.fleet_files import SALT, SHARED_BEARER, write_pair
+from tests.server.fleet_pair import SALT, SHARED_BEARER, write_pair
 
-VECTORS = json.loads((Path(__file__).parents[1] / "unit" / "data" /
-                      "bearer_vectors.json").read_text())["vectors"]
+VECTORS = json.loads((Path(__file__).parents[2] / "collections" / "ansible_collections" / "llmao"
+                      / "fleet" / "tests" / "unit" / "plugins" / "module_utils" / "data"
+                      / "bearer_vectors.json").read_text())["vectors"]
 
 
 @pytest.mark.parametrize("vector", VECTORS, ids=lambda v: f"{v['host']}:{v['listen_port']}")

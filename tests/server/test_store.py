@@ -7,14 +7,14 @@ database per test.
 
 from __future__ import annotations
 
-import multiprocessing
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from llmao_server.store import (
-    LOGIN_CLIENT_LIMIT,
+    ATTEMPT_PEER_LIMIT,
+    OVERALL_SCOPE,
     UNKNOWN_LIMIT,
     AppliedReport,
     AppliedServer,
@@ -27,6 +27,7 @@ from llmao_server.store import (
     open_store,
 )
 from rig.postgres import session_cluster
+from rig.processes import run_forked
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -110,24 +111,52 @@ def test_only_the_latest_reconcile_pass_is_kept(store: StateStore) -> None:
     assert store.last_pass() == second
 
 
-def test_failed_logins_are_counted_per_client_within_a_window(store: StateStore) -> None:
-    assert [store.note_login_failure("10.0.0.1", 100.0 + i, 60.0) for i in range(3)] == [1, 2, 3]
-    assert store.note_login_failure("10.0.0.2", 101.0, 60.0) == 1
-    assert store.login_failures("10.0.0.1", 150.0, 60.0) == (3, 160.0)
-    assert store.login_failures("10.0.0.1", 161.0, 60.0) == (0, 161.0)
-    assert store.note_login_failure("10.0.0.1", 170.0, 60.0) == 1  # a new window
-    assert store.login_failures("10.0.0.1", 171.0, 60.0) == (1, 230.0)
-    store.clear_login_failures("10.0.0.1")
-    assert store.login_failures("10.0.0.1", 171.0, 60.0) == (0, 171.0)
-    assert store.login_failures("10.0.0.2", 120.0, 60.0) == (1, 161.0)
+def test_admin_attempts_are_counted_per_scope_within_a_window(store: StateStore) -> None:
+    assert [store.claim_attempt("10.0.0.1", 100.0 + i, 60.0) for i in range(3)] == [
+        (1, 100.0), (2, 100.0), (3, 100.0)]
+    for at in (100.0, 101.0):
+        store.claim_attempt(OVERALL_SCOPE, at, 60.0)
+    assert store.claim_attempt("10.0.0.2", 101.0, 60.0) == (1, 101.0)
+    assert store.claim_attempt("10.0.0.1", 161.0, 60.0) == (1, 161.0)  # a new window
+    assert store.claim_attempt(OVERALL_SCOPE, 102.0, 60.0) == (3, 100.0)
+    store.release_attempt("10.0.0.1")  # the right token: the peer forgotten, its attempt back
+    assert store.claim_attempt("10.0.0.1", 162.0, 60.0) == (1, 162.0)
+    assert store.claim_attempt(OVERALL_SCOPE, 103.0, 60.0) == (3, 100.0)
 
 
-def test_failed_logins_are_kept_for_a_bounded_number_of_clients(store: StateStore) -> None:
-    for index in range(LOGIN_CLIENT_LIMIT + 5):
-        store.note_login_failure(f"client{index}", float(index), 1e6)
-    assert store.login_failures("client0", 2e3, 1e6) == (0, 2e3)
-    assert store.login_failures(f"client{LOGIN_CLIENT_LIMIT + 4}", 2e3, 1e6)[0] == 1
-    assert store.login_failures("client5", 2e3, 1e6)[0] == 1
+def test_admin_attempts_are_kept_for_a_bounded_number_of_peers(store: StateStore) -> None:
+    store.claim_attempt(OVERALL_SCOPE, 0.0, 1e6)
+    for index in range(ATTEMPT_PEER_LIMIT + 5):
+        store.claim_attempt(f"peer{index}", float(index + 1), 1e6)
+    assert store.claim_attempt("peer0", 2e3, 1e6)[0] == 1  # the oldest were dropped
+    assert store.claim_attempt(f"peer{ATTEMPT_PEER_LIMIT + 4}", 2e3, 1e6)[0] == 2
+    assert store.claim_attempt("peer6", 2e3, 1e6)[0] == 2
+    assert store.claim_attempt(OVERALL_SCOPE, 2e3, 1e6) == (2, 0.0)  # never trimmed
+
+
+def test_a_server_secret_is_the_first_one_offered(location: str) -> None:
+    first, second = open_store(location), open_store(location)
+    try:
+        assert first.server_secret("key", "aaaa") == "aaaa"
+        assert second.server_secret("key", "bbbb") == "aaaa"
+        assert second.server_secret("other", "cccc") == "cccc"
+    finally:
+        first.close()
+        second.close()
+
+
+def test_a_session_is_open_until_it_ends_expires_or_the_token_changes(
+        store: StateStore) -> None:
+    store.open_session("s1", "check-a", 100.0, 200.0)
+    store.open_session("s2", "check-a", 100.0, 300.0)
+    assert store.session_open("s1", "check-a", 150.0)
+    assert not store.session_open("s1", "check-b", 150.0)  # another admin.token
+    assert not store.session_open("s1", "check-a", 200.0)  # expired
+    assert not store.session_open("s3", "check-a", 150.0)
+    store.end_session("s2")
+    assert not store.session_open("s2", "check-a", 150.0)
+    store.open_session("s3", "check-a", 250.0, 400.0)  # drops the expired s1
+    assert not store.session_open("s1", "check-a", 150.0)
 
 
 def _note_from_another_process(location: str, box: str) -> None:
@@ -139,14 +168,8 @@ def _note_from_another_process(location: str, box: str) -> None:
 
 def test_processes_on_one_store_share_the_state(location: str) -> None:
     open_store(location).close()
-    context = multiprocessing.get_context("fork")
-    workers = [context.Process(target=_note_from_another_process, args=(location, f"box{i}"))
-               for i in range(3)]
-    for worker in workers:
-        worker.start()
-    for worker in workers:
-        worker.join(30)
-        assert worker.exitcode == 0
+    codes = run_forked(_note_from_another_process, [(location, f"box{i}") for i in range(3)], 30)
+    assert codes == [0, 0, 0]
     reader = open_store(location)
     assert reader.fetch_times() == {"box0": 42.0, "box1": 42.0, "box2": 42.0}
     assert len(reader.unknown_boxes()) == 3

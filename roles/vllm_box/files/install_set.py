@@ -28,8 +28,11 @@ Steps
              share of the rest, weighted by ``max_model_len`` when all have one.
   4. write   ``$SUPERVISOR_CONF_DIR/llmao-<name>.conf`` (0600, atomic), remove the
              ``llmao-*.conf`` of an earlier assignment, then ``supervisorctl reread``
-             and ``update`` when anything changed. Only files whose first line is
-             the marker are ever touched.
+             and ``update`` when anything changed: supervisord adds new programs,
+             restarts rewritten ones and drops removed ones, and starts nothing
+             else (a program stopped by hand stays stopped: restarts are
+             Supervisor's). The push role hands over through this same step. Only
+             files whose first line is the marker are ever touched.
   5. record  ``$DATA_DIRECTORY/llmao/applied.json`` (no secret) and, when fetched,
              ``POST $LLMAO_URL/vllm/applied``; a failed report is only a warning.
 
@@ -91,8 +94,16 @@ MAX_ANSWER_BYTES = 4 * 2**20
 USER_AGENT = "llmao-install-set/1"
 MASK = "***"
 DEFAULT_VLLM_HOST = "0.0.0.0"
+# Copies of the protocol's names, pinned to llmao's own by the box program's unit tests
+# (this file runs alone on a box, it cannot import them).
+HOST_HEADER = "X-LLMAO-Host"
+CONFIG_PATH = "/vllm/config"
+APPLIED_PATH = "/vllm/applied"
 
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
+PROGRAM_SECTION_RE = re.compile(r"^\[program:([^\]\n]+)\]$", re.MULTILINE)
+# What ``supervisorctl update`` says it did to a program group, and our word for it.
+UPDATE_LINE_RE = re.compile(r"^(\S+): (added|updated|removed) process group$", re.MULTILINE)
 # What a bearer may hold so it survives Supervisor's environment= parser intact.
 API_KEY_RE = re.compile(r"[!#-&(-~]+\Z")
 # DATA_DIRECTORY lands in environment= and stdout_logfile=: keep it plain.
@@ -270,7 +281,7 @@ def auth_headers(settings: Settings) -> dict[str, str]:
     headers = {"Authorization": f"Bearer {settings.fleet_key}",
                "Accept": "application/json", "User-Agent": USER_AGENT}
     if settings.host is not None:
-        headers["X-LLMAO-Host"] = settings.host
+        headers[HOST_HEADER] = settings.host
     return headers
 
 
@@ -344,7 +355,7 @@ def server_message(body: bytes) -> str:
 
 def fetch_assignment(settings: Settings, say: Callable[[str], None]) -> Any:
     """GET the box's assignment from llmao and return the decoded JSON."""
-    url = f"{settings.url}/vllm/config"
+    url = f"{settings.url}{CONFIG_PATH}"
     status, body = with_retries(
         lambda: http_request("GET", url, auth_headers(settings), None, settings.timeout_s),
         settings.attempts, settings.backoff_s, f"GET {url}", say)
@@ -728,6 +739,12 @@ def program_path(conf_dir: Path, name: str) -> Path:
     return conf_dir / f"llmao-{name}.conf"
 
 
+def program_name(text: str) -> str | None:
+    """The name supervisord knows a program file by: its ``[program:NAME]`` section."""
+    found = PROGRAM_SECTION_RE.search(text)
+    return found.group(1) if found else None
+
+
 # --------------------------------------------------------------------------- plan
 
 
@@ -741,6 +758,14 @@ class FileChange:
     mode: int = 0o600
 
 
+@dataclass(frozen=True)
+class ProgramStatus:
+    """One Supervisor program and what happens to its file: added, updated, removed, unchanged."""
+
+    name: str
+    file: str
+
+
 @dataclass
 class Plan:
     programs: list[FileChange] = field(default_factory=list)
@@ -748,6 +773,7 @@ class Plan:
     unchanged: list[Path] = field(default_factory=list)
     applied_at: str = ""
     previous: dict[str, Any] | None = None
+    statuses: list[ProgramStatus] = field(default_factory=list)
 
     @property
     def changes(self) -> list[FileChange]:
@@ -781,6 +807,22 @@ def plan_programs(conf_dir: Path, wanted: dict[Path, str]) -> tuple[list[FileCha
     changes += [FileChange(path, text, None) for path, text in ours.items() if path not in wanted]
     unchanged = [path for path, text in wanted.items() if ours.get(path) == text]
     return changes, unchanged
+
+
+def program_statuses(servers: Iterable[Server], conf_dir: Path,
+                     changes: Iterable[FileChange]) -> list[ProgramStatus]:
+    """Each program of the assignment, then each one of an earlier assignment it removes."""
+    by_path = {change.path: change for change in changes}
+    statuses = []
+    for server in servers:
+        change = by_path.get(program_path(conf_dir, server.name))
+        kind = "unchanged" if change is None else "added" if change.before is None else "updated"
+        statuses.append(ProgramStatus(server.name, kind))
+    for change in by_path.values():
+        gone = program_name(change.before or "") if change.after is None else None
+        if gone is not None:
+            statuses.append(ProgramStatus(gone, "removed"))
+    return statuses
 
 
 def build_record(assignment: Assignment, memory: Mapping[str, Decimal],
@@ -842,7 +884,8 @@ def make_plan(assignment: Assignment, memory: Mapping[str, Decimal], settings: S
     if record is None:
         unchanged.append(settings.record_path)
     return Plan(programs=programs, record=record, unchanged=unchanged, applied_at=applied_at,
-                previous=previous[1])
+                previous=previous[1],
+                statuses=program_statuses(assignment.servers, settings.conf_dir, programs))
 
 
 # --------------------------------------------------------------------------- apply
@@ -878,9 +921,21 @@ def prepare_directories(settings: Settings) -> None:
         folder.mkdir(parents=True, exist_ok=True)
 
 
-def hand_over(timeout_s: float = 300.0) -> list[str]:
-    """``supervisorctl reread`` then ``update``: supervisord starts, restarts or stops programs."""
-    said: list[str] = []
+@dataclass
+class Handover:
+    """What supervisorctl said, and what ``update`` did to each program group it names."""
+
+    said: list[str] = field(default_factory=list)
+    actions: dict[str, str] = field(default_factory=dict)
+
+
+def hand_over(timeout_s: float = 300.0) -> Handover:
+    """``supervisorctl reread`` then ``update``, the one handover of both paths.
+
+    ``update`` adds the programs supervisord lacks, restarts those whose file changed and
+    drops those whose file is gone; it starts no program that is merely stopped.
+    """
+    handover = Handover()
     for verb in ("reread", "update"):
         try:
             done = subprocess.run(["supervisorctl", verb], capture_output=True, text=True,
@@ -892,8 +947,10 @@ def hand_over(timeout_s: float = 300.0) -> list[str]:
         if done.returncode != 0:
             raise HandoverFailed(f"programs written, but supervisorctl {verb} failed (exit "
                                  f"{done.returncode}): {output}")
-        said.append(f"supervisorctl {verb}: {output or 'ok'}")
-    return said
+        handover.said.append(f"supervisorctl {verb}: {output or 'ok'}")
+        if verb == "update":
+            handover.actions = dict(UPDATE_LINE_RE.findall(done.stdout))
+    return handover
 
 
 # --------------------------------------------------------------------------- report
@@ -902,7 +959,7 @@ def hand_over(timeout_s: float = 300.0) -> list[str]:
 def report_applied(settings: Settings, assignment: Assignment, applied_at: str,
                    say: Callable[[str], None]) -> str | None:
     """POST the applied revision to llmao; returns a warning instead of raising."""
-    url = f"{settings.url}/vllm/applied"
+    url = f"{settings.url}{APPLIED_PATH}"
     body = json.dumps({
         "revision": assignment.revision,
         "applied_at": applied_at,
@@ -978,8 +1035,14 @@ class Console:
             else:
                 self.say(f"{'removed' if removing else 'wrote'} {change.path}")
 
-    def result(self, plan: Plan, revision: str | None, dry_run: bool) -> None:
-        """The closing word: the JSON object for the push role, or a line when nothing changed."""
+    def result(self, plan: Plan, revision: str | None, dry_run: bool, record: Path,
+               handover: Handover | None = None) -> None:
+        """The closing word: the JSON object for the push role, or a line when nothing changed.
+
+        ``programs`` gives each program by the name supervisord knows it, what happened to its
+        file, and what ``update`` did to it (null when it did nothing or did not run).
+        """
+        actions = handover.actions if handover else {}
         if self.json_mode:
             print(json.dumps({
                 "changed": bool(plan.changes), "dry_run": dry_run,
@@ -987,6 +1050,11 @@ class Console:
                 "removed": [str(c.path) for c in plan.changes if c.after is None],
                 "unchanged": [str(path) for path in plan.unchanged],
                 "revision": revision,
+                "record": str(record),
+                "handed_over": handover is not None,
+                "programs": [{"name": status.name, "file": status.file,
+                              "supervisord": actions.get(status.name)}
+                             for status in plan.statuses],
                 "diff": [{"path": str(c.path), "before": self.mask(c.before or ""),
                           "after": self.mask(c.after or "")} for c in plan.changes],
             }, indent=2))
@@ -1054,14 +1122,16 @@ def run(args: argparse.Namespace, environ: Mapping[str, str], console: Console) 
         console.changes(plan.changes, dry_run=True)
         if handover:
             console.say("would run supervisorctl reread and update")
-        console.result(plan, assignment.revision, dry_run=True)
+        console.result(plan, assignment.revision, True, settings.record_path)
         return
 
     prepare_directories(settings)
     apply_changes(plan.programs)
     console.changes(plan.programs, dry_run=False)
+    handed = None
     if handover:
-        for line in hand_over():
+        handed = hand_over()
+        for line in handed.said:
             console.say(line)
     if plan.record:
         apply_changes([plan.record])
@@ -1072,7 +1142,7 @@ def run(args: argparse.Namespace, environ: Mapping[str, str], console: Console) 
             console.warn(warning)
         else:
             console.say(f"reported revision {assignment.revision} to llmao")
-    console.result(plan, assignment.revision, dry_run=False)
+    console.result(plan, assignment.revision, False, settings.record_path, handed)
 
 
 def main(argv: list[str] | None = None, environ: Mapping[str, str] | None = None) -> int:

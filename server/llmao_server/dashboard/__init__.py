@@ -45,7 +45,7 @@ def create_blueprint() -> Blueprint:
 
 def init_dashboard(app: Flask) -> None:
     """Sessions, CSRF and the blueprint, on an app whose ``llmao`` state is set."""
-    auth.configure_sessions(app, app.extensions["llmao"].fleet.settings.admin_token)
+    auth.configure_sessions(app, app.extensions["llmao"])
     app.add_template_filter(utc_time, "utc")
     app.register_blueprint(create_blueprint())
 

@@ -1,18 +1,21 @@
 """Admin sessions: log in with ``admin.token``, the gate in front of every page, the audit log.
 
 The session is Flask's signed cookie (HttpOnly, SameSite=Lax, Secure when the
-request came over HTTPS). Its signing key is derived from the admin token with
-HMAC rather than generated at start: every worker and every instance behind a
-load balancer derives the same key with nothing to share or store, a session
-outlives a server restart (approvals do not, by design, but a login may), and
-changing ``admin.token`` logs every session out. The key reveals nothing of
-the token.
+request came over HTTPS). Its signing key is random, made once and kept in the
+state store, so every worker and every instance on one store signs alike and a
+login outlives a restart. It is never derived from ``admin.token``: a cookie
+then gives nobody a way to test guesses of the token offline.
 
-Failed logins are counted per client address in the shared store, so the
-limit holds across workers and instances: after :data:`LOGIN_MAX_FAILURES` in
-:data:`LOGIN_WINDOW_S` the address is refused until its window ends, the right
-token included. The address is the TCP peer: ``X-Forwarded-For`` is whatever
-a caller writes, so trusting it would let one caller try without limit.
+A signed cookie alone cannot be taken back, so a login also opens a session in
+the store, named by a random id the cookie carries and tied to the admin token
+it was opened under (an HMAC of the token under the signing key). A cookie
+opens nothing once its session is gone: logged out, past
+``admin.session_lifetime_s``, or opened under another ``admin.token``.
+
+Every login attempt draws on the admin credentials' one attempt limit
+(:mod:`..admin_attempts`), shared with the admin API's bearer and kept in the
+store: once it is reached the address is refused until its window ends, the
+right token included, and the token is not compared.
 
 Forms carry Flask-WTF's CSRF token. The check runs in :func:`gate`, after the
 login check, for every unsafe request to the dashboard, which is the only part
@@ -24,7 +27,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import logging
 import secrets
 import time
 from datetime import timedelta
@@ -36,6 +38,7 @@ from flask import (
     abort,
     current_app,
     flash,
+    g,
     redirect,
     render_template,
     request,
@@ -47,19 +50,18 @@ from flask_wtf.csrf import CSRFProtect
 
 from ansible_collections.llmao.fleet.plugins.module_utils.bearer import is_placeholder
 
+from ..admin_attempts import AttemptRefused, admin_token_matches
+from ..audit import audit as write_audit
 from ..state import ServerState
 
 SESSION_COOKIE = "llmao_admin"
-SESSION_LIFETIME = timedelta(hours=12)
-SESSION_KEY_LABEL = b"llmao.dashboard.session-key\n"
-LOGIN_WINDOW_S = 15 * 60.0
-LOGIN_MAX_FAILURES = 5
+SIGNING_KEY_NAME = "dashboard-session-signing-key"
+TOKEN_CHECK_LABEL = b"llmao.dashboard.session-token\n"
 NAME_LENGTH = 40
 SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
 # Reachable without a session: the login form and the stylesheet and script it uses.
 PUBLIC_ENDPOINTS = ("dashboard.login", "dashboard.static")
 
-log = logging.getLogger(__name__)
 csrf = CSRFProtect()
 
 
@@ -70,25 +72,15 @@ class SessionOverTls(SecureCookieSessionInterface):
         return request.is_secure
 
 
-def session_key(admin_token: str | None) -> bytes:
-    """The cookie signing key: HMAC of a fixed label under the admin token.
-
-    Without a usable token nobody can log in; a random key then signs the
-    (anonymous) sessions that carry the login form's CSRF token.
-    """
-    if is_placeholder(admin_token):
-        return secrets.token_bytes(32)
-    return hmac.new((admin_token or "").encode("utf-8"), SESSION_KEY_LABEL,
-                    hashlib.sha256).digest()
-
-
-def configure_sessions(app: Flask, admin_token: str | None) -> None:
-    app.secret_key = session_key(admin_token)
+def configure_sessions(app: Flask, state: ServerState) -> None:
+    """Sign cookies with the store's shared key, made now if this is the first server."""
+    app.secret_key = bytes.fromhex(state.store.server_secret(SIGNING_KEY_NAME,
+                                                             secrets.token_hex(32)))
     app.config.update(
         SESSION_COOKIE_NAME=SESSION_COOKIE,
         SESSION_COOKIE_HTTPONLY=True,
         SESSION_COOKIE_SAMESITE="Lax",
-        PERMANENT_SESSION_LIFETIME=SESSION_LIFETIME,
+        PERMANENT_SESSION_LIFETIME=timedelta(seconds=state.fleet.settings.session_lifetime_s),
         # The gate calls the check itself, after the login check (see the module's doc).
         WTF_CSRF_CHECK_DEFAULT=False,
         # A page left open overnight keeps working; the session's lifetime bounds the token.
@@ -98,12 +90,25 @@ def configure_sessions(app: Flask, admin_token: str | None) -> None:
     csrf.init_app(app)
 
 
+def token_check() -> str:
+    """What ties a session to the admin token in force, without storing the token."""
+    token = (llmao().fleet.settings.admin_token or "").encode("utf-8")
+    return hmac.new(current_app.secret_key, TOKEN_CHECK_LABEL + token,
+                    hashlib.sha256).hexdigest()
+
+
 def llmao() -> ServerState:
     return current_app.extensions["llmao"]
 
 
 def current_admin() -> str | None:
-    return session.get("admin")
+    """The admin of this request's session while the store holds it open; else None."""
+    if "admin" not in g:
+        name, session_id = session.get("admin"), session.get("sid")
+        still_open = (isinstance(name, str) and isinstance(session_id, str) and token_configured()
+                      and llmao().store.session_open(session_id, token_check(), time.time()))
+        g.admin = name if still_open else None
+    return g.admin
 
 
 def client_address() -> str:
@@ -116,11 +121,9 @@ def action_name() -> str:
 
 
 def audit(action: str, outcome: str, **details: Any) -> None:
-    """One line per admin action: who, from where, what, and how it ended. Never a secret."""
+    """One audit line for a dashboard action, by the session's admin (or ``who``)."""
     who = current_admin() or details.pop("who", None) or "-"
-    parts = [f"admin action={action} outcome={outcome} who={who!r} peer={client_address()!r}"]
-    parts += [f"{key}={value!r}" for key, value in details.items()]
-    log.info("%s", llmao().redact(" ".join(parts)))
+    write_audit(llmao().redact, action, outcome, who, client_address(), **details)
 
 
 def gate() -> Response | None:
@@ -155,27 +158,22 @@ def login() -> Response | str | tuple[str, int]:
     if not token_configured():
         audit("login", "refused", why="admin.token not configured")
         return render_login(), 403
-    client, now = client_address(), time.time()
-    store = llmao().store
-    failures, until = store.login_failures(client, now, LOGIN_WINDOW_S)
     name = display_name(request.form.get("name", ""))
-    if failures >= LOGIN_MAX_FAILURES:
-        audit("login", "refused", who=name, why="too many failed logins")
-        minutes = max(1, round((until - now) / 60))
-        flash(f"Too many failed logins from {client}: try again in {minutes} min.", "error")
-        return render_login(), 429
-    presented = request.form.get("token", "").encode("utf-8")
-    expected = (llmao().fleet.settings.admin_token or "").encode("utf-8")
-    if not hmac.compare_digest(presented, expected):
-        failures = store.note_login_failure(client, now, LOGIN_WINDOW_S)
-        audit("login", "refused", who=name,
-              why=f"wrong token ({failures} of {LOGIN_MAX_FAILURES} in the window)")
+    try:
+        right = admin_token_matches(llmao(), request.form.get("token", ""), client_address(),
+                                    "login", name)
+    except AttemptRefused as refused:
+        flash(f"{refused.message[0].upper()}{refused.message[1:]}.", "error")
+        return render_login(), refused.status
+    if not right:
         flash("That is not the admin token (admin.token in config.yaml).", "error")
         return render_login(), 401
-    store.clear_login_failures(client)
     session.clear()
     session.permanent = True
-    session["admin"] = name
+    session_id, now = secrets.token_urlsafe(32), time.time()
+    llmao().store.open_session(session_id, token_check(), now,
+                               now + llmao().fleet.settings.session_lifetime_s)
+    session["sid"], session["admin"], g.admin = session_id, name, name
     audit("login", "ok")
     return redirect(url_for("dashboard.fleet"))
 
@@ -186,6 +184,8 @@ def render_login() -> str:
 
 def logout() -> Response:
     audit("logout", "ok")
+    llmao().store.end_session(session["sid"])
     session.clear()
+    g.admin = None
     flash("Logged out.", "info")
     return redirect(url_for("dashboard.login"))

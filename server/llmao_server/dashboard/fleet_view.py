@@ -19,7 +19,8 @@ from ansible_collections.llmao.fleet.plugins.module_utils.intent import (
     BoxAssignment,
     IntendedServer,
 )
-from ansible_collections.llmao.fleet.plugins.module_utils.lifecycle import State
+from ansible_collections.llmao.fleet.plugins.module_utils.lifecycle import Drift, State
+from ansible_collections.llmao.fleet.plugins.module_utils.listings import provider_of
 from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_plan import server_key
 
 from ..store import Approval, UnknownBox
@@ -27,8 +28,6 @@ from ..store import Approval, UnknownBox
 HOUR_S = 3600.0
 DAY_S = 24 * HOUR_S
 SHORT_REVISION = 8
-LOCAL_PROVIDER = "local"
-UNPLACED_PROVIDER = "provider not known yet"
 
 # The strip, in the order an operator should read it; each kind says what to do.
 PROBLEM_STATES = {
@@ -56,7 +55,7 @@ MISMATCH_ADVICE = ("LiteLLM's route serves another model than config names; the 
                    "replaces it.")
 APPROVED_ADVICE = ("Served until the server restarts. To keep a box, add its rows to "
                    "fleet.hosts and restart llmao-server.")
-ROUTE_DRIFT = ("orphan_route", "unmanaged_route")
+ROUTE_DRIFT = (Drift.ORPHAN_ROUTE, Drift.UNMANAGED_ROUTE)
 
 
 @dataclass(frozen=True)
@@ -174,13 +173,6 @@ def short(revision: str | None) -> str | None:
     return revision[:SHORT_REVISION] if revision else None
 
 
-def provider_of(fleet: Fleet, verdict: Mapping[str, Any] | None) -> str:
-    """The listing that names the box, as reconcile saw it; ``local`` for a local fleet."""
-    if verdict and verdict.get("provider"):
-        return str(verdict["provider"])
-    return LOCAL_PROVIDER if not fleet.settings.providers else UNPLACED_PROVIDER
-
-
 def unprobed_state(fetched_at: float | None, now: float, approval: Approval | None) -> \
         tuple[str, str]:
     """The state of a server no reconcile pass has classified (yet, or ever: approved boxes)."""
@@ -220,7 +212,8 @@ def build_row(fleet: Fleet, server: IntendedServer, assignment: BoxAssignment,
         state, reason = unprobed_state(fetched_at, now, approval)
         in_litellm = None
         public = f"{server.box}:{server.listen_port}" if not fleet.settings.providers else None
-    return Row(provider_of(fleet, verdict), server.box, server.name, server.model_name,
+    provider = provider_of(fleet.settings.providers, (verdict or {}).get("provider"))
+    return Row(provider, server.box, server.name, server.model_name,
                server.listen_port, public, state, reason, age(now, fetched_at), in_litellm,
                short(observed.applied.get(server.box)), short(assignment.revision) or "",
                approval.approved_by if approval else None)
@@ -268,7 +261,7 @@ def drift_problems(drift: Sequence[Mapping[str, Any]]) -> list[Problem]:
     routes = tuple((f"{item.get('model_name') or '?'} {item.get('id')}", str(item.get("what")))
                    for item in drift if item.get("kind") in ROUTE_DRIFT)
     mismatches = tuple((str(item.get("id")), str(item.get("what")))
-                       for item in drift if item.get("kind") == "model_mismatch")
+                       for item in drift if item.get("kind") == Drift.MODEL_MISMATCH)
     problems = []
     if routes:
         problems.append(Problem("routes", "LiteLLM routes matching no intended server",

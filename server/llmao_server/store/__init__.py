@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from .base import (
-    LOGIN_CLIENT_LIMIT,
+    ATTEMPT_PEER_LIMIT,
+    OVERALL_SCOPE,
     UNKNOWN_LIMIT,
     AppliedReport,
     AppliedServer,
@@ -15,8 +16,9 @@ from .base import (
 )
 from .sqlite import SqliteStore
 
-__all__ = ["LOGIN_CLIENT_LIMIT", "UNKNOWN_LIMIT", "AppliedReport", "AppliedServer", "Approval",
-           "ReconcilePass", "SqliteStore", "StateStore", "StoreError", "UnknownBox", "open_store"]
+__all__ = ["ATTEMPT_PEER_LIMIT", "OVERALL_SCOPE", "UNKNOWN_LIMIT", "AppliedReport",
+           "AppliedServer", "Approval", "ReconcilePass", "SqliteStore", "StateStore", "StoreError",
+           "UnknownBox", "open_store"]
 
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 

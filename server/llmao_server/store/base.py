@@ -16,8 +16,10 @@ from dataclasses import dataclass
 from typing import Any
 
 UNKNOWN_LIMIT = 50
-# Client addresses whose failed admin logins are counted; the oldest windows go first.
-LOGIN_CLIENT_LIMIT = 1000
+# Peers whose admin credential attempts are counted; the oldest windows go first.
+ATTEMPT_PEER_LIMIT = 1000
+# The scope of attempts from everyone; no peer address is written like this.
+OVERALL_SCOPE = "*"
 
 
 class StoreError(RuntimeError):
@@ -131,24 +133,39 @@ class StateStore(ABC):
         """The latest reconcile pass, or None before the first."""
 
     @abstractmethod
-    def note_login_failure(self, client: str, now: float, window_s: float) -> int:
-        """Count a failed admin login from ``client``; return its failures in this window.
+    def claim_attempt(self, scope: str, now: float, window_s: float) -> tuple[int, float]:
+        """Count one admin credential attempt in ``scope`` (a peer, or :data:`OVERALL_SCOPE`)
+        by one atomic write, before the credential is looked at; return the attempts in
+        the scope's window, this one included, and when that window opened.
 
-        A window opens at a client's first failure and lasts ``window_s``; a failure
-        after it opens a new one. Only the :data:`LOGIN_CLIENT_LIMIT` clients with
-        the newest windows are kept, so a caller cannot grow the table.
+        A window opens at a scope's first attempt and lasts ``window_s``; an attempt
+        after it opens a new one. Only the :data:`ATTEMPT_PEER_LIMIT` peers with the
+        newest windows are kept, so a caller cannot grow the table. Raises
+        :class:`StoreError` when the count cannot be written.
         """
 
     @abstractmethod
-    def login_failures(self, client: str, now: float, window_s: float) -> tuple[int, float]:
-        """``client``'s failures in its current window, and when that window ends.
-
-        ``(0, now)`` when the client has no failures in a window still open.
-        """
+    def release_attempt(self, peer: str) -> None:
+        """The credential was right: forget ``peer``'s attempts, give back its overall one."""
 
     @abstractmethod
-    def clear_login_failures(self, client: str) -> None:
-        """Forget ``client``'s failures (it has just logged in)."""
+    def server_secret(self, name: str, candidate: str) -> str:
+        """The secret ``name`` every worker and instance shares: the first ``candidate``
+        ever offered is kept (one atomic insert) and returned to everyone after."""
+
+    @abstractmethod
+    def open_session(self, session_id: str, token_check: str, now: float,
+                     expires_at: float) -> None:
+        """Remember an admin session until ``expires_at``; expired ones are dropped."""
+
+    @abstractmethod
+    def session_open(self, session_id: str, token_check: str, now: float) -> bool:
+        """Whether this session was opened under this admin token and has not expired
+        or ended."""
+
+    @abstractmethod
+    def end_session(self, session_id: str) -> None:
+        """Forget a session (its admin logged out): its cookie opens nothing after."""
 
     @abstractmethod
     def close(self) -> None:

@@ -52,6 +52,8 @@ def password_of(url: str) -> str | None:
 class PostgresStore(SqlStore):
     """:class:`SqlStore` on a PostgreSQL database (its tables created if missing)."""
 
+    driver_errors = (psycopg.Error,)
+
     placeholder = "%s"
 
     def __init__(self, url: str):

@@ -11,17 +11,20 @@ from __future__ import annotations
 
 import json
 from abc import abstractmethod
-from collections.abc import Collection, Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any, ClassVar
 
 from .base import (
-    LOGIN_CLIENT_LIMIT,
+    ATTEMPT_PEER_LIMIT,
+    OVERALL_SCOPE,
     UNKNOWN_LIMIT,
     AppliedReport,
     AppliedServer,
     Approval,
     ReconcilePass,
     StateStore,
+    StoreError,
     UnknownBox,
 )
 
@@ -53,10 +56,23 @@ SCHEMA = (
         recorded_at DOUBLE PRECISION NOT NULL,
         verdicts TEXT NOT NULL,
         drift TEXT NOT NULL)""",
-    """CREATE TABLE IF NOT EXISTS login_failures (
-        client TEXT PRIMARY KEY,
+    # Admin credential attempts per peer, and from everyone under OVERALL_SCOPE.
+    """CREATE TABLE IF NOT EXISTS admin_attempts (
+        scope TEXT PRIMARY KEY,
         window_start DOUBLE PRECISION NOT NULL,
-        failures BIGINT NOT NULL)""",
+        attempts BIGINT NOT NULL)""",
+    # Secrets made once and shared by every worker and instance (the cookie signing key).
+    """CREATE TABLE IF NOT EXISTS server_secrets (
+        name TEXT PRIMARY KEY,
+        value TEXT NOT NULL)""",
+    # Admin sessions in force; token_check ties each to the admin.token it was opened under.
+    """CREATE TABLE IF NOT EXISTS admin_sessions (
+        id TEXT PRIMARY KEY,
+        token_check TEXT NOT NULL,
+        opened_at DOUBLE PRECISION NOT NULL,
+        expires_at DOUBLE PRECISION NOT NULL)""",
+    # What counted failed logins only, before every attempt was counted.
+    "DROP TABLE IF EXISTS login_failures",
 )
 
 NOTE_FETCH = """
@@ -101,25 +117,39 @@ APPROVE = """
 
 APPROVAL_COLUMNS = "box, models, approved_by, approved_at"
 
-# A failure after the client's window has passed (window_start < the cut-off) opens a new one.
-NOTE_LOGIN_FAILURE = """
-    INSERT INTO login_failures (client, window_start, failures) VALUES (?, ?, 1)
-    ON CONFLICT (client) DO UPDATE SET
-        failures = CASE WHEN login_failures.window_start < ? THEN 1
-                        ELSE login_failures.failures + 1 END,
-        window_start = CASE WHEN login_failures.window_start < ? THEN excluded.window_start
-                            ELSE login_failures.window_start END"""
+# An attempt after the scope's window has passed (window_start < the cut-off) opens a new one.
+CLAIM_ATTEMPT = """
+    INSERT INTO admin_attempts (scope, window_start, attempts) VALUES (?, ?, 1)
+    ON CONFLICT (scope) DO UPDATE SET
+        attempts = CASE WHEN admin_attempts.window_start < ? THEN 1
+                        ELSE admin_attempts.attempts + 1 END,
+        window_start = CASE WHEN admin_attempts.window_start < ? THEN excluded.window_start
+                            ELSE admin_attempts.window_start END
+    RETURNING attempts, window_start"""
 
-TRIM_LOGIN_FAILURES = f"""
-    DELETE FROM login_failures WHERE client NOT IN (
-        SELECT client FROM login_failures ORDER BY window_start DESC, client
-        LIMIT {LOGIN_CLIENT_LIMIT})"""
+TRIM_ATTEMPTS = f"""
+    DELETE FROM admin_attempts WHERE scope <> '{OVERALL_SCOPE}' AND scope NOT IN (
+        SELECT scope FROM admin_attempts WHERE scope <> '{OVERALL_SCOPE}'
+        ORDER BY window_start DESC, scope LIMIT {ATTEMPT_PEER_LIMIT})"""
+
+GIVE_BACK_ATTEMPT = f"""
+    UPDATE admin_attempts SET attempts = attempts - 1
+    WHERE scope = '{OVERALL_SCOPE}' AND attempts > 0"""
+
+
+KEEP_FIRST_SECRET = """
+    INSERT INTO server_secrets (name, value) VALUES (?, ?) ON CONFLICT (name) DO NOTHING"""
+
+OPEN_SESSION = """
+    INSERT INTO admin_sessions (id, token_check, opened_at, expires_at) VALUES (?, ?, ?, ?)"""
 
 
 class SqlStore(StateStore):
     """:class:`StateStore` over a DB-API 2 connection; subclasses supply the connection."""
 
     placeholder = "?"
+    # What the driver raises when a statement fails (the database is read-only, down…).
+    driver_errors: ClassVar[tuple[type[Exception], ...]] = ()
 
     @abstractmethod
     def _connection(self) -> Any:
@@ -165,16 +195,38 @@ class SqlStore(StateStore):
     def clear_approvals(self) -> None:
         self._write(("DELETE FROM approvals", [()]))
 
-    def note_login_failure(self, client: str, now: float, window_s: float) -> int:
+    def claim_attempt(self, scope: str, now: float, window_s: float) -> tuple[int, float]:
         cutoff = now - window_s
-        self._write((NOTE_LOGIN_FAILURE, [(client, now, cutoff, cutoff)]),
-                    (TRIM_LOGIN_FAILURES, [()]))
-        return self.login_failures(client, now, window_s)[0]
+        with self._store_errors("count an admin attempt"):
+            with self._transaction() as cursor:
+                cursor.execute(self._sql(CLAIM_ATTEMPT), (scope, now, cutoff, cutoff))
+                attempts, since = cursor.fetchone()
+            if attempts == 1 and scope != OVERALL_SCOPE:  # a new peer window: stay bounded
+                self._write((TRIM_ATTEMPTS, [()]))
+        return attempts, since
 
-    def clear_login_failures(self, client: str) -> None:
-        self._write(("DELETE FROM login_failures WHERE client = ?", [(client,)]))
+    def release_attempt(self, peer: str) -> None:
+        with self._store_errors("release an admin attempt"):
+            self._write(("DELETE FROM admin_attempts WHERE scope = ?", [(peer,)]),
+                        (GIVE_BACK_ATTEMPT, [()]))
+
+    def server_secret(self, name: str, candidate: str) -> str:
+        self._write((KEEP_FIRST_SECRET, [(name, candidate)]))
+        return self._query("SELECT value FROM server_secrets WHERE name = ?", (name,))[0][0]
+
+    def open_session(self, session_id: str, token_check: str, now: float,
+                     expires_at: float) -> None:
+        self._write(("DELETE FROM admin_sessions WHERE expires_at <= ?", [(now,)]),
+                    (OPEN_SESSION, [(session_id, token_check, now, expires_at)]))
+
+    def end_session(self, session_id: str) -> None:
+        self._write(("DELETE FROM admin_sessions WHERE id = ?", [(session_id,)]))
 
     # ------------------------------------------------------------------- reads
+
+    def session_open(self, session_id: str, token_check: str, now: float) -> bool:
+        return bool(self._query("SELECT 1 FROM admin_sessions WHERE id = ? AND token_check = ? "
+                                "AND expires_at > ?", (session_id, token_check, now)))
 
     def approval(self, box: str) -> Approval | None:
         rows = self._query(f"SELECT {APPROVAL_COLUMNS} FROM approvals WHERE box = ?", (box,))
@@ -191,14 +243,6 @@ class SqlStore(StateStore):
         rows = self._query("SELECT name, first_seen, last_seen, seen_count FROM unknown_boxes "
                            "ORDER BY last_seen DESC, name")
         return [UnknownBox(*row) for row in rows]
-
-    def login_failures(self, client: str, now: float, window_s: float) -> tuple[int, float]:
-        rows = self._query("SELECT failures, window_start FROM login_failures WHERE client = ?",
-                           (client,))
-        if not rows or rows[0][1] < now - window_s:
-            return 0, now
-        failures, window_start = rows[0]
-        return failures, window_start + window_s
 
     def last_pass(self) -> ReconcilePass | None:
         rows = self._query("SELECT pass_at, recorded_at, verdicts, drift FROM reconcile_pass "
@@ -222,25 +266,39 @@ class SqlStore(StateStore):
     def _sql(self, statement: str) -> str:
         return statement if self.placeholder == "?" else statement.replace("?", self.placeholder)
 
-    def _write(self, *steps: tuple[str, Sequence[Sequence[Any]]]) -> None:
-        """Run every step (a statement and its rows) in one transaction."""
+    @contextmanager
+    def _store_errors(self, doing: str) -> Iterator[None]:
+        """The driver's errors as :class:`StoreError`, naming what failed and nothing else."""
+        try:
+            yield
+        except self.driver_errors as exc:
+            raise StoreError(f"the state store cannot {doing} ({type(exc).__name__})") from None
+
+    @contextmanager
+    def _transaction(self) -> Iterator[Any]:
+        """A cursor whose statements commit together, or roll back together on any error."""
         connection = self._connection()
         try:
-            cursor = connection.cursor()
-            for statement, rows in steps:
-                cursor.executemany(self._sql(statement), rows)
+            yield connection.cursor()
             connection.commit()
         except BaseException:
             connection.rollback()
             raise
 
+    def _write(self, *steps: tuple[str, Sequence[Sequence[Any]]]) -> None:
+        """Run every step (a statement and its rows) in one transaction."""
+        with self._store_errors("be written"), self._transaction() as cursor:
+            for statement, rows in steps:
+                cursor.executemany(self._sql(statement), rows)
+
     def _query(self, statement: str, params: Sequence[Any] = ()) -> list[tuple]:
-        connection = self._connection()
-        cursor = connection.cursor()
-        cursor.execute(self._sql(statement), params)
-        rows = cursor.fetchall()
-        connection.commit()  # end the read transaction a driver may have opened
-        return rows
+        with self._store_errors("be read"):
+            connection = self._connection()
+            cursor = connection.cursor()
+            cursor.execute(self._sql(statement), params)
+            rows = cursor.fetchall()
+            connection.commit()  # end the read transaction a driver may have opened
+            return rows
 
 
 def _approval(row: Sequence[Any]) -> Approval:

@@ -20,6 +20,8 @@ BUSY_TIMEOUT_S = 10.0
 class SqliteStore(SqlStore):
     """:class:`SqlStore` on a SQLite file (created with its schema if missing)."""
 
+    driver_errors = (sqlite3.Error,)
+
     def __init__(self, path: str):
         self.path = path
         self._local = threading.local()

@@ -10,7 +10,9 @@ from types import ModuleType
 
 import pytest
 
-from .helpers import BOX, FLEET_KEY, Box, FakeLlmao, LocalCa, load_install_set, make_local_ca
+from rig.tls import ServerTls, make_server_tls
+
+from .helpers import BOX, FLEET_KEY, Box, FakeLlmao, load_install_set
 
 
 @pytest.fixture(scope="session")
@@ -19,8 +21,8 @@ def install_set() -> ModuleType:
 
 
 @pytest.fixture(scope="session")
-def local_ca(tmp_path_factory: pytest.TempPathFactory) -> LocalCa:
-    return make_local_ca(tmp_path_factory.mktemp("ca"))
+def local_ca(tmp_path_factory: pytest.TempPathFactory) -> ServerTls:
+    return make_server_tls(tmp_path_factory.mktemp("ca"), ["127.0.0.1", "localhost"])
 
 
 @pytest.fixture
@@ -50,7 +52,8 @@ def llmao(box: Box, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeLlmao]:
 
 
 @pytest.fixture
-def llmao_tls(box: Box, local_ca: LocalCa, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeLlmao]:
+def llmao_tls(box: Box, local_ca: ServerTls,
+              monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeLlmao]:
     """llmao over HTTPS with a certificate from the test CA (not trusted unless told)."""
     with FakeLlmao(tls=local_ca.server_context()).serve() as fake:
         point_box_at(fake, monkeypatch)

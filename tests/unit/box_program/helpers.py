@@ -9,12 +9,9 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import shutil
 import socket
 import ssl
-import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -22,6 +19,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import ModuleType
 from typing import Any
+
+from rig.loopback_server import serving
 
 ROOT = Path(__file__).resolve().parents[3]
 FILES = ROOT / "roles" / "vllm_box" / "files"
@@ -134,16 +133,17 @@ class FakeLlmao:
         server = Server(("127.0.0.1", 0), Handler)
         if self.tls is not None:
             server.socket = self.tls.wrap_socket(server.socket, server_side=True)
-        thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
-        thread.start()
         scheme = "https" if self.tls else "http"
         self.url = f"{scheme}://127.0.0.1:{server.server_address[1]}"
-        try:
+        with serving(server, poll_interval=0.05):
             yield self
-        finally:
-            server.shutdown()
-            server.server_close()
-            thread.join(timeout=5)
+
+
+def assert_sent_by_the_box(request: Seen, method: str) -> None:
+    """The request came from the box program: its method, the fleet key, the box's name."""
+    assert request.method == method
+    assert request.headers["authorization"] == f"Bearer {FLEET_KEY}"
+    assert request.headers["x-llmao-host"] == BOX
 
 
 def closed_port() -> int:
@@ -151,39 +151,6 @@ def closed_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
-
-
-@dataclass(frozen=True)
-class LocalCa:
-    ca_file: Path
-    cert_file: Path
-    key_file: Path
-
-    def server_context(self) -> ssl.SSLContext:
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        context.load_cert_chain(self.cert_file, self.key_file)
-        return context
-
-
-def make_local_ca(folder: Path) -> LocalCa:
-    """A throwaway CA and a certificate for 127.0.0.1 it signed, made with openssl."""
-    if shutil.which("openssl") is None:
-        raise RuntimeError("openssl is needed to make the test CA")
-
-    def openssl(*args: str) -> None:
-        subprocess.run(["openssl", *args], cwd=folder, check=True, capture_output=True)
-
-    ec = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes")
-    openssl("req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.pem", "-days", "2",
-            "-subj", "/CN=llmao test CA", "-addext", "basicConstraints=critical,CA:TRUE",
-            "-addext", "keyUsage=critical,keyCertSign,cRLSign")
-    openssl("req", *ec, "-keyout", "server.key", "-out", "server.csr", "-subj", "/CN=127.0.0.1")
-    (folder / "server.ext").write_text(
-        "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n"
-        "basicConstraints=CA:FALSE\n")
-    openssl("x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
-            "-CAcreateserial", "-out", "server.pem", "-days", "2", "-extfile", "server.ext")
-    return LocalCa(folder / "ca.pem", folder / "server.pem", folder / "server.key")
 
 
 # --------------------------------------------------------------------------- box
@@ -230,9 +197,17 @@ class Box:
     def no_gpu(self) -> None:
         (self.bin / "nvidia-smi").unlink(missing_ok=True)
 
-    def supervisorctl(self, status: int) -> None:
+    def supervisorctl(self, status: int, update_says: str | None = None) -> None:
+        """Log each call; ``update`` answers ``update_says`` (supervisorctl's lines) if given."""
+        said = self.root / "update.out"
+        said.unlink(missing_ok=True)
+        if update_says is not None:
+            said.write_text(update_says)
         write_script(self.bin / "supervisorctl",
-                     f'printf "%s\\n" "$*" >> "{self.ctl_log}"\necho "$1: ok"\nexit {status}\n')
+                     f'printf "%s\\n" "$*" >> "{self.ctl_log}"\n'
+                     f'if [ "$1" = update ] && [ -f "{said}" ]; then\n'
+                     f'  while IFS= read -r line; do echo "$line"; done < "{said}"\n'
+                     f'else\n  echo "$1: ok"\nfi\nexit {status}\n')
 
     def ctl_calls(self) -> list[str]:
         return self.ctl_log.read_text().splitlines() if self.ctl_log.exists() else []

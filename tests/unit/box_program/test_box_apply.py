@@ -168,3 +168,37 @@ def test_a_hand_edited_program_is_put_back(box, run_main):
     outcome = apply(box, run_main, doc)
     assert outcome.rc == 0 and box.program("model-0").read_text() == original
     assert box.ctl_calls() == ["reread", "update"] * 2
+
+
+UPDATE_SAYS = """model-1: stopped
+model-1: removed process group
+model-0: stopped
+model-0: updated process group
+model-2: added process group
+"""
+
+
+def test_json_names_each_program_with_its_file_change_and_what_supervisord_did(box, run_main):
+    assert apply(box, run_main, payload(server_entry(0), server_entry(1))).rc == 0
+    box.supervisorctl(status=0, update_says=UPDATE_SAYS)
+    doc = payload(server_entry(0, max_model_len=4096), server_entry(2), revision="rev-0002")
+    outcome = apply(box, run_main, doc, "--json")
+    assert outcome.rc == 0, outcome.err
+    result = outcome.json()
+    assert result["handed_over"] is True and result["record"] == str(box.record)
+    assert result["programs"] == [
+        {"name": "model-0", "file": "updated", "supervisord": "updated"},
+        {"name": "model-2", "file": "added", "supervisord": "added"},
+        {"name": "model-1", "file": "removed", "supervisord": "removed"}]
+    assert box.ctl_calls()[-2:] == ["reread", "update"]
+
+
+def test_json_of_a_dry_run_or_an_unchanged_box_reports_no_supervisord_action(box, run_main):
+    doc = payload(server_entry(0))
+    dry = apply(box, run_main, doc, "--json", "--dry-run").json()
+    assert dry["handed_over"] is False
+    assert dry["programs"] == [{"name": "model-0", "file": "added", "supervisord": None}]
+    assert apply(box, run_main, doc).rc == 0
+    again = apply(box, run_main, doc, "--json").json()
+    assert again["handed_over"] is False
+    assert again["programs"] == [{"name": "model-0", "file": "unchanged", "supervisord": None}]

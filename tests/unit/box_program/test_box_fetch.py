@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from .helpers import BOX, FLEET_KEY, closed_port, payload, server_entry
+from .helpers import BOX, FLEET_KEY, assert_sent_by_the_box, closed_port, payload, server_entry
 
 CONFIG = "/vllm/config"
 
@@ -15,9 +15,7 @@ def test_a_fetch_sends_the_key_and_the_box_name_and_applies_the_answer(llmao, bo
     outcome = run_main()
     assert outcome.rc == 0, outcome.err
     (request,) = llmao.requests_to(CONFIG)
-    assert request.method == "GET"
-    assert request.headers["authorization"] == f"Bearer {FLEET_KEY}"
-    assert request.headers["x-llmao-host"] == BOX
+    assert_sent_by_the_box(request, "GET")
     assert box.program("model-0").exists()
     assert FLEET_KEY not in outcome.text
 

@@ -101,17 +101,52 @@ def test_an_empty_variable_counts_as_missing(prov, script, required):
     assert done.returncode == 2 and "LLMAO_URL is not set" in done.stderr
 
 
+def assert_ran_the_installer_once(prov, done, argv: list[str], host: str,
+                                  tools: list[str]) -> None:
+    """The script succeeded, ran the installer once with ``argv`` for ``host`` (the key in its
+    environment), called ``tools`` in that order, and printed no key."""
+    assert done.returncode == 0, done.stderr
+    assert prov.installer_runs() == [{"argv": argv, "host": host, "key_passed": True}]
+    assert prov.tool_calls() == tools
+    assert FLEET_KEY not in done.stdout + done.stderr
+
+
 # --------------------------------------------------------------------------- Vast
 
 
 def test_vast_with_supervisord_running_only_runs_the_installer(prov):
     prov.supervisor_up()
     done = prov.run(VAST_PROVISION, prov.env(**VAST_ENV), "--json")
+    assert_ran_the_installer_once(prov, done, ["--json"], "198.51.100.23", ["supervisorctl pid"])
+
+
+def test_vast_sends_the_instance_id_when_the_template_asks(prov):
+    """Two instances can share one public address: the id names exactly one of them."""
+    prov.supervisor_up()
+    env = {**VAST_ENV, "LLMAO_VAST_BOX_NAME": "instance_id", "CONTAINER_ID": "4242"}
+    done = prov.run(VAST_PROVISION, prov.env(**env))
     assert done.returncode == 0, done.stderr
-    assert prov.installer_runs() == [{"argv": ["--json"], "host": "198.51.100.23",
-                                      "key_passed": True}]
-    assert prov.tool_calls() == ["supervisorctl pid"]
-    assert FLEET_KEY not in done.stdout + done.stderr
+    assert [run["host"] for run in prov.installer_runs()] == ["4242"]
+    assert "applying the assignment of 4242" in done.stderr
+
+
+def test_vast_sends_the_address_by_default_and_when_asked(prov):
+    prov.supervisor_up()
+    for env in (VAST_ENV, {**VAST_ENV, "LLMAO_VAST_BOX_NAME": "address",
+                           "CONTAINER_ID": "4242"}):
+        assert prov.run(VAST_PROVISION, prov.env(**env)).returncode == 0
+    assert [run["host"] for run in prov.installer_runs()] == ["198.51.100.23"] * 2
+
+
+@pytest.mark.parametrize("choice, says", [
+    ("instance_id", "CONTAINER_ID is not set"),
+    ("hostname", "LLMAO_VAST_BOX_NAME must be address or instance_id, not 'hostname'"),
+])
+def test_vast_box_name_choice_without_its_variable_stops(prov, choice, says):
+    prov.supervisor_up()
+    done = prov.run(VAST_PROVISION, prov.env(**VAST_ENV, LLMAO_VAST_BOX_NAME=choice))
+    assert done.returncode == 2 and says in done.stderr
+    assert prov.installer_runs() == []
 
 
 def test_vast_passes_the_installer_exit_status_on(prov):
@@ -191,11 +226,8 @@ def test_vast_without_an_installer_to_run_stops(prov, url, says):
 def test_runpod_writes_without_handover_then_becomes_supervisord(prov):
     prov.fake("supervisord", "exit 0\n")
     done = prov.run(RUNPOD_PROVISION, prov.env(**RUNPOD_ENV))
-    assert done.returncode == 0, done.stderr
-    assert prov.installer_runs() == [{"argv": ["--no-handover"], "host": "abc123xyz",
-                                      "key_passed": True}]
-    assert prov.tool_calls() == ["supervisord -n -c /etc/supervisor/supervisord.conf"]
-    assert FLEET_KEY not in done.stdout + done.stderr
+    assert_ran_the_installer_once(prov, done, ["--no-handover"], "abc123xyz",
+                                  ["supervisord -n -c /etc/supervisor/supervisord.conf"])
 
 
 def test_runpod_stops_when_the_installer_fails(prov):

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from .helpers import BEARERS, BOX, FLEET_KEY, payload, server_entry
+from .helpers import BEARERS, assert_sent_by_the_box, payload, server_entry
 
 CONFIG, APPLIED = "/vllm/config", "/vllm/applied"
 
@@ -18,9 +18,7 @@ def test_the_report_carries_revision_time_and_servers_with_the_same_headers(llma
     outcome = run_main()
     assert outcome.rc == 0, outcome.err
     (report,) = llmao.requests_to(APPLIED)
-    assert report.method == "POST"
-    assert report.headers["authorization"] == f"Bearer {FLEET_KEY}"
-    assert report.headers["x-llmao-host"] == BOX
+    assert_sent_by_the_box(report, "POST")
     assert report.headers["content-type"] == "application/json"
     body = json.loads(report.body)
     record = json.loads(box.record.read_text())

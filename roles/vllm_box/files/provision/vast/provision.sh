@@ -3,13 +3,18 @@
 #
 # Vast runs it once the container is up. The template carries only FLEET_KEY and
 # LLMAO_URL; Vast sets PUBLIC_IPADDR, which is the box's name in llmao's
-# fleet.hosts. The script makes sure supervisord runs, then runs install_set.py,
+# fleet.hosts, or CONTAINER_ID (the instance id) when the template sets
+# LLMAO_VAST_BOX_NAME=instance_id, for instances that share a public address.
+# The script makes sure supervisord runs, then runs install_set.py,
 # which fetches the assignment, writes the Supervisor programs and hands over.
 # Running it again is safe: an unchanged assignment changes nothing.
 #
 # Environment:
 #   FLEET_KEY, LLMAO_URL   required (from the template); the key is never printed
-#   PUBLIC_IPADDR          required (Vast sets it); becomes LLMAO_HOST
+#   LLMAO_VAST_BOX_NAME    which name the box sends: "address" (the default) or
+#                          "instance_id"
+#   PUBLIC_IPADDR          required by "address" (Vast sets it); becomes LLMAO_HOST
+#   CONTAINER_ID           required by "instance_id" (Vast sets it); becomes LLMAO_HOST
 #   INSTALL_SET_URL        https URL of install_set.py, used when it is not beside
 #                          this script
 #   LLMAO_INSTALL_SET      path of install_set.py, overrides both of the above
@@ -85,11 +90,25 @@ ensure_supervisor() {
   done
 }
 
+# Print the box's name in fleet.hosts: its public address by default, its Vast
+# instance id when the template asks (two instances can share one address).
+box_name() {
+  case "${LLMAO_VAST_BOX_NAME:-address}" in
+    address)
+      require PUBLIC_IPADDR "Vast sets it on every instance; elsewhere, set it to the box's name in fleet.hosts"
+      printf '%s\n' "$PUBLIC_IPADDR" ;;
+    instance_id)
+      require CONTAINER_ID "Vast sets it to the instance id on every instance; elsewhere, set it to the box's name in fleet.hosts"
+      printf '%s\n' "$CONTAINER_ID" ;;
+    *) die "LLMAO_VAST_BOX_NAME must be address or instance_id, not '${LLMAO_VAST_BOX_NAME}'" ;;
+  esac
+}
+
 main() {
   require FLEET_KEY "put llmao's fleet.key in the template's environment"
   require LLMAO_URL "put llmao's base URL (https://...) in the template's environment"
-  require PUBLIC_IPADDR "Vast sets it on every instance; elsewhere, set it to the box's name in fleet.hosts"
-  export LLMAO_HOST="${PUBLIC_IPADDR:?}"
+  LLMAO_HOST=$(box_name)
+  export LLMAO_HOST
   local installer
   installer=$(locate_installer)
   ensure_supervisor

@@ -1,21 +1,26 @@
 # Copyright: llmao fleet contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Options of every module that reads llmao's config.yaml and models.yaml."""
+"""Options of every plugin that reads llmao's config.yaml and models.yaml."""
 
 from __future__ import annotations
 
 
 class ModuleDocFragment:
-    """``extends_documentation_fragment: llmao.fleet.fleet_files``."""
+    """``llmao.fleet.fleet_files``, plus ``llmao.fleet.fleet_files.required`` where both are.
+
+    The files are optional only where a plugin has another source (``vllm_api_key``
+    takes a salt instead); everywhere else both are required, and the ``required``
+    part says so without repeating the descriptions.
+    """
 
     DOCUMENTATION = r"""
 options:
   config:
     description:
       - Path of llmao's C(config.yaml) on the controller.
-      - 'The inventory plugin P(llmao.fleet.fleet#inventory) sets the group variable
-        C(llmao_config_file) to the path it read; C(config: "{{ llmao_config_file }}") keeps a
-        play on the same files as its inventory.'
+      - The inventory plugin P(llmao.fleet.fleet#inventory) sets the group variable
+        C(llmao_config_file) to the path it read; passing that variable keeps a play on the same
+        files as its inventory.
       - A relative path is taken from the working directory of the C(ansible-playbook) process.
     type: path
   models:
@@ -25,7 +30,16 @@ options:
     type: path
 notes:
   - Both files are loaded and validated together, exactly as the config server loads them; any
-    problem fails the task with a message naming the file, the key path and the row.
+    problem fails the task with a message naming the file, the key path and the row, never a
+    secret's value.
 requirements:
   - PyYAML on the controller (ansible-core's own dependency).
+"""
+
+    REQUIRED = r"""
+options:
+  config:
+    required: true
+  models:
+    required: true
 """

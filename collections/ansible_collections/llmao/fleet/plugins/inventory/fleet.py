@@ -1,8 +1,6 @@
 # Copyright: llmao fleet contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The llmao fleet as an Ansible inventory: one host per ``fleet.hosts`` key."""
-# Ansible's layout puts the documentation strings ahead of the imports.
-# ruff: noqa: E402
 
 from __future__ import annotations
 
@@ -46,6 +44,31 @@ options:
       - A relative path is taken from the folder of the inventory source file.
     type: str
     required: true
+  listings:
+    description:
+      - Read the provider listings C(config.yaml) configures (C(providers.vast),
+        C(providers.runpod), C(providers.docker)) and reach each box where its provider
+        publishes it, so that a play such as C(playbooks/provision.yml) can SSH to Vast and
+        RunPod boxes without host_vars written by hand.
+      - For each box a listing names, C(ansible_host) is the public address it gives and
+        C(ansible_port) the public port of the box's C(22/tcp), when published;
+        C(llmao_public_ports) holds the listing's public port of each listen port,
+        C(llmao_provider) and the C(llmao_provider_<provider>) group name the provider, and
+        C(llmao_price_per_hour) is the listing's price when it gives one.
+      - A listing that cannot be read (network, HTTP error, an answer of another shape) fails
+        the inventory source with the provider's reason; it never yields an empty or partial
+        inventory. A box no listing names is in C(llmao_provider_unlisted).
+      - An address that several listed instances share (two Vast instances behind one IP)
+        names no single box; such a box gets no C(ansible_port), a warning, and the reason in
+        C(llmao_ambiguous). Key it by instance id in C(fleet.hosts).
+      - With O(cache=true) the listings are cached with the rest of the inventory, for
+        O(cache_timeout) seconds and while C(config.yaml) and C(models.yaml) keep their content.
+    type: bool
+    default: false
+  listings_timeout:
+    description: Seconds to wait for each provider's answer when O(listings=true).
+    type: float
+    default: 15.0
 notes:
   - "Hostvars: C(llmao_box) (the C(fleet.hosts) key), C(llmao_servers) (one entry per host row:
     C(name), C(model), C(model_name), C(served_model_name), C(host), C(port) (the listen port),
@@ -57,7 +80,12 @@ notes:
     on C(all) too so that a play on the controller (C(hosts: localhost), as
     C(playbooks/reconcile.yml)) finds them: the implicit localhost reads C(all)'s variables."
   - "C(llmao_provider) is C(local) when C(config.yaml) configures no provider listing (public
-    ports equal listen ports) and C(unlisted) otherwise, until the provider listings are read."
+    ports equal listen ports) and C(unlisted) otherwise, until the provider listings are read
+    (O(listings=true)). A RunPod-only configuration is not local."
+  - "Under ansible-core 2.19 the hostvars are trusted plain data (C(ansible-inventory --list)
+    shows them without C(__ansible_unsafe) envelopes), except a string that looks like a Jinja
+    template (a recipe argument holding C({{), for instance): that one stays untrusted, so it
+    is never rendered as a template."
   - "With O(cache=true) the cached entry is only used while C(config.yaml) and C(models.yaml)
     keep the content they had when it was written."
 seealso:
@@ -69,6 +97,17 @@ EXAMPLES = r"""
 plugin: llmao.fleet.fleet
 config: config.yaml
 models: models.yaml
+
+# Reach Vast and RunPod boxes over SSH where their listings publish 22/tcp, and cache the
+# listings for five minutes:
+# plugin: llmao.fleet.fleet
+# config: config.yaml
+# models: models.yaml
+# listings: true
+# cache: true
+# cache_plugin: ansible.builtin.jsonfile
+# cache_connection: ~/.cache/llmao-inventory
+# cache_timeout: 300
 
 # A group per box of one model, and a variable composed from the hostvars:
 # plugin: llmao.fleet.fleet
@@ -99,6 +138,20 @@ from ansible.utils.display import Display
 from ansible_collections.llmao.fleet.plugins.module_utils.config_errors import ConfigError
 from ansible_collections.llmao.fleet.plugins.module_utils.fleet import Fleet, load_fleet
 from ansible_collections.llmao.fleet.plugins.module_utils.intent import IntendedServer
+from ansible_collections.llmao.fleet.plugins.module_utils.listings import (
+    LOCAL_PROVIDER,
+    SSH_PORT,
+    ListedBox,
+    Listings,
+    provider_of,
+    read_listings,
+)
+
+try:  # ansible-core 2.19 tags what a plugin trusts; earlier cores trust plain strings already
+    from ansible.template import trust_as_template
+except ImportError:  # pragma: no cover - ansible-core < 2.19
+    def trust_as_template(value: str) -> str:
+        return value
 
 display = Display()
 
@@ -106,9 +159,8 @@ SOURCE_SUFFIXES = ("fleet.yml", "fleet.yaml")
 ALL_BOXES = "llmao_boxes"
 MODEL_GROUP_PREFIX = "llmao_model_"
 PROVIDER_GROUP_PREFIX = "llmao_provider_"
-LOCAL_PROVIDER = "local"
-UNLISTED_PROVIDER = "unlisted"
-CACHE_FORMAT = 1
+CACHE_FORMAT = 2
+TEMPLATE_MARKERS = ("{{", "{%", "{#")
 
 
 def model_group(model_name: str) -> str:
@@ -118,11 +170,6 @@ def model_group(model_name: str) -> str:
 
 def provider_group(provider: str) -> str:
     return to_safe_group_name(PROVIDER_GROUP_PREFIX + provider, force=True, silent=True)
-
-
-def box_provider(fleet: Fleet) -> str:
-    """The provider of every box until listings are read: local only without any listing."""
-    return UNLISTED_PROVIDER if fleet.settings.providers else LOCAL_PROVIDER
 
 
 def public_ports(servers: Iterable[IntendedServer], local: bool) -> dict[int, int]:
@@ -140,6 +187,22 @@ def public_ports(servers: Iterable[IntendedServer], local: bool) -> dict[int, in
     return ports
 
 
+def listed_reach(listed: ListedBox, servers: Iterable[IntendedServer]) -> dict[str, Any]:
+    """The hostvars a listing sets: where to SSH, each listen port's public port, the price."""
+    reach: dict[str, Any] = {
+        "llmao_public_ports": {server.listen_port: listed.ports[server.listen_port]
+                               for server in servers if server.listen_port in listed.ports},
+        "llmao_provider": listed.provider,
+    }
+    if listed.public_ip:
+        reach["ansible_host"] = listed.public_ip
+        if SSH_PORT in listed.ports:
+            reach["ansible_port"] = listed.ports[SSH_PORT]
+    if listed.price_per_hour is not None:
+        reach["llmao_price_per_hour"] = listed.price_per_hour
+    return reach
+
+
 def is_ip_address(name: str) -> bool:
     try:
         ipaddress.ip_address(name)
@@ -148,15 +211,18 @@ def is_ip_address(name: str) -> bool:
     return True
 
 
-def describe_fleet(fleet: Fleet) -> dict[str, Any]:
+def describe_fleet(fleet: Fleet, listings: Listings | None = None) -> dict[str, Any]:
     """The inventory as plain data without secrets: what populate adds and the cache keeps.
 
     Built from each server's public view, never from its payload, so no bearer can leak
-    into hostvars whatever the core adds to the payload later.
+    into hostvars whatever the core adds to the payload later. With ``listings`` (read
+    in full: a failed one never gets here) a listed box is reached where its provider
+    publishes it.
     """
-    provider = box_provider(fleet)
+    provider = provider_of(fleet.settings.providers)  # listings are not read here
     local = provider == LOCAL_PROVIDER
     boxes = {}
+    warnings = list(fleet.warnings)
     for box, assignment in fleet.assignments.items():
         hostvars = {
             "llmao_box": box,
@@ -167,6 +233,8 @@ def describe_fleet(fleet: Fleet) -> dict[str, Any]:
         }
         if is_ip_address(box):
             hostvars["ansible_host"] = box
+        if listings is not None:
+            hostvars.update(_listed_hostvars(listings, box, assignment.servers, warnings))
         boxes[box] = {
             "hostvars": hostvars,
             "models": sorted({server.model_name for server in assignment.servers}),
@@ -175,8 +243,39 @@ def describe_fleet(fleet: Fleet) -> dict[str, Any]:
         "format": CACHE_FORMAT,
         "files": {"llmao_config_file": fleet.config_path, "llmao_models_file": fleet.models_path},
         "boxes": boxes,
-        "warnings": list(fleet.warnings),
+        "warnings": warnings,
     }
+
+
+def _listed_hostvars(listings: Listings, box: str, servers: Iterable[IntendedServer],
+                     warnings: list[str]) -> dict[str, Any]:
+    """What the listings say of one box: its reach, or why it has none."""
+    listed = listings.box(box)
+    if listed is not None:
+        return listed_reach(listed, servers)
+    provider = {"llmao_provider": provider_of(listings.configured, listings.named_by(box))}
+    ambiguity = listings.ambiguity(box)
+    if ambiguity:
+        warnings.append(f"llmao fleet: {ambiguity}; no SSH port is set for it")
+        return {**provider, "llmao_ambiguous": ambiguity}
+    return provider
+
+
+def trusted(value: Any) -> Any:
+    """``value`` with every string trusted, as ansible-core 2.19 wants trusted plugin output.
+
+    The files are the operator's own, so their strings are trusted data; a string that
+    looks like a template (a recipe argument holding ``{{``) stays untrusted, so Ansible
+    shows it as it is and never renders it.
+    """
+    if isinstance(value, str):
+        return value if any(marker in value for marker in TEMPLATE_MARKERS) \
+            else trust_as_template(value)
+    if isinstance(value, dict):
+        return {key: trusted(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [trusted(item) for item in value]
+    return value
 
 
 def restore_port_keys(description: dict[str, Any]) -> dict[str, Any]:
@@ -189,9 +288,13 @@ def restore_port_keys(description: dict[str, Any]) -> dict[str, Any]:
     return description
 
 
-def files_fingerprint(*paths: str) -> str:
-    """A digest of the files' paths and bytes: a cached inventory is valid while it matches."""
-    digest = hashlib.sha256()
+def files_fingerprint(*paths: str, listings: bool = False) -> str:
+    """A digest of the files' paths and bytes: a cached inventory is valid while it matches.
+
+    Whether the listings were read is part of it, so turning the option on or off never
+    reuses an inventory made the other way.
+    """
+    digest = hashlib.sha256(b"listings\0" if listings else b"files\0")
     for path in paths:
         digest.update(path.encode("utf-8") + b"\0")
         try:
@@ -216,19 +319,24 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
         self._read_config_data(path)
         config_path, models_path = self._fleet_files(path)
         use_cache = bool(self.get_option("cache"))
+        with_listings = bool(self.get_option("listings"))
         cache_key = self.get_cache_key(path)
-        fingerprint = files_fingerprint(config_path, models_path) if use_cache else None
+        fingerprint = files_fingerprint(config_path, models_path, listings=with_listings) \
+            if use_cache else None
         description = self._cached(cache_key, fingerprint) if use_cache and cache else None
         if description is None:
-            description = describe_fleet(self._load(config_path, models_path))
+            fleet = self._load(config_path, models_path)
+            listings = self._listings(fleet) if with_listings else None
+            description = describe_fleet(fleet, listings)
             if use_cache:
                 self._cache[cache_key] = {"fingerprint": fingerprint, "inventory": description}
         self._add(description)
 
-    def populate(self, inventory: InventoryData, fleet: Fleet) -> None:
+    def populate(self, inventory: InventoryData, fleet: Fleet,
+                 listings: Listings | None = None) -> None:
         """Add the fleet's boxes, groups and hostvars to ``inventory``; parse's pure half."""
         self.inventory = inventory
-        self._add(describe_fleet(fleet))
+        self._add(describe_fleet(fleet, listings))
 
     def _fleet_files(self, source: str) -> tuple[str, ...]:
         """The option paths, a relative one taken from the source file's folder."""
@@ -243,6 +351,17 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
             return load_fleet(config_path, models_path)
         except ConfigError as exc:
             raise AnsibleParserError(f"llmao fleet files are invalid:\n{exc}") from None
+
+    def _listings(self, fleet: Fleet) -> Listings:
+        """Every configured listing, read in full; one that fails fails the source."""
+        listings = read_listings(fleet.settings.providers,
+                                 float(self.get_option("listings_timeout")))
+        if listings.failed:
+            reasons = "; ".join(f"the {provider} listing could not be read ({reason})"
+                                for provider, reason in sorted(listings.failed.items()))
+            raise AnsibleParserError(f"llmao fleet: {reasons}. The inventory is not built "
+                                     "from a partial listing (option listings).")
+        return listings
 
     def _cached(self, cache_key: str, fingerprint: str | None) -> dict[str, Any] | None:
         """The cached description when it was made from these very files, else None."""
@@ -264,7 +383,7 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
         inventory.add_group(ALL_BOXES)
         for name, value in description["files"].items():
             for group in (ALL_BOXES, "all"):
-                inventory.set_variable(group, name, value)
+                inventory.set_variable(group, name, trusted(value))
         groups = {}
         provider_groups = {}
         constructing = self._constructing()
@@ -272,7 +391,7 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
             hostvars = facts["hostvars"]
             inventory.add_host(box, group=ALL_BOXES)
             for name, value in hostvars.items():
-                inventory.set_variable(box, name, value)
+                inventory.set_variable(box, name, trusted(value))
             for model in facts["models"]:
                 group = groups.get(model)
                 if group is None:

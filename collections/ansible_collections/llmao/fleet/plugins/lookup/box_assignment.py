@@ -9,8 +9,6 @@ flows straight into the one task that delivers it (which carries ``no_log``)
 instead of sitting in a registered variable that a later ``debug`` could print.
 """
 
-# Ansible's layout puts the documentation strings ahead of the imports.
-# ruff: noqa: E402
 
 from __future__ import annotations
 
@@ -30,6 +28,9 @@ description:
     the content of an M(ansible.builtin.copy) to a private path), or reduce it on the spot to a
     field that holds no secret, such as C(revision).
   - Runs on the controller only, like every lookup, so the salt never leaves it.
+extends_documentation_fragment:
+  - llmao.fleet.fleet_files
+  - llmao.fleet.fleet_files.required
 options:
   _terms:
     description:
@@ -37,24 +38,7 @@ options:
     type: list
     elements: str
     required: true
-  config:
-    description:
-      - Path of llmao's C(config.yaml) on the controller.
-      - 'The inventory plugin P(llmao.fleet.fleet#inventory) sets the group variable
-        C(llmao_config_file) to the path it read; C(config=llmao_config_file) keeps a play on
-        the same files as its inventory.'
-      - A relative path is taken from the working directory of the C(ansible-playbook) process.
-    type: path
-    required: true
-  models:
-    description:
-      - Path of llmao's C(models.yaml) on the controller, the companion of O(config).
-      - The inventory plugin sets the group variable C(llmao_models_file).
-    type: path
-    required: true
 notes:
-  - Both files are loaded and validated together; any problem fails the task with a message naming
-    the file, the key path and the row, never a secret's value.
   - An approved unknown box (dashboard) is not a C(fleet.hosts) key and has no push-path
     assignment.
 seealso:

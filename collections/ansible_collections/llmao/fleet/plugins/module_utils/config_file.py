@@ -24,6 +24,8 @@ from .yaml_source import read_yaml
 LISTEN_PORTS = (8001, 8002, 8003)
 MAX_SERVERS_PER_BOX = len(LISTEN_PORTS)
 DEFAULT_STATE_FILE = "llmao-state.sqlite3"
+DEFAULT_SESSION_LIFETIME_S = 12 * 3600.0
+MAX_SESSION_LIFETIME_S = 30 * 24 * 3600.0
 
 
 @dataclass(frozen=True)
@@ -82,6 +84,7 @@ class Settings:
     server_url: str | None
     server_state: str
     admin_token: str | None = field(repr=False)
+    session_lifetime_s: float = DEFAULT_SESSION_LIFETIME_S
     load: LoadKnobs = LoadKnobs()
     cost_per_hour: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
 
@@ -134,14 +137,16 @@ def load_settings(path: str, problems: Problems, warnings: list[str]) -> Setting
     server.close()
     admin = top.sub("admin")
     admin_token = admin.text("token")
+    session_lifetime_s = admin.number("session_lifetime_s", DEFAULT_SESSION_LIFETIME_S,
+                                      maximum=MAX_SESSION_LIFETIME_S)
     admin.close()
     top.close()
     return Settings(
         fleet_key=fleet_key, vllm_api_salt=salt, selfhost_api_key=selfhost,
         legacy_servers=legacy, hosts=hosts, lifecycle=lifecycle, providers=providers,
         litellm_url=litellm_url, litellm_master_key=master_key, server_url=server_url,
-        server_state=_state_location(path, state), admin_token=admin_token, load=load,
-        cost_per_hour=cost_per_hour,
+        server_state=_state_location(path, state), admin_token=admin_token,
+        session_lifetime_s=session_lifetime_s, load=load, cost_per_hour=cost_per_hour,
     )
 
 

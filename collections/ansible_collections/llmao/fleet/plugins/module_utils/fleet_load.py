@@ -242,7 +242,7 @@ def model_load(loads: list[tuple[ServerLoad, bool]]) -> ModelLoad:
                     or load.metrics.kv_cache_tokens is None
                     else load.metrics.kv_cache_tokens // load.context_len for load in healthy)
     rate = _sum(load.generation_tokens_per_s for load in healthy)
-    cost = _sum(load.cost_per_hour for load, _ in loads)
+    cost = _sum(load.cost_per_hour for load, _healthy in loads)
     per_million = None
     if cost is not None and rate:
         per_million = cost / (rate * SECONDS_PER_HOUR / TOKENS_PER_MILLION)
@@ -253,7 +253,7 @@ def model_load(loads: list[tuple[ServerLoad, bool]]) -> ModelLoad:
         capacity=_whole(capacity),
         requests_running=_whole(_sum(_figure(load, "requests_running") for load in healthy)),
         requests_waiting=_whole(_sum(_figure(load, "requests_waiting") for load in healthy)),
-        oversized=sum(1 for load, _ in loads if load.oversized),
+        oversized=sum(1 for load, _healthy in loads if load.oversized),
         saturated=True if any(saturated) else None if None in saturated or not healthy
         else False,
         generation_tokens_per_s=rate, cost_per_hour=cost, cost_per_million_tokens=per_million)
@@ -296,8 +296,10 @@ def load_document(servers: Mapping[str, ServerLoad], models: Mapping[str, ModelL
             "boxes": {box: cost.record() for box, cost in boxes.items()}}
 
 
-def read_load_document(document: Any) -> tuple[dict[str, ServerLoad], dict[str, ModelLoad],
-                                                dict[str, BoxCost]]:
+LoadDocument = tuple[dict[str, ServerLoad], dict[str, ModelLoad], dict[str, BoxCost]]
+
+
+def read_load_document(document: Any) -> LoadDocument:
     """A posted pass's loads: per server (from its verdict), per model, per box.
 
     For the server side. A pass from a reconcile older than the metrics has

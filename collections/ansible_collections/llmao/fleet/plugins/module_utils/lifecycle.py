@@ -10,8 +10,10 @@ and only a server that is serving and is ours is ever registered.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, replace
 from enum import StrEnum
+from typing import Any
 
 from .config_file import Lifecycle
 from .vllm_metrics import ServerMetrics
@@ -48,6 +50,23 @@ ACTIONS = {
 }
 
 
+class Change(StrEnum):
+    """What a reconcile pass does to LiteLLM: a server's deployment, or a route of no server."""
+
+    REGISTER = "register"   # the server is Healthy and has no deployment
+    REPLACE = "replace"     # its deployment no longer fits (another model, a moved address)
+    DELETE = "delete"       # it must not serve, or the route matches no intended server
+
+
+class Drift(StrEnum):
+    """What differs between config and the fleet that a pass reports rather than fixes."""
+
+    ORPHAN_ROUTE = "orphan_route"        # llmao's route for a server no longer in config
+    UNMANAGED_ROUTE = "unmanaged_route"  # someone else's route matching no intended server
+    MODEL_MISMATCH = "model_mismatch"    # a deployment serving another model than config
+    REVISION_BEHIND = "revision_behind"  # a box applied an older assignment than intended
+
+
 class Models(StrEnum):
     """Outcome of ``GET /v1/models`` with our bearer."""
 
@@ -63,7 +82,8 @@ class Listed(StrEnum):
 
     NAMED = "named"            # a listing names it
     NOT_NAMED = "not_named"    # every configured listing was read, none names it
-    UNKNOWN = "unknown"        # a listing could not be read and none that was read names it
+    UNKNOWN = "unknown"        # a listing could not be read and none that was read names it,
+    #                            or several listed instances share the name (ambiguous)
     NO_PROVIDERS = "no_providers"  # a local fleet: nothing to ask
 
 
@@ -92,6 +112,28 @@ class Memory:
     waiting_passes: int = 0
     generation_tokens_total: int | None = None
     generation_counted_at: float | None = None
+
+    def record(self) -> dict[str, Any]:
+        """The memory as JSON, as the server keeps it between passes."""
+        return {**asdict(self), "state": self.state.value if self.state else None}
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any] | None) -> Memory:
+        """A stored memory back; an unknown state is forgotten rather than trusted."""
+        if not record:
+            return cls()
+        state = record.get("state")
+        return cls(State(state) if state in State._value2member_map_ else None,
+                   int(record.get("consecutive_failures") or 0),
+                   int(record.get("rejected_passes") or 0), record.get("last_healthy_at"),
+                   int(record.get("waiting_passes") or 0),
+                   _remembered(record.get("generation_tokens_total")),
+                   _remembered(record.get("generation_counted_at")))
+
+
+def _remembered(value: Any) -> Any:
+    """A number the load remembers, or None: a stored value of another type is forgotten."""
+    return value if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
 @dataclass(frozen=True)

@@ -10,15 +10,14 @@ in one call at the start of a pass and posts the new verdicts at the end.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from .bearer import is_placeholder
 from .config_file import Settings
 from .http_json import ApiError, call_json
-from .lifecycle import Memory
-from .reconcile_plan import memory_from
+from .lifecycle import Change, Memory
 
 OBSERVATIONS_PATH = "/admin/api/observations"
 VERDICTS_PATH = "/admin/api/verdicts"
@@ -41,7 +40,8 @@ class ServerObservations:
 
     @property
     def memories(self) -> dict[str, Memory]:
-        return {key: memory_from(verdict.get("memory")) for key, verdict in self.verdicts.items()}
+        return {key: Memory.from_record(verdict.get("memory"))
+                for key, verdict in self.verdicts.items()}
 
 
 class LlmaoAdmin:
@@ -79,6 +79,28 @@ class LlmaoAdmin:
                 raise LlmaoAdminError(f"llmao at {self.url} refused the admin token "
                                       f"(HTTP {exc.status}): check admin.token") from None
             raise LlmaoAdminError(f"llmao at {self.url}: {exc}") from None
+
+
+def observations_document(now: float, last_fetches: Mapping[str, float | None],
+                          applied: Mapping[str, Mapping[str, Any] | None],
+                          approved: Mapping[str, Sequence[str]],
+                          verdicts: Mapping[str, Mapping[str, Any]],
+                          drift: Sequence[Mapping[str, Any]],
+                          pass_at: float | None) -> dict[str, Any]:
+    """What ``GET /admin/api/observations`` answers; :func:`parse_observations` reads it.
+
+    ``last_fetches`` names every box llmao serves; ``applied`` holds, per box, the
+    report it last made (``revision``, ``applied_at``, ``reported_at``) if any.
+    """
+    return {
+        "now": now,
+        "boxes": {box: {"last_fetch": fetched, "applied": applied.get(box)}
+                  for box, fetched in last_fetches.items()},
+        "approved": {box: list(models) for box, models in approved.items()},
+        "verdicts": dict(verdicts),
+        "drift": list(drift),
+        "pass_at": pass_at,
+    }
 
 
 def parse_observations(document: Any) -> ServerObservations:
@@ -141,9 +163,9 @@ def verdicts_document(now: float, servers: list[Mapping[str, Any]],
     for server in servers:
         change = server.get("change")
         in_litellm = bool(server.get("in_litellm"))
-        if change in ("register", "replace"):
+        if change in (Change.REGISTER, Change.REPLACE):
             in_litellm = True
-        elif change == "delete":
+        elif change == Change.DELETE:
             in_litellm = False
         verdicts[server["id"]] = {**server, "in_litellm": in_litellm,
                                   "memory": dict(memories.get(server["id"]) or {})}

@@ -16,19 +16,7 @@ from typing import Any
 
 from .bearer import is_placeholder
 from .fleet import Fleet
-from .fleet_files import (
-    FLEET_FILES_ARGUMENT_SPEC,
-    FLEET_FILES_REQUIRED_TOGETHER,
-    load_module_fleet,
-)
-
-# Both files are needed; the shared doc fragment leaves them optional for modules
-# that have another source (vllm_api_key's salt), so these modules ask for them here.
-FILES_SPEC: dict[str, dict[str, Any]] = dict(FLEET_FILES_ARGUMENT_SPEC)
-FILES_RULES: dict[str, Any] = {"required_together": FLEET_FILES_REQUIRED_TOGETHER,
-                               "required_one_of": [("config", "models")]}
-# Documented once, by the doc fragment llmao.fleet.approved_boxes.
-APPROVED_SPEC: dict[str, dict[str, Any]] = {"approved": {"type": "dict"}}
+from .fleet_files import load_module_fleet
 
 
 def fleet_secrets(fleet: Fleet) -> set[str]:

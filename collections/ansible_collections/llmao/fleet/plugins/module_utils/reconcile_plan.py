@@ -2,15 +2,15 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """One reconcile pass as data: every server's verdict, the LiteLLM changes, the drift.
 
-Pure: the observations (fetch times, memories, listings, probes, LiteLLM's
-routes) come in, the plan goes out. The playbook prints it, ``--check`` stops
+Pure: the observations (fetch times, memories, listings, LiteLLM's routes) and
+the probes come in, the plan goes out. The playbook prints it, ``--check`` stops
 at it, and the modules apply it. Nothing here talks to the network.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 from .fleet import Fleet
@@ -25,12 +25,11 @@ from .fleet_load import (
     server_load,
 )
 from .intent import IntendedServer
-from .lifecycle import Action, Memory, Probe, State, Verdict, classify
-from .listings import Endpoint, Listings
+from .lifecycle import Action, Change, Drift, Memory, Probe, State, Verdict, classify
+from .listings import Endpoint, Listings, provider_of
 from .litellm_routes import Route, deployment_id, route_differs
 from .probe import Target
-
-REGISTER, REPLACE, DELETE = "register", "replace", "delete"
+from .reconcile_records import Observations
 
 
 @dataclass(frozen=True)
@@ -41,7 +40,7 @@ class ServerPlan:
     endpoint: Endpoint | None
     verdict: Verdict
     route: Route | None
-    change: str | None = None
+    change: Change | None = None
     why: str = ""
 
     @property
@@ -55,7 +54,8 @@ class ServerPlan:
             "model_name": self.server.model_name, "listen_port": self.server.listen_port,
             "public": f"{self.endpoint.host}:{self.endpoint.port}" if self.endpoint else None,
             "state": self.verdict.state.value, "reason": self.verdict.reason,
-            "in_litellm": self.route is not None, "change": self.change, "why": self.why,
+            "in_litellm": self.route is not None,
+            "change": self.change.value if self.change else None, "why": self.why,
             "outlives_instance": self.verdict.outlives_instance,
         }
 
@@ -70,13 +70,6 @@ class Plan:
     models: Mapping[str, ModelLoad] = field(default_factory=dict)
     boxes: Mapping[str, BoxCost] = field(default_factory=dict)
 
-    def changes(self) -> list[dict[str, Any]]:
-        """Every change to LiteLLM, servers first, then llmao routes that match nothing."""
-        listed = [p.summary() for p in self.servers if p.change]
-        listed += [{"id": r.id, "model_name": r.model_name, "change": DELETE,
-                    "why": "llmao route matches no intended server"} for r in self.orphans]
-        return listed
-
 
 def server_key(server: IntendedServer) -> str:
     return deployment_id(server.box, server.listen_port, server.name)
@@ -88,51 +81,32 @@ def probe_targets(fleet: Fleet, listings: Listings) -> list[Target]:
                    s.served_model_name, s.api_key) for s in fleet.servers()]
 
 
-def memory_from(record: Mapping[str, Any] | None) -> Memory:
-    """A stored memory (as :func:`memory_record` wrote it) back into the classifier's type."""
-    if not record:
-        return Memory()
-    state = record.get("state")
-    return Memory(State(state) if state in State._value2member_map_ else None,
-                  int(record.get("consecutive_failures") or 0),
-                  int(record.get("rejected_passes") or 0), record.get("last_healthy_at"),
-                  int(record.get("waiting_passes") or 0),
-                  _count(record.get("generation_tokens_total")),
-                  _count(record.get("generation_counted_at")))
-
-
-def _count(value: Any) -> Any:
-    """A number the load remembers, or None: a stored value of another type is forgotten."""
-    return value if isinstance(value, int | float) and not isinstance(value, bool) else None
-
-
-def memory_record(memory: Memory) -> dict[str, Any]:
-    record = asdict(memory)
-    record["state"] = memory.state.value if memory.state else None
-    return record
-
-
-def plan_pass(fleet: Fleet, now: float, last_fetches: Mapping[str, float | None],
-              memories: Mapping[str, Memory], listings: Listings, probes: Mapping[str, Probe],
-              routes: list[Route], applied: Mapping[str, str | None]) -> Plan:
+def plan_pass(fleet: Fleet, observations: Observations, probes: Mapping[str, Probe]) -> Plan:
     """Classify every server and decide each LiteLLM change; report what drifted."""
+    listings, routes = observations.listings, observations.routes
     by_id = {route.id: route for route in routes}
     plans = []
     for server in fleet.servers():
         key = server_key(server)
         endpoint = listings.endpoint(server.box, server.listen_port, server.seed_public_port)
-        verdict = classify(now, last_fetches.get(server.box), probes[key],
-                           listings.listed(server.box), memories.get(key, Memory()),
-                           fleet.settings.lifecycle)
+        verdict = classify(observations.now, observations.last_fetches.get(server.box),
+                           probes[key], listings.listed(server.box),
+                           observations.memories.get(key, Memory()), fleet.settings.lifecycle)
         plans.append(_decide(server, endpoint, verdict, by_id.get(key)))
     intended = {p.id for p in plans}
     owned_orphans = tuple(r for r in routes if r.owned and r.id not in intended)
-    drift = _drift(fleet, plans, routes, intended, applied)
-    boxes = {box: box_cost(listings.provider_of(box), None, fleet.settings.cost_per_hour.get(box))
-             for box in fleet.assignments}
-    loads, remembered = _loads(fleet, plans, probes, memories, boxes)
+    drift = _drift(fleet, plans, routes, intended, observations.applied)
+    boxes = {box: _box_cost(fleet, listings, box) for box in fleet.assignments}
+    loads, remembered = _loads(fleet, plans, probes, observations.memories, boxes)
     return Plan(tuple(plans), owned_orphans, tuple(drift), remembered, loads,
                 _model_loads(plans, loads), boxes)
+
+
+def _box_cost(fleet: Fleet, listings: Listings, box: str) -> BoxCost:
+    listed = listings.box(box)
+    return box_cost(provider_of(listings.configured, listings.named_by(box)),
+                    listed.price_per_hour if listed else None,
+                    fleet.settings.cost_per_hour.get(box))
 
 
 def _loads(fleet: Fleet, plans: list[ServerPlan], probes: Mapping[str, Probe],
@@ -166,18 +140,19 @@ def _decide(server: IntendedServer, endpoint: Endpoint | None, verdict: Verdict,
             route: Route | None) -> ServerPlan:
     if verdict.action is Action.ENSURE and verdict.state is State.HEALTHY and endpoint:
         if route is None:
-            return ServerPlan(server, endpoint, verdict, route, REGISTER, "Healthy, not in LiteLLM")
+            return ServerPlan(server, endpoint, verdict, route, Change.REGISTER,
+                              "Healthy, not in LiteLLM")
         differs = route_differs(route, server, endpoint)
         if differs:
-            return ServerPlan(server, endpoint, verdict, route, REPLACE, differs)
+            return ServerPlan(server, endpoint, verdict, route, Change.REPLACE, differs)
         return ServerPlan(server, endpoint, verdict, route)
     if verdict.action is Action.DELETE and route is not None:
-        return ServerPlan(server, endpoint, verdict, route, DELETE,
+        return ServerPlan(server, endpoint, verdict, route, Change.DELETE,
                           f"{verdict.state.value}: {verdict.reason}")
     return ServerPlan(server, endpoint, verdict, route)
 
 
-def _drift(fleet: Fleet, plans: list[ServerPlan], routes: list[Route], intended: set[str],
+def _drift(fleet: Fleet, plans: list[ServerPlan], routes: tuple[Route, ...], intended: set[str],
            applied: Mapping[str, str | None]) -> list[dict[str, Any]]:
     drift: list[dict[str, Any]] = []
     for route in routes:
@@ -185,22 +160,23 @@ def _drift(fleet: Fleet, plans: list[ServerPlan], routes: list[Route], intended:
             continue
         entry = fleet.models.get(route.model_name)
         if route.owned:
-            drift.append({"kind": "orphan_route", "id": route.id, "model_name": route.model_name,
+            drift.append({"kind": Drift.ORPHAN_ROUTE.value, "id": route.id,
+                          "model_name": route.model_name,
                           "what": "llmao route in LiteLLM for a server no longer in config"})
         elif entry is None or entry.self_hosted:
-            drift.append({"kind": "unmanaged_route", "id": route.id,
+            drift.append({"kind": Drift.UNMANAGED_ROUTE.value, "id": route.id,
                           "model_name": route.model_name, "api_base": route.api_base,
                           "what": "route in LiteLLM that matches no intended server "
                                   "(not llmao's: left alone)"})
     for plan in plans:
         if plan.route is not None and plan.route.model_name != plan.server.model_name:
-            drift.append({"kind": "model_mismatch", "id": plan.id,
+            drift.append({"kind": Drift.MODEL_MISMATCH.value, "id": plan.id,
                           "what": route_differs(plan.route, plan.server, plan.endpoint)
                           if plan.endpoint else "model differs"})
     for box, assignment in fleet.assignments.items():
         revision = applied.get(box)
         if revision and revision != assignment.revision:
-            drift.append({"kind": "revision_behind", "box": box, "applied": revision,
+            drift.append({"kind": Drift.REVISION_BEHIND.value, "box": box, "applied": revision,
                           "intended": assignment.revision,
                           "what": f"applied rev {revision}, intended rev {assignment.revision}"})
     return drift

@@ -19,7 +19,6 @@ from typing import Any
 from .lifecycle import Memory, Models, Probe
 from .listings import ListedBox, Listings, index_listings
 from .litellm_routes import Route
-from .reconcile_plan import memory_from, memory_record
 from .vllm_metrics import MetricsRecordError, ServerMetrics
 
 
@@ -51,15 +50,11 @@ def _number(value: Any, what: str, optional: bool = False) -> float | None:
 
 
 def listings_record(listings: Listings) -> dict[str, Any]:
-    """Every listed box once (a RunPod pod is indexed under two names), and what failed."""
-    boxes, seen = [], set()
-    for box in listings.by_name.values():
-        if id(box) in seen:
-            continue
-        seen.add(id(box))
-        boxes.append({"provider": box.provider, "names": list(box.names),
-                      "public_ip": box.public_ip,
-                      "ports": {str(listen): public for listen, public in box.ports.items()}})
+    """Every listed box once (with its price when the listing gives one), and what failed."""
+    boxes = [{"provider": box.provider, "names": list(box.names), "public_ip": box.public_ip,
+              "ports": {str(listen): public for listen, public in box.ports.items()},
+              "price_per_hour": box.price_per_hour}
+             for box in listings.boxes]
     return {"configured": list(listings.configured), "failed": dict(listings.failed),
             "boxes": boxes}
 
@@ -76,7 +71,9 @@ def listings_from_record(record: Any) -> Listings:
             raise RecordError(f"{what}.ports must map port numbers to port numbers") from None
         boxes.append(ListedBox(str(box.get("provider", "")),
                                tuple(str(n) for n in _sequence(box.get("names"), what + ".names")),
-                               str(box.get("public_ip", "")), MappingProxyType(ports)))
+                               str(box.get("public_ip", "")), MappingProxyType(ports),
+                               _number(box.get("price_per_hour"), what + ".price_per_hour",
+                                       optional=True)))
     failed = {str(k): str(v) for k, v in _mapping(record.get("failed", {}),
                                                   "listings.failed").items()}
     configured = [str(kind) for kind in _sequence(record.get("configured", []),
@@ -168,7 +165,7 @@ class Observations:
             "now": self.now,
             "last_fetches": dict(self.last_fetches),
             "applied": dict(self.applied),
-            "memories": {key: memory_record(memory) for key, memory in self.memories.items()},
+            "memories": {key: memory.record() for key, memory in self.memories.items()},
             "listings": listings_record(self.listings),
             "routes": [route_record(route) for route in self.routes],
             "approved": {box: list(models) for box, models in self.approved.items()},
@@ -182,7 +179,7 @@ class Observations:
                                                   "last_fetches").items()}
         applied = {str(box): None if revision is None else str(revision)
                    for box, revision in _mapping(record.get("applied", {}), "applied").items()}
-        memories = {str(key): memory_from(_mapping(value, f"memories[{key!r}]"))
+        memories = {str(key): Memory.from_record(_mapping(value, f"memories[{key!r}]"))
                     for key, value in _mapping(record.get("memories", {}), "memories").items()}
         # No default for these two: a lost listing would make every box look unlisted,
         # lost routes would make every deployment look missing.

@@ -2,14 +2,12 @@
 # Copyright: llmao fleet contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Ansible module ``llmao.fleet.box_program``: run the box program on a delivered assignment."""
-# Ansible's layout puts the documentation strings ahead of the imports.
-# ruff: noqa: E402
 
 from __future__ import annotations
 
 DOCUMENTATION = r"""
 module: box_program
-short_description: Write a box's Supervisor programs with llmao's box program
+short_description: Write a box's Supervisor programs with llmao's box program and hand them over
 version_added: 0.1.0
 author:
   - llmao fleet contributors (!UNKNOWN)
@@ -18,9 +16,10 @@ description:
     there (C(--payload)), as the pull path runs it after fetching. Same preflight (C(vram_gb)
     and C(disk_gb) against the box), the same division of the card, the same Supervisor
     programs, byte for byte, and the same applied record under O(data_directory).
-  - It writes and removes program files only; it does not drive supervisord (the program runs
-    with C(--no-handover)). Its result names the programs that were added, rewritten and removed,
-    so a play can hand each over with M(community.general.supervisorctl).
+  - When a file changed, the program hands over to supervisord as the pull path does, with
+    C(supervisorctl reread) then C(update). New programs are added, rewritten ones restarted,
+    removed ones dropped, and no other program is started or stopped. The result says, program
+    by program, what happened to its file and what supervisord did.
   - In check mode the program runs with C(--dry-run) and writes nothing; the result tells what
     would change. With C(--diff) every program file's change is shown, the bearer masked by the
     program itself.
@@ -68,12 +67,18 @@ options:
       - E(VLLM_BIN) of the program, the vLLM executable the programs run.
     type: str
     default: vllm
+  handover:
+    description:
+      - Hand the changed programs over to supervisord (C(supervisorctl reread) and C(update)).
+      - V(false) writes the files only (C(--no-handover)), for a caller that starts supervisord
+        itself afterwards.
+    type: bool
+    default: true
 notes:
   - The result holds no secret, the program masks every bearer in what it prints.
 seealso:
   - plugin: llmao.fleet.box_assignment
     plugin_type: lookup
-  - module: community.general.supervisorctl
 """
 
 EXAMPLES = r"""
@@ -84,11 +89,10 @@ EXAMPLES = r"""
     data_directory: /workspace
   register: programs
 
-- name: Add what supervisord does not run yet
-  community.general.supervisorctl:
-    name: "{{ item }}"
-    state: present
-  loop: "{{ programs.programs }}"
+- name: Say which programs supervisord restarted
+  ansible.builtin.debug:
+    msg: "{{ programs.supervisord | dict2items | selectattr('value', '==', 'updated')
+             | map(attribute='key') }}"
 """
 
 RETURN = r"""
@@ -118,6 +122,14 @@ removed:
   returned: success
   type: list
   elements: str
+supervisord:
+  description:
+    - What C(supervisorctl update) did to each program it touched. V(added), V(updated) (stopped
+      and started with its new file) or V(removed).
+    - Empty when nothing was handed over (no file changed, check mode, or O(handover=false)).
+  returned: success
+  type: dict
+  sample: {"gemma4-26b": "updated", "qwen3-8b": "added"}
 written:
   description: Every file written, the applied record included.
   returned: success
@@ -159,9 +171,6 @@ from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
 
-PROGRAM_PREFIX = "llmao-"
-PROGRAM_SUFFIX = ".conf"
-
 ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
     "program": {"type": "path", "required": True},
     "payload": {"type": "path", "required": True},
@@ -169,13 +178,15 @@ ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
     "data_directory": {"type": "path", "default": "/data"},
     "supervisor_conf_dir": {"type": "path", "default": "/etc/supervisor/conf.d"},
     "vllm_bin": {"type": "str", "default": "vllm"},
+    "handover": {"type": "bool", "default": True},
 }
 
 
 def program_argv(params: dict[str, Any], check_mode: bool) -> list[str]:
-    """The command line: the payload, JSON output, and supervisord left to the play."""
-    argv = [params["python"], params["program"], "--payload", params["payload"], "--json",
-            "--no-handover"]
+    """The command line: the payload, JSON output, and the flags of check mode and handover."""
+    argv = [params["python"], params["program"], "--payload", params["payload"], "--json"]
+    if not params["handover"]:
+        argv.append("--no-handover")
     return argv + ["--dry-run"] if check_mode else argv
 
 
@@ -194,21 +205,6 @@ def decode_answer(stdout: str) -> dict[str, Any] | None:
     return answer if isinstance(answer, dict) else None
 
 
-def program_name(path: str, conf_dir: str) -> str | None:
-    """``<conf_dir>/llmao-<name>.conf`` -> ``<name>``; None for any other file."""
-    folder, base = os.path.split(path)
-    if os.path.normpath(folder) != os.path.normpath(conf_dir):
-        return None
-    if not (base.startswith(PROGRAM_PREFIX) and base.endswith(PROGRAM_SUFFIX)):
-        return None
-    return base[len(PROGRAM_PREFIX):-len(PROGRAM_SUFFIX)]
-
-
-def names(paths: list[str], conf_dir: str) -> list[str]:
-    found = (program_name(path, conf_dir) for path in paths)
-    return [name for name in found if name is not None]
-
-
 def file_diffs(answer: dict[str, Any]) -> list[dict[str, str]]:
     """Ansible's diff of every file the program changes (its text already masked)."""
     diffs = []
@@ -220,21 +216,24 @@ def file_diffs(answer: dict[str, Any]) -> list[dict[str, str]]:
     return diffs
 
 
-def summarize(answer: dict[str, Any], conf_dir: str, data_directory: str) -> dict[str, Any]:
-    """Turn the program's report into the module result: program names by what happens."""
-    new = {change["path"] for change in answer.get("diff", []) if not change.get("before")}
-    written = list(answer.get("written", []))
-    unchanged = list(answer.get("unchanged", []))
+def summarize(answer: dict[str, Any]) -> dict[str, Any]:
+    """Turn the program's report into the module result: its program names by what happened."""
+    programs = answer.get("programs", [])
+
+    def named(file_change: str) -> list[str]:
+        return sorted(p["name"] for p in programs if p["file"] == file_change)
+
     return {
         "changed": bool(answer.get("changed")),
         "revision": answer.get("revision"),
-        "programs": sorted(names(written + unchanged, conf_dir)),
-        "added": names([path for path in written if path in new], conf_dir),
-        "updated": names([path for path in written if path not in new], conf_dir),
-        "removed": names(list(answer.get("removed", [])), conf_dir),
-        "written": written,
-        "unchanged": unchanged,
-        "record": os.path.join(data_directory, "llmao", "applied.json"),
+        "programs": sorted(p["name"] for p in programs if p["file"] != "removed"),
+        "added": named("added"),
+        "updated": named("updated"),
+        "removed": named("removed"),
+        "supervisord": {p["name"]: p["supervisord"] for p in programs if p["supervisord"]},
+        "written": list(answer.get("written", [])),
+        "unchanged": list(answer.get("unchanged", [])),
+        "record": answer.get("record", ""),
     }
 
 
@@ -261,7 +260,7 @@ def main() -> None:
     if rc != 0 or answer is None or answer.get("failed"):
         reason = (answer or {}).get("msg") or (messages[-1] if messages else "no output")
         module.fail_json(msg=reason, rc=rc, messages=messages)
-    result = summarize(answer, params["supervisor_conf_dir"], params["data_directory"])
+    result = summarize(answer)
     result["applied"] = read_record(result["record"])
     if module._diff:
         result["diff"] = file_diffs(answer)

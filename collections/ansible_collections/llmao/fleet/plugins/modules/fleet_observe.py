@@ -2,8 +2,6 @@
 # Copyright: llmao fleet contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Ansible module ``llmao.fleet.fleet_observe``: what a reconcile pass knows before it probes."""
-# Ansible's layout puts the documentation strings ahead of the imports.
-# ruff: noqa: E402
 
 from __future__ import annotations
 
@@ -32,14 +30,9 @@ description:
   - It only reads, so it reports C(changed=false) and runs the same in check mode.
 extends_documentation_fragment:
   - llmao.fleet.fleet_files
+  - llmao.fleet.fleet_files.required
   - ansible.builtin.action_common_attributes
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
-  platform:
-    platforms: posix
+  - llmao.fleet.controller
 options:
   timeout:
     description:
@@ -49,7 +42,6 @@ options:
 notes:
   - "Runs on the controller (C(hosts: localhost)); the credentials it uses come from
     O(config) and never appear in its result."
-  - O(config) and O(models) are both required.
 seealso:
   - module: llmao.fleet.vllm_probe
   - module: llmao.fleet.fleet_plan
@@ -103,7 +95,15 @@ listing_failures:
   description: Provider to the reason its listing could not be read.
   returned: success
   type: dict
-  sample: {"vast": "HTTP 502 from https://console.vast.ai/api/v0/instances/"}
+  sample: {"vast": "GET https://console.vast.ai/api/v1/instances/: HTTP 502"}
+ambiguous_addresses:
+  description:
+    - Each address that several listed instances share, to the instances (C(vast 4242)). A
+      C(fleet.hosts) key that is such an address names no single box; the task warns, and the
+      row is never dialled until it is keyed by the instance id.
+  returned: success
+  type: dict
+  sample: {"203.0.113.50": ["vast 4242", "vast 4343"]}
 counts:
   description: How many boxes, deployments and listed boxes were seen.
   returned: success
@@ -116,6 +116,7 @@ from typing import Any
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.llmao.fleet.plugins.module_utils.fleet import Fleet
+from ansible_collections.llmao.fleet.plugins.module_utils.fleet_files import module_args
 from ansible_collections.llmao.fleet.plugins.module_utils.listings import read_listings
 from ansible_collections.llmao.fleet.plugins.module_utils.litellm_client import (
     LiteLLM,
@@ -126,16 +127,11 @@ from ansible_collections.llmao.fleet.plugins.module_utils.llmao_admin import (
     LlmaoAdminError,
 )
 from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_module import (
-    FILES_RULES,
-    FILES_SPEC,
     load_reconcile_fleet,
 )
 from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_records import Observations
 
-ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
-    **FILES_SPEC,
-    "timeout": {"type": "float", "default": 15.0},
-}
+OPTIONS: dict[str, dict[str, Any]] = {"timeout": {"type": "float", "default": 15.0}}
 NOTHING_CHANGED = "nothing was changed"
 
 
@@ -161,13 +157,15 @@ def observe_result(observations: Observations) -> dict[str, Any]:
         "changed": False,
         "observations": record,
         "listing_failures": record["listings"]["failed"],
+        "ambiguous_addresses": {name: [box.label for box in sharing] for name, sharing
+                                in observations.listings.ambiguous.items()},
         "counts": {"boxes": len(observations.last_fetches), "routes": len(observations.routes),
                    "listed_boxes": len(record["listings"]["boxes"])},
     }
 
 
 def main() -> None:
-    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True, **FILES_RULES)
+    module = AnsibleModule(**module_args(OPTIONS))
     fleet = load_reconcile_fleet(module)
     try:
         observations = observe(fleet, module.params["timeout"])
@@ -177,6 +175,10 @@ def main() -> None:
     for provider, reason in result["listing_failures"].items():
         module.warn(f"the {provider} listing could not be read ({reason}); its boxes are "
                     "neither listed nor unlisted this pass")
+    for box in fleet.settings.hosts:
+        ambiguity = observations.listings.ambiguity(box)
+        if ambiguity:
+            module.warn(f"fleet.hosts: {ambiguity}; its servers are not dialled")
     module.exit_json(**result)
 
 

@@ -2,8 +2,6 @@
 # Copyright: llmao fleet contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Ansible module ``llmao.fleet.fleet_plan``: classify every server, decide LiteLLM's changes."""
-# Ansible's layout puts the documentation strings ahead of the imports.
-# ruff: noqa: E402
 
 from __future__ import annotations
 
@@ -32,14 +30,9 @@ description:
     the verdicts.
 extends_documentation_fragment:
   - llmao.fleet.fleet_files
+  - llmao.fleet.fleet_files.required
   - ansible.builtin.action_common_attributes
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
-  platform:
-    platforms: posix
+  - llmao.fleet.controller
 options:
   observations:
     description:
@@ -56,7 +49,6 @@ options:
     required: true
 notes:
   - "Runs on the controller (C(hosts: localhost)). Its result holds no secret."
-  - O(config) and O(models) are both required.
 seealso:
   - module: llmao.fleet.fleet_observe
   - module: llmao.fleet.vllm_probe
@@ -118,6 +110,11 @@ servers:
     outlives_instance:
       description: The C(fleet.hosts) row names a box no provider runs; flag it, never retire it.
       type: bool
+    ambiguous:
+      description:
+        - Why the box name is ambiguous (several listed instances share that address, so none
+          is dialled), or null. Key the C(fleet.hosts) row by the instance id.
+      type: str
     metrics:
       description: What the server's C(/metrics) said (see C(docs/metrics.md)), or null.
       type: dict
@@ -197,18 +194,16 @@ from typing import Any
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.llmao.fleet.plugins.module_utils.fleet import Fleet
+from ansible_collections.llmao.fleet.plugins.module_utils.fleet_files import module_args
 from ansible_collections.llmao.fleet.plugins.module_utils.fleet_load import ModelLoad
-from ansible_collections.llmao.fleet.plugins.module_utils.lifecycle import Probe
+from ansible_collections.llmao.fleet.plugins.module_utils.lifecycle import Change, Drift, Probe
+from ansible_collections.llmao.fleet.plugins.module_utils.listings import provider_of
 from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_module import (
-    FILES_RULES,
-    FILES_SPEC,
     load_reconcile_fleet,
 )
 from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_plan import (
-    DELETE,
     Plan,
     ServerPlan,
-    memory_record,
     plan_pass,
     server_key,
 )
@@ -218,8 +213,7 @@ from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_records impo
     probes_from_record,
 )
 
-ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
-    **FILES_SPEC,
+OPTIONS: dict[str, dict[str, Any]] = {
     "observations": {"type": "dict", "required": True},
     "probes": {"type": "dict", "required": True},
 }
@@ -238,20 +232,18 @@ def make_plan(fleet: Fleet, observations: Observations, probes: dict[str, Probe]
         shown = ", ".join(missing[:5]) + (" ..." if len(missing) > 5 else "")
         raise PlanError(f"{len(missing)} intended server(s) were not probed ({shown}): "
                         "probe every server of the fleet before planning")
-    return plan_pass(fleet, observations.now, observations.last_fetches,
-                     observations.memories, observations.listings, probes,
-                     list(observations.routes), observations.applied)
+    return plan_pass(fleet, observations, probes)
 
 
 def apply_item(plan: ServerPlan) -> dict[str, Any]:
     """One change as M(litellm_deployment) takes it (no secret: the bearer is derived there)."""
     endpoint = plan.endpoint
-    return {"state": "absent" if plan.change == DELETE else "present", "id": plan.id,
+    return {"state": "absent" if plan.change is Change.DELETE else "present", "id": plan.id,
             "box": plan.server.box, "listen_port": plan.server.listen_port,
             "name": plan.server.name, "model_name": plan.server.model_name,
             "public_host": endpoint.host if endpoint else None,
             "public_port": endpoint.port if endpoint else None,
-            "change": plan.change, "why": plan.why}
+            "change": plan.change.value if plan.change else None, "why": plan.why}
 
 
 def deployment_input(change: dict[str, Any]) -> dict[str, Any]:
@@ -276,16 +268,18 @@ def server_line(entry: dict[str, Any]) -> str:
             f"{public}): {state}: {entry['reason']} => {outcome}")
     if entry["outlives_instance"]:
         line += " [the fleet.hosts row may outlive its instance: retire it by hand]"
+    if entry["ambiguous"]:
+        line += f" [{entry['ambiguous']}]"
     return line
 
 
 def drift_line(item: dict[str, Any]) -> str:
     kind = item["kind"]
-    if kind == "revision_behind":
+    if kind == Drift.REVISION_BEHIND:
         return f"{item['box']}: {item['what']}"
-    if kind == "unmanaged_route":
+    if kind == Drift.UNMANAGED_ROUTE:
         return f"{item['id']} ({item['model_name']} at {item['api_base']}): {item['what']}"
-    if kind == "orphan_route":
+    if kind == Drift.ORPHAN_ROUTE:
         return f"{item['id']} ({item['model_name']}): {item['what']}"
     return f"{item['id']}: {item['what']}"
 
@@ -323,14 +317,17 @@ def model_line(name: str, load: ModelLoad) -> str:
 
 def plan_result(plan: Plan, observations: Observations) -> dict[str, Any]:
     servers = []
+    listings = observations.listings
     for server_plan in plan.servers:
         previous = observations.memories.get(server_plan.id)
         servers.append({**server_plan.summary(), **plan.loads[server_plan.id].record(),
-                        "provider": observations.listings.provider_of(server_plan.server.box),
+                        "provider": provider_of(listings.configured,
+                                                listings.named_by(server_plan.server.box)),
+                        "ambiguous": listings.ambiguity(server_plan.server.box),
                         "previous_state": previous.state.value if previous and previous.state
                         else None})
     orphans = [{"state": "absent", "id": route.id, "model_name": route.model_name,
-                "change": DELETE, "why": "llmao route matches no intended server"}
+                "change": Change.DELETE.value, "why": "llmao route matches no intended server"}
                for route in plan.orphans]
     changes = [apply_item(p) for p in plan.servers if p.change] + orphans
     lines = [server_line(entry) for entry in servers]
@@ -344,7 +341,7 @@ def plan_result(plan: Plan, observations: Observations) -> dict[str, Any]:
         "changes": changes,
         "deployments": [deployment_input(change) for change in changes],
         "drift": drift,
-        "memories": {key: memory_record(memory) for key, memory in plan.memories.items()},
+        "memories": {key: memory.record() for key, memory in plan.memories.items()},
         "lines": lines,
         "drift_lines": [drift_line(item) for item in drift],
         "models": {name: load.record() for name, load in plan.models.items()},
@@ -356,7 +353,7 @@ def plan_result(plan: Plan, observations: Observations) -> dict[str, Any]:
 
 
 def main() -> None:
-    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True, **FILES_RULES)
+    module = AnsibleModule(**module_args(OPTIONS))
     try:
         observations = Observations.from_record(module.params["observations"])
     except RecordError as exc:

@@ -2,8 +2,6 @@
 # Copyright: llmao fleet contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Ansible module ``llmao.fleet.fleet_verdicts``: record a reconcile pass's verdicts in llmao."""
-# Ansible's layout puts the documentation strings ahead of the imports.
-# ruff: noqa: E402
 
 from __future__ import annotations
 
@@ -25,14 +23,9 @@ description:
   - In check mode nothing is posted, so a checked pass leaves the lifecycle memory as it was.
 extends_documentation_fragment:
   - llmao.fleet.fleet_files
+  - llmao.fleet.fleet_files.required
   - ansible.builtin.action_common_attributes
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
-  platform:
-    platforms: posix
+  - llmao.fleet.controller
 options:
   plan:
     description:
@@ -47,7 +40,6 @@ options:
 notes:
   - "Runs on the controller (C(hosts: localhost))."
   - Run it after the plan's changes were applied, so the recorded LiteLLM presence is true.
-  - O(config) and O(models) are both required.
 seealso:
   - module: llmao.fleet.fleet_plan
   - module: llmao.fleet.fleet_observe
@@ -79,19 +71,17 @@ from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.llmao.fleet.plugins.module_utils.fleet_files import module_args
 from ansible_collections.llmao.fleet.plugins.module_utils.llmao_admin import (
     LlmaoAdmin,
     LlmaoAdminError,
     verdicts_document,
 )
 from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_module import (
-    FILES_RULES,
-    FILES_SPEC,
     load_reconcile_fleet,
 )
 
-ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
-    **FILES_SPEC,
+OPTIONS: dict[str, dict[str, Any]] = {
     "plan": {"type": "dict", "required": True},
     "timeout": {"type": "float", "default": 15.0},
 }
@@ -117,7 +107,7 @@ def transitions(plan: Mapping[str, Any]) -> list[str]:
 
 
 def main() -> None:
-    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True, **FILES_RULES)
+    module = AnsibleModule(**module_args(OPTIONS))
     fleet = load_reconcile_fleet(module)
     plan = module.params["plan"]
     try:

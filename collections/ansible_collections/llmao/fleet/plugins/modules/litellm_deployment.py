@@ -2,8 +2,6 @@
 # Copyright: llmao fleet contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Ansible module ``llmao.fleet.litellm_deployment``: one llmao deployment in LiteLLM."""
-# Ansible's layout puts the documentation strings ahead of the imports.
-# ruff: noqa: E402
 
 from __future__ import annotations
 
@@ -31,15 +29,13 @@ description:
   - Every change (not in check mode) appends one JSON line to O(audit_log) as soon as it is made.
 extends_documentation_fragment:
   - llmao.fleet.fleet_files
+  - llmao.fleet.fleet_files.required
   - llmao.fleet.approved_boxes
   - ansible.builtin.action_common_attributes
+  - llmao.fleet.controller
 attributes:
-  check_mode:
-    support: full
   diff_mode:
     support: full
-  platform:
-    platforms: posix
 options:
   state:
     description:
@@ -138,7 +134,6 @@ options:
     default: 15
 notes:
   - "Runs on the controller (C(hosts: localhost))."
-  - O(config) and O(models) are both required.
 seealso:
   - module: llmao.fleet.fleet_plan
 """
@@ -199,8 +194,10 @@ from typing import Any
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.llmao.fleet.plugins.module_utils.fleet import Fleet
+from ansible_collections.llmao.fleet.plugins.module_utils.fleet_files import module_args
 from ansible_collections.llmao.fleet.plugins.module_utils.hostnames import normalize_host
 from ansible_collections.llmao.fleet.plugins.module_utils.intent import IntendedServer
+from ansible_collections.llmao.fleet.plugins.module_utils.lifecycle import Change
 from ansible_collections.llmao.fleet.plugins.module_utils.listings import (
     Endpoint,
     Listings,
@@ -219,9 +216,6 @@ from ansible_collections.llmao.fleet.plugins.module_utils.litellm_routes import 
     route_differs,
 )
 from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_module import (
-    APPROVED_SPEC,
-    FILES_RULES,
-    FILES_SPEC,
     load_reconcile_fleet,
 )
 
@@ -242,9 +236,7 @@ DEPLOYMENT_RULES: dict[str, Any] = {
     "required_if": [("state", "present", ("box",))],
 }
 SINGLE_ONLY = ("box", "listen_port", "name", "id", "public_host", "public_port")
-ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
-    **FILES_SPEC,
-    **APPROVED_SPEC,
+OPTIONS: dict[str, dict[str, Any]] = {
     **DEPLOYMENT_OPTIONS,
     "deployments": {"type": "list", "elements": "dict", "options": DEPLOYMENT_OPTIONS,
                     **DEPLOYMENT_RULES},
@@ -253,17 +245,13 @@ ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
 }
 ARGUMENT_RULES: dict[str, Any] = {
     "mutually_exclusive": [("id", "box"), *(("deployments", name) for name in SINGLE_ONLY)],
-    "required_one_of": [("id", "box", "deployments"), *FILES_RULES["required_one_of"]],
-    "required_together": [("box", "listen_port"), ("public_host", "public_port"),
-                          *FILES_RULES["required_together"]],
+    "required_one_of": [("id", "box", "deployments")],
+    "required_together": [("box", "listen_port"), ("public_host", "public_port")],
     "required_if": [("state", "present", ("box", "deployments"), True)],
 }
 AUDIT_LOG_NAME = "llmao-audit.jsonl"
 MASKED = "********"
-REGISTER = "register"
-REPLACE = "replace"
-DELETE = "delete"
-NONE = "none"
+NONE = "none"  # the action of a task that changed nothing
 
 
 class DeploymentError(RuntimeError):
@@ -325,7 +313,7 @@ def ensure_present(litellm: LiteLLM, server: IntendedServer, endpoint: Endpoint,
     route = owned_route(litellm, deployment)
     if route is not None and route_differs(route, server, endpoint) is None:
         return Outcome(deployment, NONE, route_view(route), route_view(route))
-    action = REPLACE if route is not None else REGISTER
+    action = Change.REPLACE if route is not None else Change.REGISTER
     if not check_mode:
         if route is not None:
             litellm.delete(deployment)
@@ -345,7 +333,7 @@ def ensure_absent(litellm: LiteLLM, deployment: str, check_mode: bool) -> Outcom
         return Outcome(deployment, NONE, {}, {})
     if not check_mode:
         litellm.delete(deployment)
-    return Outcome(deployment, DELETE, route_view(route), {})
+    return Outcome(deployment, Change.DELETE, route_view(route), {})
 
 
 def absent_id(fleet: Fleet, item: dict[str, Any]) -> str:
@@ -446,8 +434,7 @@ def outcome_result(outcome: Outcome) -> dict[str, Any]:
 
 
 def main() -> None:
-    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True,
-                           **ARGUMENT_RULES)
+    module = AnsibleModule(**module_args(OPTIONS, approved=True, **ARGUMENT_RULES))
     fleet = load_reconcile_fleet(module)
     params = module.params
     bulk = params["deployments"] is not None

@@ -2,8 +2,6 @@
 # Copyright: llmao fleet contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Ansible module ``llmao.fleet.vllm_api_key``: the bearer a box's vLLM servers require."""
-# Ansible's layout puts the documentation strings ahead of the imports.
-# ruff: noqa: E402
 
 from __future__ import annotations
 
@@ -29,13 +27,7 @@ description:
 extends_documentation_fragment:
   - llmao.fleet.fleet_files
   - ansible.builtin.action_common_attributes
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
-  platform:
-    platforms: posix
+  - llmao.fleet.controller
 options:
   host:
     description:
@@ -117,17 +109,15 @@ from ansible_collections.llmao.fleet.plugins.module_utils.bearer import (
 )
 from ansible_collections.llmao.fleet.plugins.module_utils.fleet import Fleet
 from ansible_collections.llmao.fleet.plugins.module_utils.fleet_files import (
-    FLEET_FILES_ARGUMENT_SPEC,
-    FLEET_FILES_REQUIRED_TOGETHER,
     load_module_fleet,
+    module_args,
 )
 from ansible_collections.llmao.fleet.plugins.module_utils.hostnames import normalize_host
 
-ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
+OPTIONS: dict[str, dict[str, Any]] = {
     "host": {"type": "str", "required": True},
     "port": {"type": "int"},
     "salt": {"type": "str", "no_log": True},
-    **FLEET_FILES_ARGUMENT_SPEC,
 }
 
 
@@ -156,14 +146,13 @@ def salted_key(module: AnsibleModule, salt: str, host: str, port: int) -> dict[i
 
 
 def main() -> None:
-    module = AnsibleModule(
-        argument_spec=ARGUMENT_SPEC,
-        supports_check_mode=True,
-        required_together=FLEET_FILES_REQUIRED_TOGETHER,
+    module = AnsibleModule(**module_args(
+        OPTIONS,
+        files_required=False,
         required_one_of=[("config", "salt")],
         mutually_exclusive=[("salt", "config"), ("salt", "models")],
         required_by={"salt": "port"},
-    )
+    ))
     host = normalize_host(module.params["host"])
     if not host:
         module.fail_json(msg="host is empty")

@@ -2,8 +2,6 @@
 # Copyright: llmao fleet contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Ansible module ``llmao.fleet.vllm_probe``: probe the fleet's vLLM servers, all at once."""
-# Ansible's layout puts the documentation strings ahead of the imports.
-# ruff: noqa: E402
 
 from __future__ import annotations
 
@@ -30,15 +28,10 @@ description:
   - It only reads, so it reports C(changed=false) and runs the same in check mode.
 extends_documentation_fragment:
   - llmao.fleet.fleet_files
+  - llmao.fleet.fleet_files.required
   - llmao.fleet.approved_boxes
   - ansible.builtin.action_common_attributes
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
-  platform:
-    platforms: posix
+  - llmao.fleet.controller
 options:
   boxes:
     description:
@@ -72,7 +65,6 @@ options:
     default: true
 notes:
   - "Runs on the controller (C(hosts: localhost))."
-  - O(config) and O(models) are both required.
 seealso:
   - module: llmao.fleet.fleet_observe
   - module: llmao.fleet.fleet_plan
@@ -153,15 +145,13 @@ from typing import Any
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.llmao.fleet.plugins.module_utils.fleet import Fleet
+from ansible_collections.llmao.fleet.plugins.module_utils.fleet_files import module_args
 from ansible_collections.llmao.fleet.plugins.module_utils.listings import Listings, read_listings
 from ansible_collections.llmao.fleet.plugins.module_utils.probe import (
     DEFAULT_CONCURRENCY,
     probe_many,
 )
 from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_module import (
-    APPROVED_SPEC,
-    FILES_RULES,
-    FILES_SPEC,
     load_reconcile_fleet,
 )
 from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_plan import probe_targets
@@ -171,9 +161,7 @@ from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_records impo
     probe_record,
 )
 
-ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
-    **FILES_SPEC,
-    **APPROVED_SPEC,
+OPTIONS: dict[str, dict[str, Any]] = {
     "boxes": {"type": "list", "elements": "str"},
     "listings": {"type": "dict"},
     "connect_timeout": {"type": "float"},
@@ -215,7 +203,7 @@ def probe_counts(probes: dict[str, dict[str, Any]]) -> dict[str, int]:
 
 
 def main() -> None:
-    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True, **FILES_RULES)
+    module = AnsibleModule(**module_args(OPTIONS, approved=True))
     fleet = load_reconcile_fleet(module)
     params = module.params
     knobs = fleet.settings.lifecycle

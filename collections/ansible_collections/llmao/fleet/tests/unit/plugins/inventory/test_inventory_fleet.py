@@ -303,3 +303,115 @@ def test_cache_holds_no_secret(write_fleet, tmp_path: Path, secrets: dict[str, s
     assert "203.0.113.10" in written
     bearers = {server.api_key for server in load_fleet(config_path, models_path).servers()}
     assert not any(secret in written for secret in {*secrets.values(), *bearers})
+
+
+# ------------------------------------------------------------------ provider listings
+
+def listed_box(provider: str, names: tuple[str, ...], address: str, ports: dict[int, int],
+               price: float | None = None) -> Any:
+    from types import MappingProxyType
+
+    from ansible_collections.llmao.fleet.plugins.module_utils.listings import ListedBox
+
+    return ListedBox(provider, names, address, MappingProxyType(ports), price)
+
+
+@pytest.fixture
+def listed_fleet(write_fleet, base_config) -> Fleet:
+    """Vast boxes keyed by address and by instance id, a RunPod pod, and one no listing names."""
+    base_config["providers"] = {"vast": {"api_key": "unit-vast-api-key-0d0d"},
+                                "runpod": {"api_key": "unit-runpod-api-key-0e0e"}}
+    base_config["fleet"]["hosts"]["4242"] = [["qwen3-8b", 8001]]
+    return load_fleet(*write_fleet(base_config))
+
+
+def fleet_listings(*extra: Any) -> Any:
+    from ansible_collections.llmao.fleet.plugins.module_utils.listings import index_listings
+
+    boxes = [
+        listed_box("vast", ("1001", "203.0.113.10"), "203.0.113.10",
+                   {22: 41022, 8001: 41001, 8002: 41002}, 0.8021),
+        listed_box("vast", ("4242", "203.0.113.77"), "203.0.113.77", {22: 42022, 8001: 42001}),
+        listed_box("runpod", ("pod-abc123", "198.51.100.20"), "198.51.100.20",
+                   {22: 30022, 8001: 30001}, 0.44),
+        *extra,
+    ]
+    return index_listings(["vast", "runpod"], boxes, {})
+
+
+def test_listings_set_where_to_ssh_and_group_by_provider(listed_fleet: Fleet) -> None:
+    inventory = InventoryData()
+    make_plugin(listings=True).populate(inventory, listed_fleet, fleet_listings())
+    vast = inventory.get_host("203.0.113.10").get_vars()
+    assert (vast["ansible_host"], vast["ansible_port"]) == ("203.0.113.10", 41022)
+    assert vast["llmao_public_ports"] == {8001: 41001, 8002: 41002}
+    assert vast["llmao_price_per_hour"] == pytest.approx(0.8021)
+    by_id = inventory.get_host("4242").get_vars()
+    assert (by_id["ansible_host"], by_id["ansible_port"]) == ("203.0.113.77", 42022)
+    pod = inventory.get_host("pod-abc123").get_vars()
+    assert (pod["ansible_host"], pod["ansible_port"], pod["llmao_provider"]) == (
+        "198.51.100.20", 30022, "runpod")
+    assert pod["llmao_public_ports"] == {8001: 30001}  # the listing replaces the seeded port
+    assert members(inventory, "llmao_provider_vast") == {"203.0.113.10", "4242"}
+    assert members(inventory, "llmao_provider_runpod") == {"pod-abc123"}
+    unlisted = inventory.get_host("203.0.113.11").get_vars()
+    assert unlisted["llmao_provider"] == "unlisted" and "ansible_port" not in unlisted
+    assert "203.0.113.11" in members(inventory, "llmao_provider_unlisted")
+
+
+def test_an_ambiguous_address_gets_no_ssh_port_and_a_warning(listed_fleet: Fleet,
+                                                             monkeypatch) -> None:
+    neighbour = listed_box("vast", ("1002", "203.0.113.10"), "203.0.113.10", {22: 43022})
+    plugin = make_plugin()
+    shown: list[str] = []
+    monkeypatch.setattr(sys.modules[type(plugin).__module__].display, "warning", shown.append)
+    inventory = InventoryData()
+    plugin.populate(inventory, listed_fleet, fleet_listings(neighbour))
+    shared = inventory.get_host("203.0.113.10").get_vars()
+    assert "ansible_port" not in shared and shared["llmao_provider"] == "vast"
+    assert "vast 1001, vast 1002 share this address" in shared["llmao_ambiguous"]
+    assert any("203.0.113.10 is ambiguous" in warning for warning in shown)
+
+
+def test_a_runpod_only_fleet_is_not_local(write_fleet, base_config) -> None:
+    base_config["providers"] = {"runpod": {"api_key": "unit-runpod-api-key-0e0e"}}
+    inventory = populate(load_fleet(*write_fleet(base_config)))
+    assert "llmao_provider_local" not in inventory.groups
+    assert members(inventory, "llmao_provider_unlisted") == set(inventory.hosts)
+
+
+def test_a_listing_that_cannot_be_read_fails_the_source(write_fleet, base_config,
+                                                        tmp_path: Path, secrets) -> None:
+    base_config["providers"] = {"vast": {"api_key": secrets["vast_key"],
+                                         "url": "http://127.0.0.1:9/api/v1"}}
+    write_fleet(base_config)
+    with pytest.raises(AnsibleParserError) as caught:
+        parse(write_source(tmp_path, "listings: true\nlistings_timeout: 2\n"))
+    message = str(caught.value)
+    assert "the vast listing could not be read" in message
+    assert "not built from a partial listing" in message
+    assert secrets["vast_key"] not in message
+
+
+def test_without_the_option_no_listing_is_read(write_fleet, base_config, tmp_path: Path) -> None:
+    base_config["providers"] = {"vast": {"api_key": "unit-vast-api-key-0d0d",
+                                         "url": "http://127.0.0.1:9/api/v1"}}
+    write_fleet(base_config)
+    inventory = parse(write_source(tmp_path))
+    assert members(inventory, "llmao_provider_unlisted") == set(inventory.hosts)
+
+
+def test_hostvars_are_trusted_plain_strings_but_a_template_stays_untrusted(
+        write_fleet, base_config, base_models) -> None:
+    """ansible-core 2.19 prints untrusted strings as ``__ansible_unsafe``; ours are trusted."""
+    from ansible.template import is_trusted_as_template
+
+    base_models["models"][0]["model_info"]["vllm"]["args"] = [
+        "--chat-template", "{{ messages }}", "--seed", "1"]
+    inventory = populate(load_fleet(*write_fleet(base_config, base_models)))
+    hostvars = inventory.get_host("198.51.100.7").get_vars()
+    assert is_trusted_as_template(hostvars["llmao_box"])
+    assert is_trusted_as_template(hostvars["ansible_host"])
+    args = hostvars["llmao_servers"][0]["args"]
+    assert [is_trusted_as_template(arg) for arg in args] == [True, False, True, True]
+    assert is_trusted_as_template(inventory.groups["all"].get_vars()["llmao_config_file"])

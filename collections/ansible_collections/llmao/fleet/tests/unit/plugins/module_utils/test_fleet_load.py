@@ -61,7 +61,7 @@ def test_oversized(metrics, configured, context, oversized):
 def test_saturated_after_waiting_on_several_consecutive_passes():
     waiting = figures(requests_waiting=4)
     passes = [load(waiting, waiting=0)]
-    for _ in range(3):
+    for _pass in range(3):
         passes.append(load(waiting, waiting=passes[-1].waiting_passes))
     assert [p.waiting_passes for p in passes] == [1, 2, 3, 4]
     assert [p.saturated for p in passes] == [False, False, True, True]

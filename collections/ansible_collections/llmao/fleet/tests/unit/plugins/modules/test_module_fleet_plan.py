@@ -19,7 +19,7 @@ from ansible_collections.llmao.fleet.plugins.modules.fleet_plan import (
     make_plan,
     plan_result,
 )
-from tests.unit.fleet_files import base_config, write_pair
+from ansible_collections.llmao.fleet.tests.unit.fleets import base_config, write_pair
 
 NOW = 10_000.0
 GEMMA, QWEN, LEGACY = ("llmao:203.0.113.10:8001:gemma", "llmao:203.0.113.10:8002:qwen",
@@ -171,3 +171,46 @@ def test_a_pass_without_scrapes_knows_no_load(fleet):
     assert result["models"]["gemma"]["saturated"] is None
     assert [line for line in result["load_lines"] if "OVERSIZED" in line] == []
     assert "capacity unknown" in result["load_lines"][0]
+
+
+def test_an_ambiguous_address_is_flagged_never_dialled_nor_unlisted(fleet):
+    from types import MappingProxyType
+
+    from ansible_collections.llmao.fleet.plugins.module_utils.listings import ListedBox
+    from ansible_collections.llmao.fleet.plugins.modules.fleet_observe import observe_result
+
+    sharing = [ListedBox("vast", (str(instance), "203.0.113.10"), "203.0.113.10",
+                         MappingProxyType({8001: port})) for instance, port in
+               ((4242, 41001), (4343, 42001))]
+    seen = observations(listings=index_listings(["vast"], sharing, {}))
+    no_answer = {"health_ok": False, "models": "skipped", "detail": "no public address known"}
+    result = result_of(fleet, seen, {GEMMA: no_answer, QWEN: no_answer, LEGACY: DOWN})
+    gemma, qwen, _legacy = result["servers"]
+    for server, line in zip((gemma, qwen), result["lines"], strict=False):
+        assert server["state"] not in ("Unlisted", "Foreign") and server["public"] is None
+        assert server["provider"] == "vast"
+        assert "vast 4242, vast 4343 share this address" in server["ambiguous"]
+        assert line.endswith("key the fleet.hosts row by the instance id]")
+    assert result["changes"] == []
+    assert observe_result(seen)["ambiguous_addresses"] == {
+        "203.0.113.10": ["vast 4242", "vast 4343"]}
+
+
+def test_a_listing_price_wins_over_the_configured_one(tmp_path):
+    from types import MappingProxyType
+
+    from ansible_collections.llmao.fleet.plugins.module_utils.listings import ListedBox
+
+    config = base_config()
+    config["fleet"]["cost_per_hour"] = {"203.0.113.10": 0.6, "198.51.100.7": 0.2}
+    fleet = load_fleet(*write_pair(tmp_path, config))
+    listed = ListedBox("vast", ("4242", "203.0.113.10"), "203.0.113.10",
+                       MappingProxyType({8001: 41001, 8002: 41002}), price_per_hour=0.9)
+    seen = observations(listings=index_listings(["vast"], [listed], {}))
+    result = result_of(fleet, seen, {GEMMA: SERVING, QWEN: SERVING, LEGACY: DOWN})
+    assert result["boxes"]["203.0.113.10"] == {"provider": "vast", "cost_per_hour": 0.9,
+                                               "source": "listing"}
+    assert result["boxes"]["198.51.100.7"] == {"provider": "unlisted", "cost_per_hour": 0.2,
+                                               "source": "config"}
+    assert result["servers"][1]["cost_per_hour"] == pytest.approx(0.45)
+    assert result["models"]["gemma"]["cost_per_hour"] == pytest.approx(0.45 + 0.2)

@@ -32,7 +32,8 @@ from ansible_collections.llmao.fleet.plugins.module_utils.vllm_metrics import Se
 
 POD = ListedBox("runpod", ("abcd1234pod", "198.51.100.20"), "198.51.100.20",
                 MappingProxyType({8001: 30001}))
-VAST = ListedBox("vast", ("203.0.113.10",), "203.0.113.10", MappingProxyType({8001: 41001}))
+VAST = ListedBox("vast", ("4242", "203.0.113.10"), "203.0.113.10", MappingProxyType({8001: 41001}),
+                 price_per_hour=0.8)
 
 
 def through_json(record):
@@ -45,11 +46,28 @@ def test_listings_round_trip_keeps_every_name_and_port():
     record = through_json(listings_record(listings))
     assert len(record["boxes"]) == 2  # the pod is indexed twice, written once
     back = listings_from_record(record)
-    for name in ("abcd1234pod", "198.51.100.20", "203.0.113.10"):
+    for name in ("abcd1234pod", "198.51.100.20", "203.0.113.10", "4242"):
         assert back.listed(name) is Listed.NAMED
+    assert [box.price_per_hour for box in back.boxes] == [0.8, None]
     assert back.endpoint("abcd1234pod", 8001, None).port == 30001
     assert back.endpoint("203.0.113.10", 8001, None).base_url == "http://203.0.113.10:41001/v1"
     assert back.listed("192.0.2.1") is Listed.NOT_NAMED
+
+
+def test_an_ambiguous_address_stays_ambiguous_and_both_instances_stay_listed():
+    neighbour = ListedBox("vast", ("4343", "203.0.113.10"), "203.0.113.10",
+                          MappingProxyType({8001: 41101}))
+    back = listings_from_record(through_json(listings_record(
+        index_listings(["vast"], [VAST, neighbour], {}))))
+    assert back.ambiguity("203.0.113.10") and back.endpoint("203.0.113.10", 8001, None) is None
+    assert back.endpoint("4343", 8001, None).port == 41101
+
+
+def test_a_garbage_price_is_a_record_error():
+    record = through_json(listings_record(index_listings(["vast"], [VAST], {})))
+    record["boxes"][0]["price_per_hour"] = "cheap"
+    with pytest.raises(RecordError, match="price_per_hour"):
+        listings_from_record(record)
 
 
 def test_a_failed_listing_survives_the_trip():

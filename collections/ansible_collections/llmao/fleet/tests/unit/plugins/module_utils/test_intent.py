@@ -8,7 +8,13 @@ import pytest
 
 from ansible_collections.llmao.fleet.plugins.module_utils.bearer import derive_vllm_api_key
 from ansible_collections.llmao.fleet.plugins.module_utils.fleet import ApprovalError, load_fleet
-from tests.unit.fleet_files import SALT, SHARED_BEARER, base_config, base_models, write_pair
+from ansible_collections.llmao.fleet.tests.unit.fleets import (
+    SALT,
+    SHARED_BEARER,
+    base_config,
+    base_models,
+    write_pair,
+)
 
 
 @pytest.fixture

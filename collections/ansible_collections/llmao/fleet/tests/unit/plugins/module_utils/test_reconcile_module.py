@@ -9,7 +9,7 @@ from ansible_collections.llmao.fleet.plugins.module_utils.bearer import derive_v
 from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_module import (
     load_reconcile_fleet,
 )
-from tests.unit.fleet_files import SALT, write_pair
+from ansible_collections.llmao.fleet.tests.unit.fleets import SALT, write_pair
 
 APPROVED = "192.0.2.77"
 

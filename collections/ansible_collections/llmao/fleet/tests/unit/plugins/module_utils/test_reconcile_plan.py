@@ -20,12 +20,13 @@ from ansible_collections.llmao.fleet.plugins.module_utils.litellm_routes import 
     parse_model_info,
 )
 from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_plan import (
-    memory_from,
-    memory_record,
+    Plan,
+    ServerPlan,
     plan_pass,
     probe_targets,
 )
-from tests.unit.fleet_files import write_pair
+from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_records import Observations
+from ansible_collections.llmao.fleet.tests.unit.fleets import write_pair
 
 NOW = 50_000.0
 SERVING = Probe(True, Models.LISTS)
@@ -48,37 +49,44 @@ def owned(id_, model_name, port):
 
 
 def plan(fleet, probes, routes=(), memories=None, fetches=None, applied=None):
-    return plan_pass(fleet, NOW, fetches or {}, memories or {}, LOCAL, probes, list(routes),
-                     applied or {})
+    seen = Observations(NOW, fetches or {}, applied or {}, memories or {}, LOCAL, tuple(routes))
+    return plan_pass(fleet, seen, probes)
+
+
+def changed(result: Plan) -> list[ServerPlan]:
+    """The servers whose LiteLLM deployment the pass changes."""
+    return [server for server in result.servers if server.change]
 
 
 def test_healthy_servers_are_registered_and_kept(fleet):
     first = plan(fleet, {GEMMA: SERVING, QWEN: SERVING, LEGACY: DOWN},
                  fetches={"203.0.113.10": NOW - 30})
-    assert [(c["id"], c["change"]) for c in first.changes()] == [(GEMMA, "register"),
-                                                               (QWEN, "register")]
+    assert [(c.id, c.change) for c in changed(first)] == [(GEMMA, "register"),
+                                                        (QWEN, "register")]
     routes = [owned(GEMMA, "gemma", 8001), owned(QWEN, "qwen", 8002)]
     second = plan(fleet, {GEMMA: SERVING, QWEN: SERVING, LEGACY: DOWN}, routes,
                   memories=first.memories)
-    assert second.changes() == []
+    assert changed(second) == [] and second.orphans == ()
 
 
 def test_failure_below_threshold_deletes_nothing(fleet):
     healthy = Memory(State.HEALTHY, 0, 0, NOW - 100)
     routes = [owned(GEMMA, "gemma", 8001)]
     one = plan(fleet, {GEMMA: DOWN, QWEN: DOWN, LEGACY: DOWN}, routes, {GEMMA: healthy})
-    assert one.changes() == []
+    assert changed(one) == [] and one.orphans == ()
     at = plan(fleet, {GEMMA: DOWN, QWEN: DOWN, LEGACY: DOWN}, routes,
               {GEMMA: Memory(State.HEALTHY, 2, 0, NOW - 100)})
-    assert [(c["id"], c["change"], c["state"]) for c in at.changes()] == [
+    assert [(c.id, c.change, c.verdict.state) for c in changed(at)] == [
         (GEMMA, "delete", "Unhealthy")]
+    assert at.orphans == ()
 
 
 def test_address_move_replaces_the_route(fleet):
     moved = Route(GEMMA, "gemma", "http://203.0.113.10:9999/v1", "http://203.0.113.10:9999/v1")
     result = plan(fleet, {GEMMA: SERVING, QWEN: DOWN, LEGACY: DOWN}, [moved])
-    (change,) = result.changes()
-    assert change["change"] == "replace" and "moved" in change["why"]
+    (change,) = changed(result)
+    assert change.change == "replace" and "moved" in change.why
+    assert result.orphans == ()
 
 
 def test_orphans_and_drift(fleet):
@@ -90,8 +98,8 @@ def test_orphans_and_drift(fleet):
     ]
     result = plan(fleet, {GEMMA: DOWN, QWEN: SERVING, LEGACY: DOWN}, routes,
                   applied={"203.0.113.10": "0123456789abcdef"})
-    changes = {(c["id"], c["change"]) for c in result.changes()}
-    assert ("llmao:192.0.2.50:8001:gemma", "delete") in changes
+    assert [route.id for route in result.orphans] == ["llmao:192.0.2.50:8001:gemma"]
+    changes = {(c.id, c.change) for c in changed(result)}
     assert (QWEN, "replace") in changes
     assert not any(c[0] in ("hand-made", "openai-1") for c in changes)
     kinds = sorted(d["kind"] for d in result.drift)
@@ -106,15 +114,15 @@ def test_probe_targets_carry_the_bearer_and_address(fleet):
 
 def test_summary_has_no_secret(fleet):
     result = plan(fleet, {GEMMA: SERVING, QWEN: SERVING, LEGACY: SERVING})
-    text = repr([p.summary() for p in result.servers]) + repr(result.changes())
+    text = repr([p.summary() for p in result.servers]) + repr(result.orphans)
     assert all(s.api_key not in text for s in fleet.servers())
 
 
 def test_memory_round_trip():
     memory = Memory(State.REJECTED, 0, 2, 12.5)
-    assert memory_from(memory_record(memory)) == memory
-    assert memory_from(None) == Memory()
-    assert memory_from({"state": "Bogus"}).state is None
+    assert Memory.from_record(memory.record()) == memory
+    assert Memory.from_record(None) == Memory()
+    assert Memory.from_record({"state": "Bogus"}).state is None
 
 
 def test_body_and_model_info(fleet):

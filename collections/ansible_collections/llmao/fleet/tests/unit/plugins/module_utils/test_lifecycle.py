@@ -118,7 +118,7 @@ def test_failures_count_up_then_reset_on_recovery():
 def test_rejected_passes_accumulate_into_foreign():
     memory = Memory()
     seen = []
-    for _ in range(3):
+    for _pass in range(3):
         verdict = classify(NOW, NOW, REJECTING, Listed.NOT_NAMED, memory, KNOBS)
         memory = verdict.memory
         seen.append(verdict.state)

@@ -6,7 +6,7 @@ import pytest
 
 from ansible_collections.llmao.fleet.plugins.module_utils.config_errors import ConfigError
 from ansible_collections.llmao.fleet.plugins.module_utils.fleet import load_fleet
-from tests.unit.fleet_files import (
+from ansible_collections.llmao.fleet.tests.unit.fleets import (
     FLEET_KEY,
     SALT,
     SHARED_BEARER,
@@ -204,7 +204,7 @@ def test_config_file_unreadable(tmp_path, raw, message):
 
 
 def test_missing_file_is_named(tmp_path):
-    config, _ = write_pair(tmp_path)
+    config = write_pair(tmp_path)[0]
     with pytest.raises(ConfigError, match="nowhere.yaml: cannot be read"):
         load_fleet(config, str(tmp_path / "nowhere.yaml"))
 

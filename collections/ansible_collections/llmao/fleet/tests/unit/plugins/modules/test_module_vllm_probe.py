@@ -12,7 +12,7 @@ from ansible_collections.llmao.fleet.plugins.modules.vllm_probe import (
     probe_fleet,
     unknown_boxes,
 )
-from tests.local_fleet import LocalFleet, loopback_boxes, one_model_hosts, start_stubs, stop_stubs
+from rig.local_fleet import LocalFleet, loopback_boxes, one_model_hosts, start_stubs, stop_stubs
 
 LOCAL = index_listings([], [], {})
 
@@ -59,7 +59,7 @@ def test_every_outcome_in_one_call(probed_fleet):
 
 
 def test_a_box_filter_probes_only_those(probed_fleet):
-    fleet, (serving, _, _, silent) = probed_fleet
+    fleet, (serving, _rejecting, _sick, silent) = probed_fleet
     probes = probe_fleet(fleet, LOCAL, [silent, f" {serving}"], connect_timeout=2, timeout=5)
     assert {p["box"] for p in probes.values()} == {serving, silent}
     assert unknown_boxes(fleet, [serving, "192.0.2.99"]) == ["192.0.2.99"]

@@ -10,18 +10,16 @@ traffic leaves the machine.
 from __future__ import annotations
 
 import random
-import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from ansible_collections.llmao.fleet.plugins.module_utils.config_file import LISTEN_PORTS
-from ansible_collections.llmao.fleet.plugins.module_utils.fleet import Fleet, load_fleet
+from ansible_collections.llmao.fleet.plugins.module_utils.fleet import Fleet
 from ansible_collections.llmao.fleet.plugins.module_utils.intent import IntendedServer
 from rig.boxes import LocalStub, start_local_stub
+from rig.fleet_files import FleetFolder, recipe, strong_secret, write_fleet
 
 MODEL = "stub-model"
 WEIGHTS = "example/stub-model"
@@ -40,16 +38,12 @@ def models_document(names: Sequence[str] = (MODEL,),
                     recipes: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, Any]:
     """One self-hosted entry per name; ``recipes`` adds vLLM recipe keys (args, max_model_len)."""
     recipes = recipes or {}
-    return {"models": [{
-        "model_name": name,
-        "litellm_params": {"model": f"hosted_vllm/{name}"},
-        "model_info": {"self_hosted": True,
-                       "vllm": {"model": f"example/{name}", **recipes.get(name, {})}},
-    } for name in names]}
+    return {"models": [recipe(name, f"example/{name}", **recipes.get(name, {}))
+                       for name in names]}
 
 
 @dataclass
-class LocalFleet:
+class LocalFleet(FleetFolder):
     """The two files, the secrets a test needs to act as each party, and the loaded fleet."""
 
     folder: Path
@@ -57,21 +51,9 @@ class LocalFleet:
     settings: dict[str, Any] = field(default_factory=dict)
     models: Sequence[str] = (MODEL,)
     recipes: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
-    salt: str = field(default_factory=lambda: "salt-" + secrets.token_urlsafe(18))
-    fleet_key: str = field(default_factory=lambda: "fleet-" + secrets.token_urlsafe(18))
-    admin_token: str = field(default_factory=lambda: "admin-" + secrets.token_urlsafe(18))
-
-    @property
-    def config_path(self) -> Path:
-        return self.folder / "config.yaml"
-
-    @property
-    def models_path(self) -> Path:
-        return self.folder / "models.yaml"
-
-    @property
-    def inventory_path(self) -> Path:
-        return self.folder / "fleet.yml"
+    salt: str = field(default_factory=lambda: strong_secret("salt-"))
+    fleet_key: str = field(default_factory=lambda: strong_secret("fleet-"))
+    admin_token: str = field(default_factory=lambda: strong_secret("admin-"))
 
     def write(self, **sections: Any) -> Fleet:
         """Write config.yaml, models.yaml and an inventory source; ``sections`` merge in."""
@@ -81,16 +63,9 @@ class LocalFleet:
         config = {**{k: v for k, v in self.settings.items() if k != "fleet"},
                   "fleet": fleet_section,
                   "admin": {"token": self.admin_token}}
-        self.folder.mkdir(parents=True, exist_ok=True)
-        self.config_path.write_text(yaml.safe_dump(config, sort_keys=False))
-        self.models_path.write_text(yaml.safe_dump(models_document(self.models, self.recipes),
-                                                   sort_keys=False))
-        self.inventory_path.write_text("plugin: llmao.fleet.fleet\nconfig: config.yaml\n"
-                                       "models: models.yaml\n")
+        write_fleet(self.folder, config, models_document(self.models, self.recipes),
+                    inventory=True)
         return self.load()
-
-    def load(self) -> Fleet:
-        return load_fleet(str(self.config_path), str(self.models_path))
 
     def secrets(self) -> list[str]:
         """Every secret of this fleet, to check that none shows anywhere."""

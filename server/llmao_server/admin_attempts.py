@@ -1,0 +1,99 @@
+"""One attempt limit for every admin credential: the login form and the admin API's bearer.
+
+Both take ``admin.token``, so both draw on one budget kept in the shared store:
+:data:`PEER_LIMIT` attempts per peer and :data:`OVERALL_LIMIT` from everyone in
+a :data:`WINDOW_S` window, whichever worker or instance answers. Each attempt
+is counted in the store *before* the token is compared, by one atomic
+statement per scope, so tries sent in parallel cannot all slip in under the
+limit: once a count is over, the token is not even looked at. The right token
+gives its attempt back and clears its peer, so reconcile's regular calls never
+use the budget up. The overall limit bounds guessing from many addresses; it
+also means such a spread attack locks the admin out until its window ends,
+which is the price of a bound.
+
+The peer is the TCP peer (an IPv6 peer counts by its /64, which one host
+usually holds whole): ``X-Forwarded-For`` is whatever a caller writes, so
+trusting it would let one caller try without limit.
+
+An attempt the store cannot count is refused with 503: counting nothing would
+be an unlimited try. Wrong tokens are audited one line each (the limits bound
+them); refusals once when a window closes and every hundredth after.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import time
+
+from .audit import audit
+from .state import ServerState
+from .store import OVERALL_SCOPE, StoreError
+
+PEER_LIMIT = 5
+OVERALL_LIMIT = 100
+WINDOW_S = 15 * 60.0
+AUDIT_EVERY = 100
+IPV6_PEER_PREFIX = 64
+
+
+class AttemptRefused(Exception):
+    """The token was not compared: over a limit (429) or not countable (503)."""
+
+    def __init__(self, status: int, message: str, retry_after_s: int | None = None):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.retry_after_s = retry_after_s
+
+
+def peer_scope(address: str | None) -> str:
+    """The budget a peer address draws on: itself, or its /64 for IPv6."""
+    try:
+        ip = ipaddress.ip_address(address or "")
+    except ValueError:
+        return address or "unknown"
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            return str(ip.ipv4_mapped)
+        return str(ipaddress.ip_network(f"{ip}/{IPV6_PEER_PREFIX}", strict=False))
+    return str(ip)
+
+
+def admin_token_matches(state: ServerState, presented: str, peer: str | None, action: str,
+                        who: str = "-") -> bool:
+    """Whether ``presented`` is ``admin.token``, counted against both limits first.
+
+    Raises :class:`AttemptRefused` instead of comparing when a limit is reached or
+    the store cannot count the attempt. ``action`` and ``who`` name it in the audit log.
+    A peer over its own limit is not counted overall: one caller alone never locks
+    everybody out.
+    """
+    scope = peer_scope(peer)
+    for counted, limit, whose in ((scope, PEER_LIMIT, "this address"),
+                                  (OVERALL_SCOPE, OVERALL_LIMIT, "all addresses")):
+        now = time.time()
+        try:
+            attempts, since = state.store.claim_attempt(counted, now, WINDOW_S)
+        except StoreError as exc:
+            audit(state.redact, action, "refused", who, peer, why=f"not counted: {exc}")
+            raise AttemptRefused(503, "the state store cannot count admin attempts now, so "
+                                      "none is accepted; try again when it is writable") from None
+        if attempts > limit:
+            if worth_auditing(attempts - limit):
+                audit(state.redact, action, "refused", who, peer,
+                      why=f"attempt limit: {attempts} from {whose} in the window")
+            wait_s = max(1, round(since + WINDOW_S - now))
+            raise AttemptRefused(429, f"too many admin token attempts from {whose}: try again "
+                                      f"in {max(1, round(wait_s / 60))} min", wait_s)
+    expected = (state.fleet.settings.admin_token or "").encode("utf-8")
+    if hmac.compare_digest(presented.encode("utf-8"), expected):
+        state.store.release_attempt(scope)
+        return True
+    audit(state.redact, action, "refused", who, peer, why="wrong token")
+    return False
+
+
+def worth_auditing(over: int) -> bool:
+    """The first refusal of a window, then every :data:`AUDIT_EVERY`-th: bounded lines."""
+    return over == 1 or over % AUDIT_EVERY == 0

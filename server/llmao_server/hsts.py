@@ -1,0 +1,33 @@
+"""HSTS: every answer over HTTPS tells the client to use nothing else for a year.
+
+A WSGI layer around the whole app (box API, admin API, dashboard), so one rule
+covers every answer. Plain HTTP (loopback only) is left alone: a browser
+ignores the header there anyway, and it would pin a development host.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from .box_api import WsgiApp
+
+HSTS_HEADER = ("Strict-Transport-Security", "max-age=31536000")
+
+
+class StrictTransport:
+    """Adds :data:`HSTS_HEADER` to every answer the wrapped app gives over HTTPS."""
+
+    def __init__(self, app: WsgiApp):
+        self.app = app
+
+    def __call__(self, environ: dict[str, Any],
+                 start_response: Callable[..., Any]) -> Iterable[bytes]:
+        if environ.get("wsgi.url_scheme") != "https":
+            return self.app(environ, start_response)
+
+        def start_with_hsts(status: str, headers: list[tuple[str, str]],
+                            exc_info: Any = None) -> Any:
+            return start_response(status, [*headers, HSTS_HEADER], exc_info)
+
+        return self.app(environ, start_with_hsts)

@@ -1,0 +1,24 @@
+"""The box program's copies of the protocol's names are llmao's own.
+
+install_set.py runs alone on a box with the standard library, so it cannot import the core or
+the server: it carries copies. A change on either side must fail here, not on a fleet.
+"""
+
+from __future__ import annotations
+
+from ansible_collections.llmao.fleet.plugins.module_utils.hostnames import HOST_HEADER
+from ansible_collections.llmao.fleet.plugins.module_utils.models_file import RECIPE_NUMBERS
+from llmao_server.box_api import ROUTES
+
+
+def test_the_optional_numbers_are_the_recipe_numbers_of_models_yaml(install_set):
+    assert install_set.OPTIONAL_NUMBERS == RECIPE_NUMBERS
+
+
+def test_the_host_header_is_the_one_the_server_reads(install_set):
+    assert install_set.HOST_HEADER == HOST_HEADER
+
+
+def test_the_paths_and_methods_are_the_box_apis(install_set):
+    assert ROUTES[install_set.CONFIG_PATH][0] == "GET"
+    assert ROUTES[install_set.APPLIED_PATH][0] == "POST"
