@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from ansible_collections.llmao.fleet.plugins.module_utils.litellm_client import LiteLLM
 from ansible_collections.llmao.fleet.plugins.module_utils.llmao_admin import LlmaoAdmin
 from rig.boxes import free_port
 from rig.local_fleet import LocalFleet, loopback_boxes, start_stubs, stop_stubs
@@ -40,6 +41,15 @@ def ask(box: str, port: int, key: str, words: int) -> None:
         answer.read()
 
 
+def forget_routes(fleet) -> None:
+    """The session's LiteLLM fake is shared: this test's deployments go with it."""
+    client = LiteLLM.from_settings(fleet.settings)
+    ours = tuple(f"llmao:{box}:" for box in fleet.assignments)
+    for route in client.routes():
+        if route.id.startswith(ours):
+            client.delete(route.id)
+
+
 def test_oversized_saturated_and_healthy_in_one_pass(tmp_path: Path, fake_litellm,
                                                      litellm_master_key):
     roomy_box, big_box, busy_box = loopback_boxes(3)
@@ -65,6 +75,7 @@ def test_oversized_saturated_and_healthy_in_one_pass(tmp_path: Path, fake_litell
             verdicts = LlmaoAdmin(server.url, local.admin_token).observations().verdicts
     finally:
         stop_stubs(stubs)
+        forget_routes(fleet)
     assert done.returncode == 0, done.output
     assert (f"{big_box} big (big): OVERSIZED: serves max_model_len 4096 but its KV cache "
             "holds 128 tokens, so vLLM accepts a request that needs the space and then hangs on "
