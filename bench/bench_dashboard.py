@@ -32,6 +32,7 @@ from llmao_server.dashboard.fleet_view import build_page
 from llmao_server.dashboard.views import observe
 from llmao_server.state import ServerState
 from llmao_server.store import AppliedReport, ReconcilePass, UnknownBox
+from tests.dashboard.sessions import log_in
 
 BOXES = 500  # one to three servers each: 999 servers
 ROUNDS = 7
@@ -98,23 +99,23 @@ def measure(client: FlaskClient) -> dict[str, tuple[float, int]]:
     return {name: (statistics.median(values), sizes[name]) for name, values in samples.items()}
 
 
-def build_app(folder: Path) -> Flask:
+def build_app(folder: Path) -> tuple[Flask, str]:
+    """The app over a generated fleet, and that fleet's admin token."""
     fleet = write_fleet(folder / "fleet", BOXES)
     app = create_app({"TESTING": True, "LLMAO_CONFIG": str(fleet.config_path),
                       "LLMAO_MODELS": str(fleet.models_path),
                       "LLMAO_STATE": str(folder / "state.sqlite3")})
     app.add_url_rule("/bench/fleet.json", "bench_fleet_json", table_as_json)
-    return app
+    return app, fleet.keys.admin_token
 
 
 def main() -> int:
     with tempfile.TemporaryDirectory(prefix="llmao-bench-dashboard-") as folder:
-        app = build_app(Path(folder))
+        app, admin_token = build_app(Path(folder))
         state: ServerState = app.extensions["llmao"]
         seed(state, time.time())
         client = app.test_client()
-        with client.session_transaction() as session:
-            session["admin"] = "bench"  # the fleet has no admin token: sign the session here
+        assert log_in(client, admin_token, "bench").status_code == 302
         servers = sum(len(a.servers) for a in state.fleet.assignments.values())
         results = measure(client)
         state.close()

@@ -61,7 +61,8 @@ def models_document() -> dict[str, object]:
 
 def config_document(boxes: tuple[str, ...], keys: FleetSecrets) -> dict[str, object]:
     hosts = {name: box_rows(index) for index, name in enumerate(boxes)}
-    return {"fleet": fleet_section(keys, hosts), "server": {"state": "llmao-state.sqlite3"}}
+    return {"fleet": fleet_section(keys, hosts), "server": {"state": "llmao-state.sqlite3"},
+            "admin": {"token": keys.admin_token}}
 
 
 def write_fleet(folder: Path, boxes: int) -> GeneratedFleet:

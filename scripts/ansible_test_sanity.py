@@ -5,7 +5,9 @@ bootstraps pip into it with a script it downloads from outside PyPI, unless
 ``~/.ansible/test/cache/get_pip_<version>.py`` already exists. This seeds that
 cache with ``ansible_test_get_pip.py`` and the matching pip wheel downloaded
 from PyPI, then runs the sanity tests from the collection's folder (where
-ansible-test must be started) with this interpreter's Python version.
+ansible-test must be started) with this interpreter's Python version. The
+ansible-test run is this interpreter's: scripts/ansible_core_matrix.py runs this
+script with each ansible-core release the collection claims.
 
     python scripts/ansible_test_sanity.py [--test NAME ...] [extra ansible-test options]
 """

@@ -7,8 +7,9 @@ which reconcile adds to the fleet it loads), the
 previous reconcile pass's verdicts (which carry the lifecycle memory the next
 pass needs) and the server's clock, so that reconcile measures ages against
 the clock the fetch times were taken with. ``POST /admin/api/verdicts`` replaces
-the stored pass with a new one; the dashboard shows it. Its numbers are checked
-before anything is kept: JSON's ``NaN`` and ``Infinity`` and overflowing
+the stored pass with a new one, its per model and per box loads included, and
+adds its load sample to the history; the dashboard and ``/metrics`` show them.
+Its numbers are checked before anything is kept: JSON's ``NaN`` and ``Infinity`` and overflowing
 literals are refused, ``pass_at`` must be near the server's clock (reconcile
 takes it from ``now`` in the observations), and each verdict's memory, which
 the next pass reads back, must hold the types that pass expects.
@@ -30,9 +31,13 @@ from typing import Any, NoReturn
 from flask import Blueprint, Response, current_app, request
 
 from ansible_collections.llmao.fleet.plugins.module_utils.bearer import is_placeholder
+from ansible_collections.llmao.fleet.plugins.module_utils.fleet_load import read_load_document
 from ansible_collections.llmao.fleet.plugins.module_utils.lifecycle import State
 from ansible_collections.llmao.fleet.plugins.module_utils.llmao_admin import (
     observations_document,
+)
+from ansible_collections.llmao.fleet.plugins.module_utils.vllm_metrics import (
+    MetricsRecordError,
 )
 
 from .admin_attempts import AttemptRefused, admin_token_matches
@@ -174,7 +179,15 @@ def read_pass(doc: Any, now: float) -> ReconcilePass:
         check_verdict(key, verdict, now)
     if not all(isinstance(item, dict) for item in drift):
         bad("every drift item must be an object")
-    return ReconcilePass(float(pass_at), verdicts, drift, now)
+    models, boxes = doc.get("models", {}), doc.get("boxes", {})
+    for part, value in (("models", models), ("boxes", boxes)):
+        if not isinstance(value, dict) or len(value) > MAX_VERDICTS:
+            bad(f"{part} must be an object of at most {MAX_VERDICTS} names")
+    try:
+        read_load_document(doc)
+    except MetricsRecordError as exc:
+        bad(f"the pass's loads (docs/metrics.md): {exc}")
+    return ReconcilePass(float(pass_at), verdicts, drift, now, models, boxes)
 
 
 def is_number(value: Any) -> bool:

@@ -8,6 +8,7 @@ checked as ``LLMAO_FLEET``, so a large fleet is read once.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Mapping
 from typing import Any
@@ -17,7 +18,7 @@ from flask import Flask
 from ansible_collections.llmao.fleet.plugins.module_utils.config_errors import ConfigError
 from ansible_collections.llmao.fleet.plugins.module_utils.fleet import Fleet, load_fleet
 
-from . import admin_api, health
+from . import admin_api, fleet_metrics, health
 from .api_errors import flask_error_handler
 from .box_api import BoxApi
 from .dashboard import init_dashboard
@@ -25,6 +26,8 @@ from .hsts import StrictTransport
 from .logs import SERVER_LOGGER, ensure_server_logging
 from .state import ServerState
 from .store import open_store
+
+log = logging.getLogger(__name__)
 
 SETTINGS_FROM_ENVIRONMENT = ("LLMAO_CONFIG", "LLMAO_MODELS", "LLMAO_STATE")
 
@@ -41,14 +44,24 @@ def create_app(test_config: Mapping[str, Any] | None = None) -> Flask:
     state.forget_joined_unknowns()
     app.extensions["llmao"] = state
     ensure_server_logging()
+    warn_of_weak_secrets(fleet)
     app.register_blueprint(health.bp)
     app.register_blueprint(admin_api.bp)
+    app.register_blueprint(fleet_metrics.bp)
     init_dashboard(app)
     store.close()  # a worker forked from this process opens its own connection
     # Flask's routes answer errors in the box API's JSON shape.
     app.register_error_handler(Exception, flask_error_handler)
     app.wsgi_app = StrictTransport(BoxApi(state, app.wsgi_app))
     return app
+
+
+def warn_of_weak_secrets(fleet: Fleet) -> None:
+    """A weak fleet.key or salt loads (changing it means re-provisioning) but never quietly:
+    one warning per secret in the log of every server that starts on it."""
+    for key, why in fleet.settings.weak_secrets:
+        log.warning("%s: %s %s: weak secrets are easier to guess; see the dashboard and "
+                    "docs/rotating-secrets.md", fleet.config_path, key, why)
 
 
 def fleet_from_files(config: Mapping[str, Any]) -> Fleet:

@@ -3,24 +3,36 @@
 Everything that can be wrong before serving is found before binding: the
 fleet files (the core's message, no traceback), the TLS pair, the state store.
 Plain HTTP is for loopback only; boxes fetch over HTTPS.
+
+``--config``, ``--models`` and ``--state`` default to the environment variables
+the app factory reads (``LLMAO_CONFIG``, ``LLMAO_MODELS``, ``LLMAO_STATE``), so a
+service manager can set them once for both.
 """
 
 from __future__ import annotations
 
 import argparse
-import ipaddress
+import logging
 import os
 import sys
+from collections.abc import Mapping
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any
+
+from flask import Flask
 
 from ansible_collections.llmao.fleet.plugins.module_utils.config_errors import ConfigError
 from ansible_collections.llmao.fleet.plugins.module_utils.fleet import Fleet, load_fleet
 
-from .app import create_app
+from .addresses import is_loopback
+from .app import SETTINGS_FROM_ENVIRONMENT, create_app
 from .gunicorn_app import READ_TIMEOUT_S, GunicornServer, gunicorn_options
-from .logs import log_to_stderr
+from .logs import LOG_FORMATS, SERVER_LOGGER, gunicorn_log_options, log_to_stderr
 from .store import StoreError, open_store
 
 PROG = "llmao-server"
+DISTRIBUTION = "llmao-fleet"
+RELOAD_LOGGER = f"{SERVER_LOGGER}.reload"
 
 
 class Refused(Exception):
@@ -30,8 +42,9 @@ class Refused(Exception):
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog=PROG, description="Serve GET /vllm/config and POST /vllm/applied for a fleet.")
-    parser.add_argument("--config", required=True, help="config.yaml")
-    parser.add_argument("--models", required=True, help="models.yaml")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {package_version()}")
+    parser.add_argument("--config", help="config.yaml (default: $LLMAO_CONFIG)")
+    parser.add_argument("--models", help="models.yaml (default: $LLMAO_MODELS)")
     parser.add_argument("--bind", required=True, metavar="HOST:PORT",
                         help="address to listen on, e.g. 0.0.0.0:8443 or [::1]:8080")
     parser.add_argument("--workers", type=int, default=2, help="gunicorn worker processes (2)")
@@ -39,12 +52,32 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--keyfile", help="TLS private key (PEM)")
     parser.add_argument("--state", metavar="PATH_OR_URL",
                         help="state store: a SQLite file or a postgresql:// URL, "
-                             "overriding server.state")
+                             "overriding server.state (default: $LLMAO_STATE)")
     parser.add_argument("--read-timeout", type=int, default=READ_TIMEOUT_S, metavar="SECONDS",
                         help="time limit for a TLS handshake, for a request's headers (and "
                              "an idle kept-alive connection), and for a request's body and "
                              f"answer; a slower client is disconnected ({READ_TIMEOUT_S})")
-    return parser.parse_args(argv)
+    parser.add_argument("--log-format", choices=LOG_FORMATS, default=LOG_FORMATS[0],
+                        help="text lines, or one JSON object a line for a log collector "
+                             f"({LOG_FORMATS[0]})")
+    parser.set_defaults(**environment_defaults(os.environ))
+    args = parser.parse_args(argv)
+    if not args.config or not args.models:
+        parser.error("--config and --models (or LLMAO_CONFIG and LLMAO_MODELS) are required")
+    return args
+
+
+def environment_defaults(environ: Mapping[str, str]) -> dict[str, str]:
+    """``LLMAO_CONFIG`` → ``config``, …: the app factory's settings as the options' defaults."""
+    return {key.removeprefix("LLMAO_").lower(): environ[key]
+            for key in SETTINGS_FROM_ENVIRONMENT if environ.get(key)}
+
+
+def package_version() -> str:
+    try:
+        return version(DISTRIBUTION)
+    except PackageNotFoundError:  # run from a checkout that was never installed
+        return "unknown"
 
 
 def bind_host(bind: str) -> str:
@@ -54,14 +87,6 @@ def bind_host(bind: str) -> str:
         raise Refused(f"--bind {bind!r}: expected HOST:PORT, e.g. 127.0.0.1:8080")
     return host[1:-1] if host.startswith("[") and host.endswith("]") else host
 
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def check_transport(args: argparse.Namespace) -> None:
@@ -100,6 +125,32 @@ def load_checked_fleet(args: argparse.Namespace) -> Fleet:
     return fleet
 
 
+def app_settings(args: argparse.Namespace, location: str, fleet: Fleet) -> dict[str, Any]:
+    """The app factory's settings: the files, the store, and the fleet already checked."""
+    return {"LLMAO_CONFIG": args.config, "LLMAO_MODELS": args.models,
+            "LLMAO_STATE": location, "LLMAO_FLEET": fleet}
+
+
+def reloaded_app(args: argparse.Namespace, location: str) -> Flask | None:
+    """SIGHUP: the app over the fleet files as they are now, or None to keep the one serving.
+
+    The files are checked as at start and refused with the same message; the store is
+    not reset, so approvals (which last until a restart) outlive a reload. Any failure
+    keeps the app in force: a reload must never stop a serving fleet.
+    """
+    log = logging.getLogger(RELOAD_LOGGER)
+    try:
+        app = create_app(app_settings(args, location, load_checked_fleet(args)))
+    except Refused as exc:
+        log.error("%s: reload refused, still serving the files read before: %s", PROG, exc)
+        return None
+    except Exception:  # the store, the dashboard: anything, the old app keeps serving
+        log.exception("%s: reload failed, still serving the files read before", PROG)
+        return None
+    log.info("%s: reloaded %s and %s", PROG, args.config, args.models)
+    return app
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
@@ -114,12 +165,13 @@ def main(argv: list[str] | None = None) -> int:
     except Refused as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
         return 2
-    log_to_stderr()
-    app_config = {"LLMAO_CONFIG": args.config, "LLMAO_MODELS": args.models,
-                  "LLMAO_STATE": location, "LLMAO_FLEET": fleet}
+    log_to_stderr(args.log_format)
+    app_config = app_settings(args, location, fleet)
     options = gunicorn_options(args.bind, args.workers, args.certfile, args.keyfile,
                                args.read_timeout)
-    GunicornServer(lambda: create_app(app_config), options).run()
+    options.update(gunicorn_log_options(args.log_format))
+    GunicornServer(lambda: create_app(app_config), options,
+                   reload=lambda: reloaded_app(args, location)).run()
     return 0
 
 

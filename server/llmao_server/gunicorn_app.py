@@ -53,12 +53,26 @@ def gunicorn_options(bind: str, workers: int, certfile: str | None = None,
 
 
 class GunicornServer(BaseApplication):
-    """A gunicorn arbiter for the app ``load`` returns, configured only by ``options``."""
+    """A gunicorn arbiter for the app ``load`` returns, configured only by ``options``.
 
-    def __init__(self, load: Callable[[], Callable[..., Any]], options: dict[str, Any]):
+    On SIGHUP gunicorn reloads its settings and replaces every worker by a fresh
+    fork of the arbiter; with ``preload_app`` they would fork the old app. So a
+    reload asks ``reload`` for a new app first: it returns one, or None to go on
+    serving the app already loaded (a bad new config never stops the service).
+    """
+
+    def __init__(self, load: Callable[[], Callable[..., Any]], options: dict[str, Any],
+                 reload: Callable[[], Callable[..., Any] | None] | None = None):
         self._load = load
         self._options = options
+        self._reload = reload
         super().__init__()
+
+    def reload(self) -> None:
+        super().reload()
+        fresh = self._reload() if self._reload is not None else None
+        if fresh is not None:
+            self.callable = fresh
 
     def load_config(self) -> None:
         for key, value in self._options.items():

@@ -13,6 +13,7 @@ from flask.testing import FlaskClient
 from ansible_collections.llmao.fleet.plugins.module_utils.config_errors import ConfigError
 from llmao_server.admin_attempts import PEER_LIMIT
 from llmao_server.dashboard.auth import SESSION_COOKIE
+from rig.fleet_files import strong_secret
 from tests.dashboard.sessions import approve, csrf_token, flashes, log_in
 from tests.server.fleet_pair import ADMIN_TOKEN, CONFIG, SECRETS, UNKNOWN, box_headers
 
@@ -136,7 +137,7 @@ def test_a_session_holds_across_workers_and_instances_with_the_same_token(
     other_instance = make_app(folder="other").test_client()
     other_instance.set_cookie(SESSION_COOKIE, cookie.value)
     assert other_instance.get("/fleet").status_code == 200
-    rotated = make_app({**CONFIG, "admin": {"token": "a-new-admin-token-5e1f"}},
+    rotated = make_app({**CONFIG, "admin": {"token": strong_secret("rotated-admin-")}},
                        folder="rotated").test_client()
     rotated.set_cookie(SESSION_COOKIE, cookie.value)
     assert rotated.get("/fleet").status_code == 302

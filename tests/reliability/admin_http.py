@@ -39,12 +39,13 @@ class Answer:
 
 @pytest.fixture
 def servers(tmp_path: Path) -> Iterator[Callable[..., LlmaoServer]]:
-    """servers(name, state, admin=None): a real llmao-server (:data:`WORKERS` gunicorn
-    workers) on the test fleet with this state store and ``admin`` section."""
+    """servers(name, state, **sections): a real llmao-server (:data:`WORKERS` gunicorn
+    workers) on the test fleet with this state store, config.yaml's sections replaced by
+    those given (``admin={...}``)."""
     started: list[LlmaoServer] = []
 
-    def start(name: str, state: str, admin: dict[str, Any] | None = None) -> LlmaoServer:
-        document = {**CONFIG, "server": {"state": state}, "admin": admin or CONFIG["admin"]}
+    def start(name: str, state: str, **sections: dict[str, Any]) -> LlmaoServer:
+        document = {**CONFIG, "server": {"state": state}, **sections}
         config, models = write_pair(tmp_path / name, document)
         started.append(start_llmao_server(Path(config), Path(models), tmp_path / name,
                                           workers=WORKERS))

@@ -19,7 +19,7 @@ from rig.boxes import free_port
 HERE = Path(__file__).parent
 CORPUS = sorted((HERE / "malformed").glob("*.yaml"))
 SERVER = Path(sys.executable).with_name("llmao-server")
-SECRETS = ("corpus-fleet-key", "corpus-salt")
+SECRETS = ("corpus-fleet-key", "corpus-salt", "corpus-admin")
 
 
 def expected_path(corpus_file: Path) -> str:

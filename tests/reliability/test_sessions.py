@@ -14,12 +14,13 @@ from urllib.parse import urlencode
 
 import pytest
 
+from rig.fleet_files import strong_secret
 from rig.postgres import session_cluster
 from tests.llmao_process import LlmaoServer
 from tests.reliability.admin_http import CSRF_FIELD, WORKERS, login, page, request
 from tests.server.fleet_pair import ADMIN_TOKEN
 
-NEW_TOKEN = "rotated-admin-token-" + "x7" * 12
+NEW_TOKEN = strong_secret("rotated-admin-")
 # Enough requests that every worker answers some of them.
 ROUNDS = 8 * WORKERS
 
@@ -67,7 +68,7 @@ def test_two_instances_share_sessions_and_their_end(
 
     kept = logged_in(first)
     first.stop()
-    rotated = servers("rotated", database, {"token": NEW_TOKEN})
+    rotated = servers("rotated", database, admin={"token": NEW_TOKEN})
     assert page(rotated, kept) == 302, "a new admin.token ends sessions opened under the old"
     assert page(second, kept) == 200, "an instance still on the old token keeps them"
 
@@ -86,7 +87,7 @@ def test_a_key_is_made_per_store_never_from_the_token(
 def test_a_session_ends_with_its_lifetime(
         servers: Callable[..., LlmaoServer], tmp_path: Path) -> None:
     server = servers("one", str(tmp_path / "state.sqlite3"),
-                     {"token": ADMIN_TOKEN, "session_lifetime_s": 2})
+                     admin={"token": ADMIN_TOKEN, "session_lifetime_s": 2})
     cookie = logged_in(server)
     assert page(server, cookie) == 200
     time.sleep(2.5)

@@ -93,3 +93,18 @@ def refused(answer, state: ServerState) -> None:
     assert answer.mimetype == "application/json"
     assert answer.json["error"]["code"] == "bad_verdicts"
     assert state.store.last_pass() is None
+
+
+@pytest.mark.parametrize("loads", [
+    {"models": []},
+    {"models": {"gemma": {"capacity": "4"}}},
+    {"models": {"gemma": {"saturated": 1}}},
+    {"boxes": {KNOWN: {"cost_per_hour": 0.5}}},
+    {"boxes": {KNOWN: {"provider": "vast", "source": "guess"}}},
+    {"verdicts": {SERVER_ID: {"state": "Healthy", "metrics": {"kv_cache_tokens": "many"}}}},
+    {"verdicts": {SERVER_ID: {"state": "Healthy", "oversized": "yes"}}},
+], ids=lambda loads: json.dumps(loads))
+def test_the_loads_have_the_shape_docs_metrics_gives(client: FlaskClient, state: ServerState,
+                                                     loads):
+    """What /metrics and the charts read back must be what fleet_load writes."""
+    refused(post(client, json.dumps({**json.loads(a_pass()), **loads})), state)

@@ -6,11 +6,13 @@ Starting for real is ``tests/integration/test_server_workers.py``.
 
 from __future__ import annotations
 
+from importlib.metadata import version
 from pathlib import Path
 
 import pytest
 
 from llmao_server import cli
+from llmao_server.app import SETTINGS_FROM_ENVIRONMENT
 from llmao_server.store import Approval, SqliteStore
 from tests.server.fleet_pair import FLEET_KEY, SALT, config, write_pair
 
@@ -110,3 +112,39 @@ def test_preparing_the_state_forgets_every_approval(tmp_path: Path) -> None:
     SqliteStore(path).approve(Approval("192.0.2.50", ("gemma",), "admin", 1.0))
     cli.prepare_state(path)
     assert SqliteStore(path).approvals() == []
+
+
+def test_version_names_the_installed_package(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["--version"])
+    assert exited.value.code == 0
+    assert capsys.readouterr().out.strip() == f"llmao-server {version('llmao-fleet')}"
+
+
+def test_the_app_factorys_environment_is_the_options_default(
+        monkeypatch: pytest.MonkeyPatch, pair: tuple[str, str]) -> None:
+    for key, value in zip(SETTINGS_FROM_ENVIRONMENT, (*pair, ":memory:"), strict=True):
+        monkeypatch.setenv(key, value)
+    args = cli.parse_args(["--bind", "127.0.0.1:0"])
+    assert (args.config, args.models, args.state) == (*pair, ":memory:")
+    assert cli.parse_args(["--bind", "127.0.0.1:0", "--config", "other.yaml"]).config == \
+        "other.yaml", "an option given wins over the environment"
+
+
+def test_without_files_nor_environment_the_cli_says_what_it_needs(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    for key in SETTINGS_FROM_ENVIRONMENT:
+        monkeypatch.delenv(key, raising=False)
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["--bind", "127.0.0.1:0"])
+    assert exited.value.code == 2
+    assert "--config and --models (or LLMAO_CONFIG and LLMAO_MODELS)" in capsys.readouterr().err
+
+
+def test_an_unknown_log_format_is_refused(pair: tuple[str, str],
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["--config", pair[0], "--models", pair[1], "--bind", "127.0.0.1:0",
+                  "--log-format", "xml"])
+    assert exited.value.code == 2
+    assert "invalid choice: 'xml'" in capsys.readouterr().err

@@ -14,6 +14,10 @@ import pytest
 
 from llmao_server.store import (
     ATTEMPT_PEER_LIMIT,
+    HISTORY_BUCKET_S,
+    HISTORY_FULL_S,
+    HISTORY_KEEP_S,
+    HISTORY_LIMIT,
     OVERALL_SCOPE,
     UNKNOWN_LIMIT,
     AppliedReport,
@@ -109,6 +113,62 @@ def test_only_the_latest_reconcile_pass_is_kept(store: StateStore) -> None:
     second = ReconcilePass(20.0, {"llmao:b:8001:m": {"state": "Loading"}}, (), 21.0)
     store.record_pass(second)
     assert store.last_pass() == second
+
+
+LOADED = "llmao:a:8001:m"
+
+
+def loaded_pass(at: float, waiting: int = 2) -> ReconcilePass:
+    """A pass with one scraped server and its model's load, recorded when it ran."""
+    metrics = {"kv_cache_tokens": 4096, "kv_cache_usage_ratio": 0.5, "requests_running": 3,
+               "requests_waiting": waiting, "prompt_tokens_total": 10,
+               "generation_tokens_total": 20, "max_model_len": 2048, "scraped_at": at}
+    return ReconcilePass(
+        at, {LOADED: {"state": "Healthy", "metrics": metrics, "context_len": 2048,
+                      "oversized": False, "saturated": None, "waiting_passes": 1,
+                      "generation_tokens_per_s": None, "cost_per_hour": 0.5}}, (), at,
+        {"m": {"servers": 1, "healthy": 1, "capacity": 2, "requests_running": 3,
+               "requests_waiting": waiting, "cost_per_hour": 0.5}},
+        {"a": {"provider": "local", "cost_per_hour": 0.5, "source": "config"}})
+
+
+def test_a_pass_keeps_its_model_and_box_loads_and_a_sample(store: StateStore) -> None:
+    record = loaded_pass(100.0)
+    store.record_pass(record)
+    assert store.last_pass() == record
+    [sample] = store.load_history(0.0)
+    assert sample.pass_at == 100.0
+    assert sample.servers == {LOADED: {"kv_cache_usage_ratio": 0.5, "requests_running": 3,
+                                       "requests_waiting": 2, "generation_tokens_per_s": None}}
+    assert sample.models["m"] == {"capacity": 2, "requests_running": 3, "requests_waiting": 2,
+                                  "generation_tokens_per_s": None, "cost_per_hour": 0.5}
+    assert store.load_history(100.5) == []
+
+
+def test_the_history_is_thinned_as_it_ages_and_ends(store: StateStore) -> None:
+    step, start = 420.0, 1_000_000.0
+    end = start + 50 * 3600.0
+    at = start
+    while at <= end:
+        store.record_pass(loaded_pass(at))
+        at += step
+    kept = [sample.pass_at for sample in store.load_history(0.0)]
+    assert kept == sorted(kept) and kept[-1] == at - step
+    assert min(kept) >= kept[-1] - HISTORY_KEEP_S
+    recent = [t for t in kept if t >= kept[-1] - HISTORY_FULL_S]
+    assert len(recent) == int(HISTORY_FULL_S // step) + 1  # every pass of the last two hours
+    older = [t for t in kept if t < kept[-1] - HISTORY_FULL_S - HISTORY_BUCKET_S]
+    gaps = [later - earlier for earlier, later in zip(older, older[1:], strict=False)]
+    assert gaps and min(gaps) >= HISTORY_BUCKET_S - step  # at most one per ten minutes
+    assert len(kept) < (HISTORY_KEEP_S / HISTORY_BUCKET_S) + len(recent) + 2
+
+
+def test_the_history_never_exceeds_its_limit(store: StateStore) -> None:
+    for second in range(HISTORY_LIMIT + 20):
+        store.record_pass(loaded_pass(5000.0 + second))
+    kept = store.load_history(0.0)
+    assert len(kept) == HISTORY_LIMIT
+    assert kept[-1].pass_at == 5000.0 + HISTORY_LIMIT + 19
 
 
 def test_admin_attempts_are_counted_per_scope_within_a_window(store: StateStore) -> None:

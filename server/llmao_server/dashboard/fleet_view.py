@@ -55,6 +55,10 @@ MISMATCH_ADVICE = ("LiteLLM's route serves another model than config names; the 
                    "replaces it.")
 APPROVED_ADVICE = ("Served until the server restarts. To keep a box, add its rows to "
                    "fleet.hosts and restart llmao-server.")
+WEAK_SECRET_ADVICE = ("Loaded, because changing it means re-provisioning every box, but a weak "
+                      "secret is easier to guess. Make a strong one (python3 -c 'import secrets; "
+                      "print(secrets.token_urlsafe(32))') and rotate it as "
+                      "docs/rotating-secrets.md says.")
 ROUTE_DRIFT = (Drift.ORPHAN_ROUTE, Drift.UNMANAGED_ROUTE)
 
 
@@ -288,6 +292,14 @@ def approved_problem(served: Served, now: float) -> Problem | None:
     return Problem("approved", "Approved boxes", APPROVED_ADVICE, tuple(entries))
 
 
+def secrets_problem(fleet: Fleet) -> Problem | None:
+    """A weak fleet.key or salt: loaded, since changing it means re-provisioning, but shown."""
+    weak = fleet.settings.weak_secrets
+    if not weak:
+        return None
+    return Problem("secrets", "Weak secrets in config.yaml", WEAK_SECRET_ADVICE, tuple(weak))
+
+
 def strangers(fleet: Fleet, observed: Observed, now: float) -> tuple[Stranger, ...]:
     """Unknown names still waiting for a decision (approved ones are in the table)."""
     approved = {approval.box for approval in observed.approvals}
@@ -303,8 +315,9 @@ def matches(row: Row, query: str) -> bool:
 def build_page(fleet: Fleet, observed: Observed, now: float, query: str = "") -> Page:
     served = intended(fleet, observed.approvals)
     rows = build_rows(fleet, served, observed, now)
-    problems = [*state_problems(rows), revision_problem(served, observed.applied),
-                *drift_problems(observed.drift), approved_problem(served, now)]
+    problems = [secrets_problem(fleet), *state_problems(rows),
+                revision_problem(served, observed.applied), *drift_problems(observed.drift),
+                approved_problem(served, now)]
     counts: dict[str, int] = {}
     for row in rows:
         counts[row.state] = counts.get(row.state, 0) + 1

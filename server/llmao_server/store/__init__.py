@@ -4,11 +4,16 @@ from __future__ import annotations
 
 from .base import (
     ATTEMPT_PEER_LIMIT,
+    HISTORY_BUCKET_S,
+    HISTORY_FULL_S,
+    HISTORY_KEEP_S,
+    HISTORY_LIMIT,
     OVERALL_SCOPE,
     UNKNOWN_LIMIT,
     AppliedReport,
     AppliedServer,
     Approval,
+    LoadSample,
     ReconcilePass,
     StateStore,
     StoreError,
@@ -16,9 +21,10 @@ from .base import (
 )
 from .sqlite import SqliteStore
 
-__all__ = ["ATTEMPT_PEER_LIMIT", "OVERALL_SCOPE", "UNKNOWN_LIMIT", "AppliedReport",
-           "AppliedServer", "Approval", "ReconcilePass", "SqliteStore", "StateStore", "StoreError",
-           "UnknownBox", "open_store"]
+__all__ = ["ATTEMPT_PEER_LIMIT", "HISTORY_BUCKET_S", "HISTORY_FULL_S", "HISTORY_KEEP_S",
+           "HISTORY_LIMIT", "OVERALL_SCOPE", "UNKNOWN_LIMIT", "AppliedReport",
+           "AppliedServer", "Approval", "LoadSample", "ReconcilePass", "SqliteStore",
+           "StateStore", "StoreError", "UnknownBox", "open_store"]
 
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 

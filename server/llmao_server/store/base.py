@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Collection, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 UNKNOWN_LIMIT = 50
@@ -20,6 +20,13 @@ UNKNOWN_LIMIT = 50
 ATTEMPT_PEER_LIMIT = 1000
 # The scope of attempts from everyone; no peer address is written like this.
 OVERALL_SCOPE = "*"
+# The load history (docs/metrics.md): every pass of the last HISTORY_FULL_S at full
+# resolution, one per HISTORY_BUCKET_S before that, none older than HISTORY_KEEP_S, and
+# never more than HISTORY_LIMIT samples whoever posts how often.
+HISTORY_FULL_S = 2 * 3600.0
+HISTORY_BUCKET_S = 600.0
+HISTORY_KEEP_S = 48 * 3600.0
+HISTORY_LIMIT = 1000
 
 
 class StoreError(RuntimeError):
@@ -75,6 +82,19 @@ class ReconcilePass:
     verdicts: Mapping[str, Mapping[str, Any]]
     drift: tuple[Mapping[str, Any], ...]
     recorded_at: float
+    # Per model and per box loads (docs/metrics.md); empty from a reconcile older than them.
+    models: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    boxes: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class LoadSample:
+    """What the charts draw from one pass: a few figures per server (by deployment id)
+    and per model, each a number or None (unknown)."""
+
+    pass_at: float
+    servers: Mapping[str, Mapping[str, float | None]]
+    models: Mapping[str, Mapping[str, float | None]]
 
 
 class StateStore(ABC):
@@ -126,7 +146,12 @@ class StateStore(ABC):
 
     @abstractmethod
     def record_pass(self, record: ReconcilePass) -> None:
-        """Keep this pass, replacing the one before: only the latest pass is ever kept."""
+        """Keep this pass, replacing the one before, and add its load sample to the history,
+        thinned and bounded (:data:`HISTORY_FULL_S`, :data:`HISTORY_LIMIT`)."""
+
+    @abstractmethod
+    def load_history(self, since: float) -> list[LoadSample]:
+        """The kept load samples of passes at or after ``since``, oldest first."""
 
     @abstractmethod
     def last_pass(self) -> ReconcilePass | None:

@@ -17,16 +17,22 @@ from typing import Any, ClassVar
 
 from .base import (
     ATTEMPT_PEER_LIMIT,
+    HISTORY_BUCKET_S,
+    HISTORY_FULL_S,
+    HISTORY_KEEP_S,
+    HISTORY_LIMIT,
     OVERALL_SCOPE,
     UNKNOWN_LIMIT,
     AppliedReport,
     AppliedServer,
     Approval,
+    LoadSample,
     ReconcilePass,
     StateStore,
     StoreError,
     UnknownBox,
 )
+from .history import load_sample, sample_from_record, sample_record
 
 SCHEMA = (
     """CREATE TABLE IF NOT EXISTS box_fetches (
@@ -56,6 +62,15 @@ SCHEMA = (
         recorded_at DOUBLE PRECISION NOT NULL,
         verdicts TEXT NOT NULL,
         drift TEXT NOT NULL)""",
+    # The latest pass's per model and per box loads, beside it (added after reconcile_pass).
+    """CREATE TABLE IF NOT EXISTS pass_loads (
+        slot INTEGER PRIMARY KEY,
+        models TEXT NOT NULL,
+        boxes TEXT NOT NULL)""",
+    # One load sample per kept pass, thinned as it ages (record_pass).
+    """CREATE TABLE IF NOT EXISTS load_history (
+        pass_at DOUBLE PRECISION PRIMARY KEY,
+        sample TEXT NOT NULL)""",
     # Admin credential attempts per peer, and from everyone under OVERALL_SCOPE.
     """CREATE TABLE IF NOT EXISTS admin_attempts (
         scope TEXT PRIMARY KEY,
@@ -109,6 +124,27 @@ RECORD_PASS = """
     ON CONFLICT (slot) DO UPDATE SET pass_at = excluded.pass_at,
         recorded_at = excluded.recorded_at, verdicts = excluded.verdicts,
         drift = excluded.drift"""
+
+RECORD_LOADS = """
+    INSERT INTO pass_loads (slot, models, boxes) VALUES (1, ?, ?)
+    ON CONFLICT (slot) DO UPDATE SET models = excluded.models, boxes = excluded.boxes"""
+
+RECORD_SAMPLE = """
+    INSERT INTO load_history (pass_at, sample) VALUES (?, ?)
+    ON CONFLICT (pass_at) DO UPDATE SET sample = excluded.sample"""
+
+# Older than the full-resolution window (first ?, twice): keep the first sample of each
+# HISTORY_BUCKET_S bucket. Older than HISTORY_KEEP_S (last ?): none. Then the newest
+# HISTORY_LIMIT at most. (CAST rounds in PostgreSQL and truncates in SQLite: buckets
+# either way.)
+THIN_HISTORY = (f"""
+    DELETE FROM load_history WHERE pass_at < ? AND pass_at NOT IN (
+        SELECT MIN(pass_at) FROM load_history WHERE pass_at < ?
+        GROUP BY CAST(pass_at / {HISTORY_BUCKET_S} AS BIGINT))""",
+                "DELETE FROM load_history WHERE pass_at < ?",
+                f"""
+    DELETE FROM load_history WHERE pass_at NOT IN (
+        SELECT pass_at FROM load_history ORDER BY pass_at DESC LIMIT {HISTORY_LIMIT})""")
 
 APPROVE = """
     INSERT INTO approvals (box, models, approved_by, approved_at) VALUES (?, ?, ?, ?)
@@ -188,9 +224,18 @@ class SqlStore(StateStore):
                                 approval.approved_by, approval.approved_at)]))
 
     def record_pass(self, record: ReconcilePass) -> None:
+        thin_before, keep_after = record.recorded_at - HISTORY_FULL_S, \
+            record.recorded_at - HISTORY_KEEP_S
+        thin, expire, cap = THIN_HISTORY
         self._write((RECORD_PASS, [(record.pass_at, record.recorded_at,
                                     json.dumps(dict(record.verdicts)),
-                                    json.dumps(list(record.drift)))]))
+                                    json.dumps(list(record.drift)))]),
+                    (RECORD_LOADS, [(json.dumps(dict(record.models)),
+                                     json.dumps(dict(record.boxes)))]),
+                    (RECORD_SAMPLE, [(record.pass_at,
+                                      json.dumps(sample_record(load_sample(record))))]),
+                    (thin, [(thin_before, thin_before)]), (expire, [(keep_after,)]),
+                    (cap, [()]))
 
     def clear_approvals(self) -> None:
         self._write(("DELETE FROM approvals", [()]))
@@ -206,9 +251,8 @@ class SqlStore(StateStore):
         return attempts, since
 
     def release_attempt(self, peer: str) -> None:
-        with self._store_errors("release an admin attempt"):
-            self._write(("DELETE FROM admin_attempts WHERE scope = ?", [(peer,)]),
-                        (GIVE_BACK_ATTEMPT, [()]))
+        self._write(("DELETE FROM admin_attempts WHERE scope = ?", [(peer,)]),
+                    (GIVE_BACK_ATTEMPT, [()]))
 
     def server_secret(self, name: str, candidate: str) -> str:
         self._write((KEEP_FIRST_SECRET, [(name, candidate)]))
@@ -245,13 +289,19 @@ class SqlStore(StateStore):
         return [UnknownBox(*row) for row in rows]
 
     def last_pass(self) -> ReconcilePass | None:
-        rows = self._query("SELECT pass_at, recorded_at, verdicts, drift FROM reconcile_pass "
-                           "WHERE slot = 1")
+        rows = self._query("SELECT pass_at, recorded_at, verdicts, drift, models, boxes "
+                           "FROM reconcile_pass LEFT JOIN pass_loads "
+                           "ON pass_loads.slot = reconcile_pass.slot WHERE reconcile_pass.slot = 1")
         if not rows:
             return None
-        pass_at, recorded_at, verdicts, drift = rows[0]
+        pass_at, recorded_at, verdicts, drift, models, boxes = rows[0]
         return ReconcilePass(pass_at, json.loads(verdicts), tuple(json.loads(drift)),
-                             recorded_at)
+                             recorded_at, json.loads(models or "{}"), json.loads(boxes or "{}"))
+
+    def load_history(self, since: float) -> list[LoadSample]:
+        rows = self._query("SELECT pass_at, sample FROM load_history WHERE pass_at >= ? "
+                           "ORDER BY pass_at", (since,))
+        return [sample_from_record(pass_at, json.loads(sample)) for pass_at, sample in rows]
 
     def applied_reports(self) -> dict[str, AppliedReport]:
         rows = self._query("SELECT box, revision, applied_at, servers, reported_at "

@@ -16,13 +16,20 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from .bearer import is_placeholder
 from .config_errors import Problems
-from .field_checks import Section, type_name
+from .field_checks import Section, shown, type_name
 from .hostnames import normalize_host
+from .payload_rules import BOX_NAME_RE, MAX_SERVERS, SERVER_NAME_RE
+from .secret_strength import MAKE_ONE, secret_weakness
 from .yaml_source import read_yaml
 
 LISTEN_PORTS = (8001, 8002, 8003)
-MAX_SERVERS_PER_BOX = len(LISTEN_PORTS)
+MAX_SERVERS_PER_BOX = MAX_SERVERS
+# Bounds of the lifecycle knobs: a week to load, ten minutes for one probe, a thousand passes.
+MAX_GRACE_S = 7 * 86400
+MAX_PROBE_TIMEOUT_S = 600
+MAX_PASSES = 1000
 DEFAULT_STATE_FILE = "llmao-state.sqlite3"
 DEFAULT_SESSION_LIFETIME_S = 12 * 3600.0
 MAX_SESSION_LIFETIME_S = 30 * 24 * 3600.0
@@ -85,6 +92,10 @@ class Settings:
     server_state: str
     admin_token: str | None = field(repr=False)
     session_lifetime_s: float = DEFAULT_SESSION_LIFETIME_S
+    # The bearer of llmao-server's GET /metrics; unset, it answers loopback peers only.
+    metrics_token: str | None = field(default=None, repr=False)
+    # (key path, why) for fleet.key and fleet.vllm_api_salt when weak: loaded, but warned about.
+    weak_secrets: tuple[tuple[str, str], ...] = ()
     load: LoadKnobs = LoadKnobs()
     cost_per_hour: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
 
@@ -98,7 +109,7 @@ class Settings:
         The one list that log redaction and Ansible's censoring both start from.
         """
         return (self.fleet_key, self.vllm_api_salt, self.selfhost_api_key,
-                self.litellm_master_key, self.admin_token,
+                self.litellm_master_key, self.admin_token, self.metrics_token,
                 *(provider.api_key for provider in self.providers.values()))
 
 
@@ -112,16 +123,21 @@ def load_settings(path: str, problems: Problems, warnings: list[str]) -> Setting
     legacy = _read_legacy(fleet)
     hosts = _read_hosts(fleet, warnings)
     lifecycle = Lifecycle(
-        health_grace_s=fleet.number("health_grace_s", Lifecycle.health_grace_s),
+        health_grace_s=fleet.number("health_grace_s", Lifecycle.health_grace_s,
+                                    maximum=MAX_GRACE_S),
         health_fail_threshold=fleet.integer("health_fail_threshold",
-                                            Lifecycle.health_fail_threshold),
-        rejected_passes=fleet.integer("rejected_passes", Lifecycle.rejected_passes),
+                                            Lifecycle.health_fail_threshold, maximum=MAX_PASSES),
+        rejected_passes=fleet.integer("rejected_passes", Lifecycle.rejected_passes,
+                                      maximum=MAX_PASSES),
         probe_connect_timeout_s=fleet.number("probe_connect_timeout_s",
-                                             Lifecycle.probe_connect_timeout_s),
-        probe_timeout_s=fleet.number("probe_timeout_s", Lifecycle.probe_timeout_s),
+                                             Lifecycle.probe_connect_timeout_s,
+                                             maximum=MAX_PROBE_TIMEOUT_S),
+        probe_timeout_s=fleet.number("probe_timeout_s", Lifecycle.probe_timeout_s,
+                                     maximum=MAX_PROBE_TIMEOUT_S),
     )
     load = LoadKnobs(
-        saturated_passes=fleet.integer("saturated_passes", LoadKnobs.saturated_passes),
+        saturated_passes=fleet.integer("saturated_passes", LoadKnobs.saturated_passes,
+                                       maximum=MAX_PASSES),
         saturated_kv_usage=fleet.number("saturated_kv_usage", LoadKnobs.saturated_kv_usage,
                                         maximum=1),
     )
@@ -136,18 +152,53 @@ def load_settings(path: str, problems: Problems, warnings: list[str]) -> Setting
     state = server.text("state", DEFAULT_STATE_FILE)
     server.close()
     admin = top.sub("admin")
-    admin_token = admin.text("token")
+    admin_token = admin.token("token")
     session_lifetime_s = admin.number("session_lifetime_s", DEFAULT_SESSION_LIFETIME_S,
                                       maximum=MAX_SESSION_LIFETIME_S)
     admin.close()
+    metrics = top.sub("metrics")
+    metrics_token = metrics.token("token")
+    metrics.close()
+    others = {"fleet.key": fleet_key, "fleet.vllm_api_salt": salt,
+              "fleet.selfhost_api_key": selfhost, "litellm.master_key": master_key,
+              **{f"providers.{kind}.api_key": p.api_key for kind, p in providers.items()}}
+    check_distinct(top, {"admin.token": admin_token, "metrics.token": metrics_token}, others)
+    weak = weak_secrets({"fleet.key": fleet_key, "fleet.vllm_api_salt": salt})
+    warnings.extend(f"{path}: {key}: {why}. It loads, but a weak {key} is easier to guess; "
+                    f"changing it means re-provisioning every box (docs/rotating-secrets.md). "
+                    f"Make a strong one with: {MAKE_ONE}" for key, why in weak)
     top.close()
     return Settings(
         fleet_key=fleet_key, vllm_api_salt=salt, selfhost_api_key=selfhost,
         legacy_servers=legacy, hosts=hosts, lifecycle=lifecycle, providers=providers,
         litellm_url=litellm_url, litellm_master_key=master_key, server_url=server_url,
         server_state=_state_location(path, state), admin_token=admin_token,
-        session_lifetime_s=session_lifetime_s, load=load, cost_per_hour=cost_per_hour,
+        session_lifetime_s=session_lifetime_s, metrics_token=metrics_token, weak_secrets=weak,
+        load=load, cost_per_hour=cost_per_hour,
     )
+
+
+def check_distinct(top: Section, tokens: dict[str, str | None],
+                   others: dict[str, str | None]) -> None:
+    """Each token (key path → value) set must differ from every other secret of the file.
+
+    A token equal to ``fleet.key`` would let any box, or anyone who reads a box's
+    template, open what the token guards.
+    """
+    for path, token in tokens.items():
+        if is_placeholder(token):
+            continue
+        same = [other for other, value in {**tokens, **others}.items()
+                if other != path and value == token]
+        if same:
+            top.problem(path, f"must differ from every other secret in this file; it is the "
+                              f"same as {', '.join(same)}")
+
+
+def weak_secrets(secrets: dict[str, str | None]) -> tuple[tuple[str, str], ...]:
+    """(key path, why) for each secret set but weak, in the order given."""
+    return tuple((path, weakness) for path, value in secrets.items()
+                 if not is_placeholder(value) and (weakness := secret_weakness(value)))
 
 
 def _state_location(config_path: str, state: str) -> str:
@@ -211,6 +262,10 @@ def _read_hosts(fleet: Section, warnings: list[str]) -> dict[str, tuple[HostRow,
                                                "(quote it in YAML)")
             continue
         name = normalize_host(raw_name)
+        if not BOX_NAME_RE.match(name):
+            fleet.problem(f"hosts.{shown(raw_name)}", "a box name must be 1 to 253 printable "
+                          "ASCII characters without spaces: a box sends it as a header")
+            continue
         if name in hosts:
             fleet.problem(f"hosts.{raw_name}", f"names the same box as another key ({name})")
             continue
@@ -258,14 +313,17 @@ def _read_row(fleet: Section, where: str, index: int, row: Any) -> HostRow | Non
         fleet.problem(where, "the model name (first element) must be a non-empty string")
         ok = False
     if not _is_port(port):
-        fleet.problem(where, f"the port (second element) must be an integer port, not {port!r}")
+        fleet.problem(where, "the port (second element) must be an integer port, "
+                             f"not {shown(port)}")
         ok = False
     if not _is_program_name(name):
-        fleet.problem(where, f"the name {name!r} cannot name a Supervisor program; use letters, "
-                             "digits, '.', '_' or '-' (a third element sets it)")
+        fleet.problem(where, f"the name {shown(name)} cannot name a Supervisor program; use at "
+                             "most 64 letters, digits, '.', '_' or '-', starting with a letter "
+                             "or digit (a third element sets it)")
         ok = False
     if public is not None and not _is_port(public):
-        fleet.problem(where, f"the public port (fourth element) must be a port, not {public!r}")
+        fleet.problem(where, "the public port (fourth element) must be a port, "
+                             f"not {shown(public)}")
         ok = False
     return HostRow(index, model_name, port, name, public) if ok else None
 
@@ -275,8 +333,7 @@ def _is_port(value: Any) -> bool:
 
 
 def _is_program_name(value: Any) -> bool:
-    return (isinstance(value, str) and bool(value) and len(value) <= 64
-            and all(ch.isascii() and (ch.isalnum() or ch in "._-") for ch in value))
+    return isinstance(value, str) and SERVER_NAME_RE.match(value) is not None
 
 
 def _read_providers(section: Section) -> dict[str, Provider]:

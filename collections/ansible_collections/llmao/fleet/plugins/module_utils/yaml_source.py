@@ -64,3 +64,5 @@ def read_yaml(path: str) -> Any:
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
         what = getattr(exc, "problem", None) or "not valid YAML"
         raise ConfigError([f"{path}: {where}{what}"]) from None
+    except ValueError:  # an integer of thousands of digits: Python refuses to convert it
+        raise ConfigError([f"{path}: holds a number too long to read"]) from None

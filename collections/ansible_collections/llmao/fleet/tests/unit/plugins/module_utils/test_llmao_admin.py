@@ -17,9 +17,8 @@ from rig.boxes import free_port
 ANSWER = {
     "now": 2000.0,
     "boxes": {
-        "203.0.113.10": {"last_fetch": 1990.5, "applied": {"revision": "0123456789abcdef",
-                                                            "applied_at": "x",
-                                                            "reported_at": 1991.0}},
+        "203.0.113.10": {"last_fetch": 1990.5, "applied": {
+            "revision": "0123456789abcdef", "applied_at": "x", "reported_at": 1991.0}},
         "box-b": {"last_fetch": None, "applied": None},
     },
     "verdicts": {"llmao:203.0.113.10:8001:gemma": {
@@ -33,8 +32,8 @@ def test_observations_are_read():
     assert seen.now == 2000.0
     assert seen.last_fetches == {"203.0.113.10": 1990.5, "box-b": None}
     assert seen.applied == {"203.0.113.10": "0123456789abcdef", "box-b": None}
-    assert seen.memories == {"llmao:203.0.113.10:8001:gemma": Memory(State.HEALTHY, 1, 0,
-                                                                      1900.0)}
+    assert seen.memories == {
+        "llmao:203.0.113.10:8001:gemma": Memory(State.HEALTHY, 1, 0, 1900.0)}
     assert seen.approved == {}
 
 

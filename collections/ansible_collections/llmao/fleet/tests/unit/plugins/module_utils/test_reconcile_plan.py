@@ -61,8 +61,8 @@ def changed(result: Plan) -> list[ServerPlan]:
 def test_healthy_servers_are_registered_and_kept(fleet):
     first = plan(fleet, {GEMMA: SERVING, QWEN: SERVING, LEGACY: DOWN},
                  fetches={"203.0.113.10": NOW - 30})
-    assert [(c.id, c.change) for c in changed(first)] == [(GEMMA, "register"),
-                                                        (QWEN, "register")]
+    assert [(c.id, c.change) for c in changed(first)] == [
+        (GEMMA, "register"), (QWEN, "register")]
     routes = [owned(GEMMA, "gemma", 8001), owned(QWEN, "qwen", 8002)]
     second = plan(fleet, {GEMMA: SERVING, QWEN: SERVING, LEGACY: DOWN}, routes,
                   memories=first.memories)

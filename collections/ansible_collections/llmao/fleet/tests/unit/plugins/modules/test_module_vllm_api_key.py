@@ -8,11 +8,11 @@ import json
 from typing import Any
 
 import pytest
-from ansible.module_utils.testing import patch_module_args
 
 from ansible_collections.llmao.fleet.plugins.module_utils.bearer import derive_vllm_api_key
 from ansible_collections.llmao.fleet.plugins.module_utils.fleet import load_fleet
 from ansible_collections.llmao.fleet.plugins.modules import vllm_api_key
+from ansible_collections.llmao.fleet.tests.unit.compat import patch_module_args
 
 
 def run_module(capsys, **args: Any) -> tuple[dict[str, Any], str]:

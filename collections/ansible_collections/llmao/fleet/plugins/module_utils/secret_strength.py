@@ -1,0 +1,28 @@
+# Copyright: llmao fleet contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""How strong a secret of ``config.yaml`` must be: one rule, for every token and key.
+
+A token somebody presents to llmao (``admin.token``, and any later token such as a
+metrics token) is refused at load unless it is at least :data:`MIN_SECRET_LENGTH`
+printable ASCII characters, without spaces, and differs from every other secret
+of the file: a box's fleet key must never open the admin API. ``fleet.key`` and
+``fleet.vllm_api_salt`` are judged by the same rule but only warned about: they
+are baked into boxes or behind every bearer, so changing them means
+re-provisioning, and refusing to load would strand a running fleet.
+"""
+
+from __future__ import annotations
+
+MIN_SECRET_LENGTH = 32
+# How the docs and every message say to make a strong secret.
+MAKE_ONE = "python3 -c 'import secrets; print(secrets.token_urlsafe(32))'"
+FIRST_PRINTABLE, LAST_PRINTABLE = "!", "~"
+
+
+def secret_weakness(value: str) -> str | None:
+    """Why ``value`` is not a strong secret, in words that never quote it; None when strong."""
+    if not all(FIRST_PRINTABLE <= ch <= LAST_PRINTABLE for ch in value):
+        return "holds characters other than printable ASCII (spaces and non-ASCII included)"
+    if len(value) < MIN_SECRET_LENGTH:
+        return f"is shorter than {MIN_SECRET_LENGTH} characters"
+    return None
