@@ -68,7 +68,8 @@ def seed(state: ServerState, now: float) -> None:
 def table_as_json() -> Response:
     """The baseline: the same store reads and page data as ``GET /fleet``, as JSON."""
     state: ServerState = current_app.extensions["llmao"]
-    page = build_page(state.fleet, observe(state.store), time.time())
+    now = time.time()
+    page = build_page(state.fleet, observe(state.store, now), now)
     return Response(json.dumps(page.table()), mimetype="application/json")
 
 
