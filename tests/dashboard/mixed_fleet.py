@@ -102,7 +102,7 @@ def seed(store: StateStore, fleet: Fleet, now: float) -> None:
     observations = Observations(now, fetches, applied, {}, listed, tuple(routes))
     result = plan_result(make_plan(fleet, observations, probes), observations)
     document = verdicts_document(result["now"], result["servers"], result["memories"],
-                                 result["drift"])
+                                 result["drift"], result["models"], result["boxes"])
     store.record_pass(ReconcilePass(document["pass_at"], document["verdicts"],
                                     tuple(document["drift"]), now))
 
