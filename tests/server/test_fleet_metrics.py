@@ -17,46 +17,12 @@ from flask.testing import FlaskClient
 from prometheus_client.parser import text_string_to_metric_families
 
 from llmao_server.state import ServerState, app_state
-from llmao_server.store import ReconcilePass, UnknownBox
+from llmao_server.store import UnknownBox
 from tests.server.fleet_pair import CONFIG, FLEET_KEY, KNOWN, OTHER_KNOWN, UNKNOWN
+from tests.server.loaded_pass import a_pass
 
 METRICS_TOKEN = secrets.token_urlsafe(32)
-GEMMA = f"llmao:{KNOWN}:8001:gemma"
-QWEN = f"llmao:{KNOWN}:8002:qwen"
-OTHER_QWEN = f"llmao:{OTHER_KNOWN}:8001:qwen"
 REMOTE = {"REMOTE_ADDR": "198.51.100.99"}
-
-
-def scraped(box: str, name: str, model: str, state: str, **load) -> dict:
-    return {"id": f"llmao:{box}:8001:{name}", "box": box, "name": name, "model_name": model,
-            "state": state, "reason": "", "memory": {}, **load}
-
-
-def metrics(kv_tokens: int | None, usage: float | None, waiting: int | None) -> dict:
-    return {"kv_cache_tokens": kv_tokens, "kv_cache_usage_ratio": usage,
-            "requests_running": 2, "requests_waiting": waiting, "prompt_tokens_total": 100,
-            "generation_tokens_total": 900, "max_model_len": 32768, "scraped_at": time.time()}
-
-
-def a_pass(now: float) -> ReconcilePass:
-    """gemma oversized, qwen on KNOWN saturated, qwen on OTHER_KNOWN Stalled and unscraped."""
-    return ReconcilePass(
-        now - 30,
-        {GEMMA: scraped(KNOWN, "gemma", "gemma", "Healthy", metrics=metrics(2048, 0.25, 0),
-                        context_len=32768, oversized=True, saturated=False,
-                        generation_tokens_per_s=12.5, cost_per_hour=0.4),
-         QWEN: scraped(KNOWN, "qwen", "qwen-served", "Healthy",
-                       metrics=metrics(None, None, 7), context_len=32768, oversized=None,
-                       saturated=True, waiting_passes=4, cost_per_hour=0.4),
-         OTHER_QWEN: scraped(OTHER_KNOWN, "qwen", "qwen-served", "Stalled", metrics=None)},
-        ({"kind": "revision_behind", "box": KNOWN}, {"kind": "orphan_route"},
-         {"kind": "orphan_route"}),
-        now,
-        {"gemma": {"servers": 1, "healthy": 1, "kv_cache_tokens": 2048, "capacity": 0,
-                   "oversized": 1, "saturated": False, "cost_per_hour": 0.4},
-         "qwen-served": {"servers": 2, "healthy": 1, "oversized": 0, "saturated": True}},
-        {KNOWN: {"provider": "local", "cost_per_hour": 0.8, "source": "config"},
-         OTHER_KNOWN: {"provider": "local", "cost_per_hour": None, "source": None}})
 
 
 def samples(answer) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -113,9 +79,9 @@ def test_a_pass_shows_states_loads_verdicts_and_costs(client: FlaskClient,
     now = time.time()
     state.store.record_pass(a_pass(now))
     seen = samples(client.get("/metrics"))
-    gemma, qwen = server(KNOWN, "gemma", "gemma"), server(KNOWN, "qwen", "qwen-served")
-    other = server(OTHER_KNOWN, "qwen", "qwen-served")
-    assert seen[("llmao_servers", (("state", "Healthy"),))] == 2
+    gemma, qwen = server(KNOWN, "gemma", "gemma"), server(KNOWN, "qwen", "qwen")
+    other = server(OTHER_KNOWN, "qwen", "qwen")
+    assert seen[("llmao_servers", (("state", "Healthy"),))] == 3
     assert seen[("llmao_servers", (("state", "Stalled"),))] == 1
     assert seen[("llmao_servers", (("state", "Rejected"),))] == 0
     assert seen[("llmao_server_up", (*gemma, ("state", "Healthy")))] == 1
@@ -126,8 +92,10 @@ def test_a_pass_shows_states_loads_verdicts_and_costs(client: FlaskClient,
     assert seen[("llmao_server_generation_tokens_total", gemma)] == 900
     assert seen[("llmao_server_oversized", gemma)] == 1
     assert seen[("llmao_server_saturated", qwen)] == 1
-    assert seen[("llmao_model_saturated", (("model", "qwen-served"),))] == 1
-    assert seen[("llmao_model_capacity_requests", (("model", "gemma"),))] == 0
+    assert seen[("llmao_model_saturated", (("model", "qwen"),))] == 1
+    assert seen[("llmao_model_capacity_requests", (("model", "gemma"),))] == 2
+    assert seen[("llmao_model_cost_per_million_generated_tokens", (("model", "gemma"),))] \
+        == 5.291
     assert seen[("llmao_drift", (("kind", "orphan_route"),))] == 2
     assert seen[("llmao_drift", (("kind", "revision_behind"),))] == 1
     assert seen[("llmao_drift", (("kind", "model_mismatch"),))] == 0
@@ -141,7 +109,7 @@ def test_a_pass_shows_states_loads_verdicts_and_costs(client: FlaskClient,
     assert not [key for key in seen if key[1] == other and key[0] != "llmao_server_up"]
     assert not [key for key in seen if dict(key[1]).get("box") == OTHER_KNOWN
                 and key[0] == "llmao_box_cost_per_hour"]
-    assert ("llmao_model_capacity_requests", (("model", "qwen-served"),)) not in seen
+    assert ("llmao_model_capacity_requests", (("model", "qwen"),)) not in seen
 
 
 def test_every_worker_answers_the_same(make_app: Callable[..., Flask]) -> None:
