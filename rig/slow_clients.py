@@ -1,9 +1,11 @@
-"""Idle and trickling connections to a server on loopback, as an attacker without a key holds.
+"""Hostile clients without a key, on loopback: idle, trickling, and pipelining connections.
 
-Shared by the slow-client test and the P6 benchmark. Half of the connections
-say nothing after connecting; the other half send the start of a request
-(without the key) and then one more header byte every :data:`TRICKLE_EVERY_S`,
-never finishing it. Only loopback addresses are dialled.
+Shared by the slow-client test and the P6 benchmark. Of :func:`slow_clients`,
+half of the connections say nothing after connecting; the other half send the
+start of a request and then one more header byte every :data:`TRICKLE_EVERY_S`,
+never finishing it. :func:`pipelining_clients` do the opposite: each sends
+requests back to back as fast as the server takes them, reading the answers.
+Only loopback addresses are dialled.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import ipaddress
 import select
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -20,6 +23,8 @@ from dataclasses import dataclass, field
 TRICKLE_EVERY_S = 0.5
 REQUEST_START = b"GET /vllm/config HTTP/1.1\r\nHost: llmao\r\nX-Slow: "
 CONNECT_TIMEOUT_S = 5.0
+PIPELINE_STAGGER_S = 0.3
+PIPELINED = b"GET /vllm/config HTTP/1.1\r\nHost: llmao\r\n\r\n" * 1000
 
 
 @dataclass
@@ -50,11 +55,15 @@ def is_open(sock: socket.socket) -> bool:
         return False
 
 
+def require_loopback(host: str) -> None:
+    if not ipaddress.ip_address(host).is_loopback:
+        raise ValueError(f"hostile clients dial loopback only, not {host}")
+
+
 @contextmanager
 def slow_clients(host: str, port: int, count: int) -> Iterator[SlowClients]:
     """Open ``count`` connections to ``host:port`` (loopback only) for the block's duration."""
-    if not ipaddress.ip_address(host).is_loopback:
-        raise ValueError(f"slow clients dial loopback only, not {host}")
+    require_loopback(host)
     clients = SlowClients([], [])
     trickler = threading.Thread(target=clients._trickle, name="slow-clients", daemon=True)
     try:
@@ -72,3 +81,43 @@ def slow_clients(host: str, port: int, count: int) -> Iterator[SlowClients]:
             trickler.join()
         for sock in clients.sockets:
             sock.close()
+
+
+@contextmanager
+def pipelining_clients(host: str, port: int, count: int) -> Iterator[None]:
+    """``count`` connections sending unkeyed requests back to back until the block ends.
+
+    Each starts flooding before the next connects, so that a server whose busy worker
+    stopped taking connections gets the next one on another worker, and so on.
+    """
+    require_loopback(host)
+    stop = threading.Event()
+    sockets: list[socket.socket] = []
+    threads: list[threading.Thread] = []
+
+    def drain(sock: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while not stop.is_set() and sock.recv(1 << 16):
+                pass
+
+    def flood(sock: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while not stop.is_set():
+                sock.sendall(PIPELINED)
+
+    try:
+        for _ in range(count):
+            sockets.append(socket.create_connection((host, port), timeout=CONNECT_TIMEOUT_S))
+            for work in (drain, flood):
+                threads.append(threading.Thread(target=work, args=(sockets[-1],), daemon=True))
+                threads[-1].start()
+            time.sleep(PIPELINE_STAGGER_S)
+        yield
+    finally:
+        stop.set()
+        for sock in sockets:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            sock.close()
+        for thread in threads:
+            thread.join(CONNECT_TIMEOUT_S)

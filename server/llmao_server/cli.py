@@ -12,7 +12,6 @@ service manager can set them once for both.
 from __future__ import annotations
 
 import argparse
-import ipaddress
 import logging
 import os
 import sys
@@ -25,6 +24,7 @@ from flask import Flask
 from ansible_collections.llmao.fleet.plugins.module_utils.config_errors import ConfigError
 from ansible_collections.llmao.fleet.plugins.module_utils.fleet import Fleet, load_fleet
 
+from .addresses import is_loopback
 from .app import SETTINGS_FROM_ENVIRONMENT, create_app
 from .gunicorn_app import READ_TIMEOUT_S, GunicornServer, gunicorn_options
 from .logs import LOG_FORMATS, SERVER_LOGGER, gunicorn_log_options, log_to_stderr
@@ -87,14 +87,6 @@ def bind_host(bind: str) -> str:
         raise Refused(f"--bind {bind!r}: expected HOST:PORT, e.g. 127.0.0.1:8080")
     return host[1:-1] if host.startswith("[") and host.endswith("]") else host
 
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def check_transport(args: argparse.Namespace) -> None:

@@ -104,3 +104,7 @@ class LlmaoWorker(GeventWorker):
             raise StopIteration from None
         finally:
             deadline.close()
+            # Let every other connection have its turn: a client that pipelines requests
+            # as fast as it can would otherwise be answered back to back, without a wait
+            # on the socket, while every other client of this worker starved.
+            gevent.sleep(0)

@@ -1,4 +1,4 @@
-"""Item 1 of issue 10: idle and trickling connections cost the server almost nothing.
+"""Item 1 of issue 10: idle, trickling and pipelining connections cost the server little.
 
 The real ``llmao-server`` (two gunicorn workers) on loopback, with 1,000
 connections held open by a client without a key (half silent, half trickling a
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from rig.slow_clients import is_open, slow_clients
+from rig.slow_clients import is_open, pipelining_clients, slow_clients
 from rig.tls import make_server_tls
 from tests.llmao_process import LlmaoServer, start_llmao_server
 from tests.server.fleet_pair import KNOWN, box_headers, write_pair
@@ -90,6 +90,17 @@ def test_a_keyed_fetch_answers_quickly_while_1000_slow_clients_hold_connections(
     log = server.log()
     assert "Traceback" not in log
     assert "[ERROR]" not in log and "[WARNING]" not in log
+
+
+def test_clients_pipelining_as_fast_as_they_can_do_not_starve_a_box(tmp_path: Path) -> None:
+    """Each worker serves its connections in turn: a flood of pipelined requests without
+    the key on a few connections (always ready to read) does not hold a worker."""
+    with start(tmp_path) as server, pipelining_clients("127.0.0.1", port_of(server), 4):
+        time.sleep(0.5)  # the flood is running
+        fetches = [timed_fetch(server) for _ in range(FETCHES)]
+    assert {status for status, _ in fetches} == {200}
+    slowest = max(seconds for _, seconds in fetches)
+    assert slowest < FETCH_LIMIT_S, f"a fetch took {slowest:.2f} s"
 
 
 def test_a_trickled_body_is_cut_off_at_the_read_limit(tmp_path: Path) -> None:

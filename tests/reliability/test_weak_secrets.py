@@ -52,16 +52,23 @@ def with_changes(section: str, **values: object) -> dict:
     (FLEET_KEY, "the same as fleet.key"),
     (SALT, "the same as fleet.vllm_api_salt"),
 ])
-def test_a_weak_or_shared_admin_token_is_refused_naming_file_and_key(
-        tmp_path: Path, token: str, why: str) -> None:
-    paths = write_pair(tmp_path, with_changes("admin", token=token))
+@pytest.mark.parametrize("section", ["admin", "metrics"])
+def test_a_weak_or_shared_token_is_refused_naming_file_and_key(
+        tmp_path: Path, token: str, why: str, section: str) -> None:
+    paths = write_pair(tmp_path, with_changes(section, token=token))
     with pytest.raises(ConfigError) as refused:
         load_fleet(*paths)
     message = str(refused.value)
-    assert f"{paths[0]}: admin.token: " in message
+    assert f"{paths[0]}: {section}.token: " in message
     assert why in message
     assert "secrets.token_urlsafe(32)" in message or "same as" in message
     assert token not in message
+
+
+def test_the_metrics_token_differs_from_the_admin_token(tmp_path: Path) -> None:
+    paths = write_pair(tmp_path, with_changes("metrics", token=ADMIN_TOKEN))
+    with pytest.raises(ConfigError, match="metrics.token: must differ .* admin.token"):
+        load_fleet(*paths)
 
 
 @pytest.mark.parametrize("token", [None, "", "CHANGE_ME"])

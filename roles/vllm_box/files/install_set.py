@@ -54,7 +54,9 @@ Exit codes
   0  done, or nothing to change
   1  the assignment does not fit this box; nothing written
   2  refused: llmao answered 403, 404 or another 4xx, the assignment is
-     malformed, an existing file is not ours, or the environment is wrong
+     malformed or hostile (see docs/box-protocol.md), an existing file is
+     not ours, or the environment is wrong (LLMAO_HOST or FLEET_KEY not
+     printable ASCII, say); one line on stderr, never a traceback
   3  llmao unreachable after the retries (network errors, 5xx)
   4  programs written but the supervisorctl handover failed; the applied
      record is not written, so the next run hands over again
@@ -100,24 +102,46 @@ HOST_HEADER = "X-LLMAO-Host"
 CONFIG_PATH = "/vllm/config"
 APPLIED_PATH = "/vllm/applied"
 
-NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
+# The payload rules: a copy of the core's module_utils/payload_rules.py, which this
+# stdlib-only program cannot import. tests/reliability/test_payload_rules.py pins the two.
+BOX_NAME_RE = re.compile(r"[!-~]{1,253}\Z")
+SERVER_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
 PROGRAM_SECTION_RE = re.compile(r"^\[program:([^\]\n]+)\]$", re.MULTILINE)
 # What ``supervisorctl update`` says it did to a program group, and our word for it.
 UPDATE_LINE_RE = re.compile(r"^(\S+): (added|updated|removed) process group$", re.MULTILINE)
 # What a bearer may hold so it survives Supervisor's environment= parser intact.
-API_KEY_RE = re.compile(r"[!#-&(-~]+\Z")
+API_KEY_RE = re.compile(r"[!#-&(-~]{1,512}\Z")
+UNSAFE_CHAR_RE = re.compile(
+    "[\x00-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2060-\u206f\ufeff\ud800-\udfff]")
+MAX_TEXT = 512
+MAX_ARGS = 128
+MAX_ARG = 4096
+MAX_SERVERS = 3
+API_KEY_FLAG = "--api-key"
+NUMBER_LIMITS = {"gpu_memory_utilization": 1, "max_model_len": 10**8, "vram_gb": 10**5,
+                 "disk_gb": 10**6, "kv_bytes_per_token": 10**9}
+INTEGER_NUMBERS = frozenset({"max_model_len", "kv_bytes_per_token"})
+# A JSON number is refused before conversion when its text is longer or its exponent larger:
+# int("9" * 10**6) and Fraction(Decimal("1e-999999999")) would hang the box.
+MAX_NUMBER_CHARS = 64
+MAX_EXPONENT = 400
+MAX_REVISION = 128
+# The environment's retry knobs, bounded so a typo cannot make a box wait for days.
+MAX_ATTEMPTS = 100
+MAX_WAIT_S = 3600.0
+
 # DATA_DIRECTORY lands in environment= and stdout_logfile=: keep it plain.
 DATA_DIRECTORY_RE = re.compile(r"/[A-Za-z0-9._/@+-]*\Z")
-CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
-API_KEY_FLAG_RE = re.compile(r"--api[-_]key(=.*)?\Z")
+# What a fleet key may hold: it travels in an HTTP header.
+FLEET_KEY_RE = re.compile(r"[!-~]([ -~]*[!-~])?\Z")
 ENV_BEARER_RE = re.compile(r'VLLM_API_KEY="[^"]*"')
-OPTIONAL_NUMBERS = ("gpu_memory_utilization", "max_model_len", "vram_gb", "disk_gb",
-                    "kv_bytes_per_token")
+OPTIONAL_NUMBERS = tuple(NUMBER_LIMITS)
 
 EXIT_DOC = """exit codes:
   0  done, or nothing to change
   1  the assignment does not fit this box (GPU memory or disk); nothing written
-  2  refused: 403/404/other 4xx, malformed assignment, foreign file, bad environment
+  2  refused: 403/404/other 4xx, malformed or hostile assignment, foreign file,
+     bad environment (non-ASCII LLMAO_HOST or FLEET_KEY, say)
   3  llmao unreachable after the retries (network errors, 5xx)
   4  programs written but supervisorctl reread/update failed"""
 
@@ -178,11 +202,14 @@ def read_settings(environ: Mapping[str, str], fetching: bool) -> Settings:
         check_base_url(url)
         if fleet_key is None:
             raise Refused("FLEET_KEY is not set: the box template must carry llmao's fleet.key")
-        if CONTROL_RE.search(fleet_key) or fleet_key != fleet_key.strip():
-            raise Refused("FLEET_KEY holds whitespace or control characters")
+        if not FLEET_KEY_RE.match(fleet_key):
+            raise Refused("FLEET_KEY must be printable ASCII without leading or trailing "
+                          "spaces: it is sent as an HTTP header (is the template's value "
+                          "pasted whole?)")
     host = environ.get("LLMAO_HOST", "").strip() or None
-    if host is not None and CONTROL_RE.search(host):
-        raise Refused("LLMAO_HOST holds control characters")
+    if host is not None and not BOX_NAME_RE.match(host):
+        raise Refused("LLMAO_HOST must be the box's name in fleet.hosts: 1 to 253 printable "
+                      "ASCII characters without spaces (it is sent as the X-LLMAO-Host header)")
     data_dir = environ.get("DATA_DIRECTORY", "").strip() or "/data"
     if not DATA_DIRECTORY_RE.match(data_dir):
         raise Refused(f"DATA_DIRECTORY {data_dir!r} must be an absolute path of letters, "
@@ -191,8 +218,8 @@ def read_settings(environ: Mapping[str, str], fetching: bool) -> Settings:
     if not os.path.isabs(conf_dir):
         raise Refused(f"SUPERVISOR_CONF_DIR {conf_dir!r} must be an absolute path")
     vllm_bin = environ.get("VLLM_BIN", "").strip() or "vllm"
-    if CONTROL_RE.search(vllm_bin):
-        raise Refused("VLLM_BIN holds control characters")
+    if UNSAFE_CHAR_RE.search(vllm_bin):
+        raise Refused("VLLM_BIN holds control, format or line-separator characters")
     vllm_host = environ.get("VLLM_HOST", "").strip() or DEFAULT_VLLM_HOST
     try:
         ipaddress.ip_address(vllm_host)
@@ -207,29 +234,32 @@ def read_settings(environ: Mapping[str, str], fetching: bool) -> Settings:
         conf_dir=Path(conf_dir),
         vllm_bin=vllm_bin,
         vllm_host=vllm_host,
-        attempts=env_number(environ, "LLMAO_FETCH_ATTEMPTS", 8, int, minimum=1),
-        backoff_s=env_number(environ, "LLMAO_FETCH_BACKOFF_S", 2.0, float, minimum=0),
-        timeout_s=env_number(environ, "LLMAO_FETCH_TIMEOUT_S", 30.0, float, minimum=0.001),
+        attempts=env_number(environ, "LLMAO_FETCH_ATTEMPTS", 8, int, 1, MAX_ATTEMPTS),
+        backoff_s=env_number(environ, "LLMAO_FETCH_BACKOFF_S", 2.0, float, 0, MAX_WAIT_S),
+        timeout_s=env_number(environ, "LLMAO_FETCH_TIMEOUT_S", 30.0, float, 0.001, MAX_WAIT_S),
     )
 
 
 def env_number(environ: Mapping[str, str], name: str, default: Any, kind: type,
-               minimum: float) -> Any:
+               minimum: float, maximum: float) -> Any:
     """A numeric tuning knob from the environment, with its default when unset."""
     raw = environ.get(name, "").strip()
     if not raw:
         return default
     try:
-        value = kind(raw)
+        value = kind(raw[:MAX_NUMBER_CHARS + 1])
     except ValueError:
-        raise Refused(f"{name}={raw!r} is not a {kind.__name__}") from None
-    if value < minimum or (kind is float and not math.isfinite(value)):
-        raise Refused(f"{name}={raw!r} must be at least {minimum}")
+        raise Refused(f"{name}={raw[:40]!r} is not a {kind.__name__}") from None
+    if not minimum <= value <= maximum or (kind is float and not math.isfinite(value)):
+        raise Refused(f"{name}={raw[:40]!r} must be from {minimum} to {maximum}")
     return value
 
 
 def check_base_url(url: str) -> None:
     """https anywhere; plain http only to loopback, so the key never crosses a network bare."""
+    if not url.isascii() or UNSAFE_CHAR_RE.search(url):
+        raise Refused("LLMAO_URL must be printable ASCII (write an international domain name "
+                      "in its xn-- form)")
     parts = urllib.parse.urlsplit(url)
     if parts.scheme not in ("https", "http") or not parts.hostname:
         raise Refused(f"LLMAO_URL {url!r} must be an https:// URL")
@@ -350,7 +380,7 @@ def server_message(body: bytes) -> str:
         message = json.loads(text)["error"]["message"]
     except (ValueError, KeyError, TypeError):
         message = text
-    return CONTROL_RE.sub(" ", str(message)).strip()[:200] or "(empty answer)"
+    return UNSAFE_CHAR_RE.sub(" ", str(message)).strip()[:200] or "(empty answer)"
 
 
 def fetch_assignment(settings: Settings, say: Callable[[str], None]) -> Any:
@@ -365,19 +395,54 @@ def fetch_assignment(settings: Settings, say: Callable[[str], None]) -> Any:
 
 
 def decode_json(raw: bytes, source: str) -> Any:
-    """JSON with decimals kept exact, so pinned values render as they were written."""
+    """JSON with decimals kept exact, so pinned values render as they were written.
+
+    Numbers are checked as text before they are converted, ``NaN`` and
+    ``Infinity`` are refused, and so is nesting deeper than Python recurses.
+    """
     try:
-        return json.loads(raw.decode("utf-8"), parse_float=Decimal)
+        return json.loads(raw.decode("utf-8"), parse_int=bounded_int,
+                          parse_float=bounded_decimal, parse_constant=not_a_number)
     except (UnicodeDecodeError, ValueError) as exc:
         raise Refused(f"{source} is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise Refused(f"{source} is nested too deeply to be an assignment") from None
+
+
+def number_text(text: str) -> str:
+    if len(text) > MAX_NUMBER_CHARS:
+        raise Refused(f"a number of {len(text)} characters is not a value an assignment holds "
+                      f"(at most {MAX_NUMBER_CHARS})")
+    return text
+
+
+def bounded_int(text: str) -> int:
+    return int(number_text(text))
+
+
+def bounded_decimal(text: str) -> Decimal:
+    number = Decimal(number_text(text))
+    if abs(number.adjusted()) > MAX_EXPONENT:
+        raise Refused(f"the number {text} is out of any range an assignment uses")
+    return number
+
+
+def not_a_number(text: str) -> Decimal:
+    raise Refused(f"{text} is not a number an assignment holds")
 
 
 def load_payload(path: str) -> Any:
-    """Read an assignment given with --payload (``-`` reads standard input)."""
+    """Read an assignment given with --payload (``-`` reads standard input), size bounded."""
     try:
-        raw = sys.stdin.buffer.read() if path == "-" else Path(path).read_bytes()
+        if path == "-":
+            raw = sys.stdin.buffer.read(MAX_ANSWER_BYTES + 1)
+        else:
+            with open(path, "rb") as payload:
+                raw = payload.read(MAX_ANSWER_BYTES + 1)
     except OSError as exc:
         raise Refused(f"cannot read the payload {path}: {exc.strerror}") from None
+    if len(raw) > MAX_ANSWER_BYTES:
+        raise Refused(f"the payload {path} is over {MAX_ANSWER_BYTES} bytes")
     return decode_json(raw, f"payload {path}")
 
 
@@ -411,14 +476,19 @@ def validate_assignment(doc: Any) -> Assignment:
     """Check the JSON shape of an assignment; refuse it whole with the path of the fault."""
     if not isinstance(doc, dict):
         raise Refused("assignment: must be a JSON object with host and servers")
-    host = text_field(doc, "host", "assignment")
+    host = box_name_field(doc, "host", "assignment")
     revision = doc.get("revision")
     if revision is not None and not (isinstance(revision, str) and revision
-                                     and not CONTROL_RE.search(revision)):
-        raise Refused("assignment.revision: must be a non-empty string")
+                                     and len(revision) <= MAX_REVISION
+                                     and not UNSAFE_CHAR_RE.search(revision)):
+        raise Refused(f"assignment.revision: must be a string of 1 to {MAX_REVISION} "
+                      "characters without control characters")
     entries = doc.get("servers")
     if not isinstance(entries, list):
         raise Refused("assignment.servers: must be a list")
+    if len(entries) > MAX_SERVERS:
+        raise Refused(f"assignment.servers: a box runs at most {MAX_SERVERS} servers, "
+                      f"this assignment has {len(entries)}")
     servers = tuple(validate_server(entry, f"servers[{i}]") for i, entry in enumerate(entries))
     for key in ("name", "port"):
         seen: set[Any] = set()
@@ -433,78 +503,127 @@ def validate_assignment(doc: Any) -> Assignment:
 def validate_server(entry: Any, where: str) -> Server:
     if not isinstance(entry, dict):
         raise Refused(f"{where}: must be an object")
-    name = text_field(entry, "name", where)
-    if not NAME_RE.match(name):
-        raise Refused(f"{where}.name: {name!r} must be letters, digits, . _ - (at most 64, "
+    name = entry.get("name")
+    if not (isinstance(name, str) and SERVER_NAME_RE.match(name)):
+        raise Refused(f"{where}.name: {shown(name)} must be letters, digits, . _ - (at most 64, "
                       "not starting with . _ -): it names a Supervisor program and a log file")
-    text_field(entry, "host", where)
+    box_name_field(entry, "host", where)
     port = entry.get("port")
     if not (isinstance(port, int) and not isinstance(port, bool) and 0 < port < 65536):
         raise Refused(f"{where}.port: must be an integer from 1 to 65535")
     api_key = entry.get("api_key")
     if not (isinstance(api_key, str) and API_KEY_RE.match(api_key)):
-        raise Refused(f"{where}.api_key: must be a non-empty string of printable characters "
-                      "without spaces or quotes")
+        raise Refused(f"{where}.api_key: must be 1 to 512 printable ASCII characters without "
+                      "spaces or quotes")
     numbers = {key: number_field(entry, key, where) for key in OPTIONAL_NUMBERS}
-    utilization = numbers["gpu_memory_utilization"]
-    if utilization is not None and not 0 < utilization <= 1:
-        raise Refused(f"{where}.gpu_memory_utilization: must be above 0 and at most 1")
     max_model_len = numbers["max_model_len"]
-    if max_model_len is not None and (max_model_len != int(max_model_len) or max_model_len < 1):
-        raise Refused(f"{where}.max_model_len: must be a positive integer")
     return Server(
         name=name,
-        model=text_field(entry, "model", where),
-        served_model_name=text_field(entry, "served_model_name", where),
+        model=command_line_field(entry, "model", where),
+        served_model_name=command_line_field(entry, "served_model_name", where),
         port=port,
         api_key=api_key,
         args=normalize_args(entry.get("args", []), f"{where}.args"),
-        gpu_memory_utilization=utilization,
+        gpu_memory_utilization=numbers["gpu_memory_utilization"],
         max_model_len=None if max_model_len is None else int(max_model_len),
         vram_gb=numbers["vram_gb"],
         disk_gb=numbers["disk_gb"],
     )
 
 
-def text_field(entry: dict, key: str, where: str) -> str:
+def shown(value: Any) -> str:
+    """A refused value as a message quotes it: short, control characters escaped."""
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def box_name_field(entry: dict, key: str, where: str) -> str:
     value = entry.get(key)
-    if not isinstance(value, str) or not value.strip():
-        raise Refused(f"{where}.{key}: must be a non-empty string")
-    if CONTROL_RE.search(value):
-        raise Refused(f"{where}.{key}: holds control characters")
+    if not (isinstance(value, str) and BOX_NAME_RE.match(value)):
+        raise Refused(f"{where}.{key}: must be a box name, 1 to 253 printable ASCII characters "
+                      "without spaces")
+    return value
+
+
+def command_line_field(entry: dict, key: str, where: str) -> str:
+    """A value that becomes one ``vllm serve`` argument in a Supervisor program."""
+    value = entry.get(key)
+    if not isinstance(value, str) or not value or len(value) > MAX_TEXT:
+        raise Refused(f"{where}.{key}: must be a string of 1 to {MAX_TEXT} characters")
+    if UNSAFE_CHAR_RE.search(value):
+        raise Refused(f"{where}.{key}: holds a control, format or line-separator character")
+    if value != value.strip():
+        raise Refused(f"{where}.{key}: must not start or end with whitespace")
+    if value.startswith("-"):
+        raise Refused(f"{where}.{key}: must not start with '-': vLLM would read it as an option")
     return value
 
 
 def number_field(entry: dict, key: str, where: str) -> Decimal | None:
-    """An optional non-negative number, as an exact Decimal."""
+    """An optional recipe number above 0 and within its bound, as an exact Decimal.
+
+    ``max_model_len`` and ``kv_bytes_per_token`` must be JSON integers.
+    """
     value = entry.get(key)
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float, Decimal)):
-        raise Refused(f"{where}.{key}: must be a number")
+    limit = NUMBER_LIMITS[key]
+    if key in INTEGER_NUMBERS:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise Refused(f"{where}.{key}: must be an integer from 1 to {limit}")
+    elif isinstance(value, bool) or not isinstance(value, (int, float, Decimal)):
+        raise Refused(f"{where}.{key}: must be a finite number above 0 and at most {limit}")
     number = Decimal(str(value)) if isinstance(value, float) else Decimal(value)
-    if not number.is_finite() or number < 0:
-        raise Refused(f"{where}.{key}: must be a finite number, not negative")
+    if not number.is_finite():
+        raise Refused(f"{where}.{key}: must be a finite number above 0 and at most {limit}")
+    if not 0 < number <= limit:
+        raise Refused(f"{where}.{key}: must be above 0 and at most {limit}")
     return number
+
+
+def names_api_key_flag(arg: str) -> bool:
+    """Whether vLLM's parser could read ``arg`` (or a value it carries) as ``--api-key``.
+
+    vLLM's ``FlexibleArgumentParser`` turns ``_`` into ``-`` in an option's name
+    (up to the first ``.``, which starts a JSON sub-key) and leaves argparse's
+    prefix matching on, so ``--api_k=x`` and ``--api-key.x 1`` set the key too;
+    ``--model=X`` moves ``X`` to the front, where it is parsed again.
+    """
+    while arg.startswith("--"):
+        option, has_value, value = arg.partition("=")
+        option = option.split(".", 1)[0].replace("_", "-")
+        if len(option) > 2 and API_KEY_FLAG.startswith(option):
+            return True
+        if not has_value:
+            return False
+        arg = value
+    return False
 
 
 def normalize_args(value: Any, where: str) -> tuple[str, ...]:
     """Extra ``vllm serve`` arguments: a list of strings, or one string split like a shell."""
     if isinstance(value, str):
+        if len(value) > MAX_ARGS * MAX_ARG:
+            raise Refused(f"{where}: longer than {MAX_ARGS * MAX_ARG} characters")
         try:
             args = shlex.split(value)
         except ValueError as exc:
-            raise Refused(f"{where}: cannot split {value!r}: {exc}") from None
+            raise Refused(f"{where}: cannot split {shown(value)}: {exc}") from None
     elif isinstance(value, list) and all(isinstance(arg, str) for arg in value):
         args = list(value)
     else:
         raise Refused(f"{where}: must be a list of strings or one string")
+    if len(args) > MAX_ARGS:
+        raise Refused(f"{where}: at most {MAX_ARGS} arguments")
     for arg in args:
-        if CONTROL_RE.search(arg):
-            raise Refused(f"{where}: {arg!r} holds control characters")
-        if API_KEY_FLAG_RE.match(arg):
-            raise Refused(f"{where}: --api-key would put the bearer on the command line; "
-                          "the program passes it as VLLM_API_KEY")
+        if len(arg) > MAX_ARG:
+            raise Refused(f"{where}: an argument is longer than {MAX_ARG} characters")
+        if UNSAFE_CHAR_RE.search(arg):
+            raise Refused(f"{where}: {shown(arg)} holds a control, format or line-separator "
+                          "character")
+        if names_api_key_flag(arg):
+            raise Refused(f"{where}: {shown(arg.split('=', 1)[0])} would put a bearer on the "
+                          "command line; the program passes it as VLLM_API_KEY")
     return tuple(args)
 
 

@@ -95,7 +95,7 @@ def test_a_malformed_assignment_is_refused_and_nothing_written(llmao, box, run_m
     llmao.script(CONFIG, (200, {"host": BOX, "servers": [{"name": "x"}]}))
     outcome = run_main()
     assert outcome.rc == 2
-    assert "servers[0].host: must be a non-empty string" in outcome.err
+    assert "servers[0].host: must be a box name" in outcome.err
     assert not any(box.conf.iterdir()) and not box.data.exists()
 
 
@@ -152,9 +152,12 @@ def test_loopback_detection(install_set, hostname, loopback):
 
 
 @pytest.mark.parametrize("name, value, says", [
-    ("LLMAO_FETCH_ATTEMPTS", "0", "must be at least 1"),
+    ("LLMAO_FETCH_ATTEMPTS", "0", "must be from 1 to 100"),
+    ("LLMAO_FETCH_ATTEMPTS", "10000000", "must be from 1 to 100"),
     ("LLMAO_FETCH_ATTEMPTS", "many", "is not a int"),
-    ("LLMAO_FETCH_BACKOFF_S", "-1", "must be at least 0"),
+    ("LLMAO_FETCH_BACKOFF_S", "-1", "must be from 0 to 3600"),
+    ("LLMAO_FETCH_BACKOFF_S", "nan", "must be from 0 to 3600"),
+    ("LLMAO_FETCH_TIMEOUT_S", "1e999", "must be from 0.001 to 3600"),
     ("DATA_DIRECTORY", "relative/data", "must be an absolute path"),
     ("DATA_DIRECTORY", "/data dir", "must be an absolute path"),
     ("SUPERVISOR_CONF_DIR", "conf.d", "must be an absolute path"),

@@ -100,7 +100,7 @@ def test_nothing_to_divide(install_set):
 
 
 entry_strategy = st.fixed_dictionaries({}, optional={
-    "vram_gb": st.integers(0, 120),
+    "vram_gb": st.integers(1, 120),
     "max_model_len": st.integers(1, 2**20),
     "gpu_memory_utilization": st.decimals("0.001", "0.5", places=3),
 })
@@ -238,7 +238,7 @@ def test_weights_beyond_the_card_exit_1_and_write_nothing(box, run_main):
 
 
 def test_too_little_disk_exits_1_and_writes_nothing(box, run_main):
-    path = box.write_payload(payload(server_entry(0, disk_gb=10**9)))
+    path = box.write_payload(payload(server_entry(0, disk_gb=10**6)))
     outcome = run_main("--payload", str(path))
     assert outcome.rc == 1 and "disk_gb needed" in outcome.err
     assert not any(box.conf.iterdir())

@@ -9,19 +9,27 @@ in :mod:`fleet`, which is the only caller.
 
 from __future__ import annotations
 
+import math
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 from .bearer import is_placeholder
 from .config_errors import Problems
-from .field_checks import Section, type_name
+from .field_checks import Section, shown, type_name
 from .hostnames import normalize_host
+from .payload_rules import BOX_NAME_RE, MAX_SERVERS, SERVER_NAME_RE
 from .secret_strength import MAKE_ONE, secret_weakness
 from .yaml_source import read_yaml
 
 LISTEN_PORTS = (8001, 8002, 8003)
-MAX_SERVERS_PER_BOX = len(LISTEN_PORTS)
+MAX_SERVERS_PER_BOX = MAX_SERVERS
+# Bounds of the lifecycle knobs: a week to load, ten minutes for one probe, a thousand passes.
+MAX_GRACE_S = 7 * 86400
+MAX_PROBE_TIMEOUT_S = 600
+MAX_PASSES = 1000
 DEFAULT_STATE_FILE = "llmao-state.sqlite3"
 DEFAULT_SESSION_LIFETIME_S = 12 * 3600.0
 MAX_SESSION_LIFETIME_S = 30 * 24 * 3600.0
@@ -47,6 +55,14 @@ class Lifecycle:
     rejected_passes: int = 3
     probe_connect_timeout_s: float = 3.0
     probe_timeout_s: float = 10.0
+
+
+@dataclass(frozen=True)
+class LoadKnobs:
+    """When a server counts as saturated (docs/metrics.md), with the documented defaults."""
+
+    saturated_passes: int = 3
+    saturated_kv_usage: float = 0.9
 
 
 @dataclass(frozen=True)
@@ -76,8 +92,12 @@ class Settings:
     server_state: str
     admin_token: str | None = field(repr=False)
     session_lifetime_s: float = DEFAULT_SESSION_LIFETIME_S
+    # The bearer of llmao-server's GET /metrics; unset, it answers loopback peers only.
+    metrics_token: str | None = field(default=None, repr=False)
     # (key path, why) for fleet.key and fleet.vllm_api_salt when weak: loaded, but warned about.
     weak_secrets: tuple[tuple[str, str], ...] = ()
+    load: LoadKnobs = LoadKnobs()
+    cost_per_hour: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
 
     def is_legacy(self, box: str, listen_port: int) -> bool:
         """A pair that predates the salt and serves ``selfhost_api_key`` (box normalised)."""
@@ -89,7 +109,7 @@ class Settings:
         The one list that log redaction and Ansible's censoring both start from.
         """
         return (self.fleet_key, self.vllm_api_salt, self.selfhost_api_key,
-                self.litellm_master_key, self.admin_token,
+                self.litellm_master_key, self.admin_token, self.metrics_token,
                 *(provider.api_key for provider in self.providers.values()))
 
 
@@ -103,14 +123,25 @@ def load_settings(path: str, problems: Problems, warnings: list[str]) -> Setting
     legacy = _read_legacy(fleet)
     hosts = _read_hosts(fleet, warnings)
     lifecycle = Lifecycle(
-        health_grace_s=fleet.number("health_grace_s", Lifecycle.health_grace_s),
+        health_grace_s=fleet.number("health_grace_s", Lifecycle.health_grace_s,
+                                    maximum=MAX_GRACE_S),
         health_fail_threshold=fleet.integer("health_fail_threshold",
-                                            Lifecycle.health_fail_threshold),
-        rejected_passes=fleet.integer("rejected_passes", Lifecycle.rejected_passes),
+                                            Lifecycle.health_fail_threshold, maximum=MAX_PASSES),
+        rejected_passes=fleet.integer("rejected_passes", Lifecycle.rejected_passes,
+                                      maximum=MAX_PASSES),
         probe_connect_timeout_s=fleet.number("probe_connect_timeout_s",
-                                             Lifecycle.probe_connect_timeout_s),
-        probe_timeout_s=fleet.number("probe_timeout_s", Lifecycle.probe_timeout_s),
+                                             Lifecycle.probe_connect_timeout_s,
+                                             maximum=MAX_PROBE_TIMEOUT_S),
+        probe_timeout_s=fleet.number("probe_timeout_s", Lifecycle.probe_timeout_s,
+                                     maximum=MAX_PROBE_TIMEOUT_S),
     )
+    load = LoadKnobs(
+        saturated_passes=fleet.integer("saturated_passes", LoadKnobs.saturated_passes,
+                                       maximum=MAX_PASSES),
+        saturated_kv_usage=fleet.number("saturated_kv_usage", LoadKnobs.saturated_kv_usage,
+                                        maximum=1),
+    )
+    cost_per_hour = _read_costs(fleet)
     fleet.close()
     providers = _read_providers(top.sub("providers"))
     litellm = top.sub("litellm")
@@ -125,10 +156,13 @@ def load_settings(path: str, problems: Problems, warnings: list[str]) -> Setting
     session_lifetime_s = admin.number("session_lifetime_s", DEFAULT_SESSION_LIFETIME_S,
                                       maximum=MAX_SESSION_LIFETIME_S)
     admin.close()
+    metrics = top.sub("metrics")
+    metrics_token = metrics.token("token")
+    metrics.close()
     others = {"fleet.key": fleet_key, "fleet.vllm_api_salt": salt,
               "fleet.selfhost_api_key": selfhost, "litellm.master_key": master_key,
               **{f"providers.{kind}.api_key": p.api_key for kind, p in providers.items()}}
-    check_distinct(top, {"admin.token": admin_token}, others)
+    check_distinct(top, {"admin.token": admin_token, "metrics.token": metrics_token}, others)
     weak = weak_secrets({"fleet.key": fleet_key, "fleet.vllm_api_salt": salt})
     warnings.extend(f"{path}: {key}: {why}. It loads, but a weak {key} is easier to guess; "
                     f"changing it means re-provisioning every box (docs/rotating-secrets.md). "
@@ -139,7 +173,8 @@ def load_settings(path: str, problems: Problems, warnings: list[str]) -> Setting
         legacy_servers=legacy, hosts=hosts, lifecycle=lifecycle, providers=providers,
         litellm_url=litellm_url, litellm_master_key=master_key, server_url=server_url,
         server_state=_state_location(path, state), admin_token=admin_token,
-        session_lifetime_s=session_lifetime_s, weak_secrets=weak,
+        session_lifetime_s=session_lifetime_s, metrics_token=metrics_token, weak_secrets=weak,
+        load=load, cost_per_hour=cost_per_hour,
     )
 
 
@@ -171,6 +206,28 @@ def _state_location(config_path: str, state: str) -> str:
     if "://" in state or os.path.isabs(state):
         return state
     return os.path.join(os.path.dirname(os.path.abspath(config_path)), state)
+
+
+def _read_costs(fleet: Section) -> Mapping[str, float]:
+    """``fleet.cost_per_hour``: box to its price per hour, for boxes no listing prices."""
+    value = fleet.raw("cost_per_hour", None)
+    if value is None:
+        return MappingProxyType({})
+    if not isinstance(value, dict):
+        fleet.problem("cost_per_hour", f"must be a mapping of box name to a price per hour, "
+                                       f"not {type_name(value)}")
+        return MappingProxyType({})
+    costs = {}
+    for box, price in value.items():
+        if not isinstance(box, str) or not normalize_host(box):
+            fleet.problem(f"cost_per_hour.{box}", "a box name must be a non-empty string")
+        elif isinstance(price, bool) or not isinstance(price, int | float) \
+                or not math.isfinite(price) or price < 0:
+            fleet.problem(f"cost_per_hour.{box}", f"must be a price per hour of 0 or more, "
+                                                  f"not {price!r}")
+        else:
+            costs[normalize_host(box)] = float(price)
+    return MappingProxyType(costs)
 
 
 def _read_legacy(fleet: Section) -> frozenset[tuple[str, int]]:
@@ -205,6 +262,10 @@ def _read_hosts(fleet: Section, warnings: list[str]) -> dict[str, tuple[HostRow,
                                                "(quote it in YAML)")
             continue
         name = normalize_host(raw_name)
+        if not BOX_NAME_RE.match(name):
+            fleet.problem(f"hosts.{shown(raw_name)}", "a box name must be 1 to 253 printable "
+                          "ASCII characters without spaces: a box sends it as a header")
+            continue
         if name in hosts:
             fleet.problem(f"hosts.{raw_name}", f"names the same box as another key ({name})")
             continue
@@ -252,14 +313,17 @@ def _read_row(fleet: Section, where: str, index: int, row: Any) -> HostRow | Non
         fleet.problem(where, "the model name (first element) must be a non-empty string")
         ok = False
     if not _is_port(port):
-        fleet.problem(where, f"the port (second element) must be an integer port, not {port!r}")
+        fleet.problem(where, "the port (second element) must be an integer port, "
+                             f"not {shown(port)}")
         ok = False
     if not _is_program_name(name):
-        fleet.problem(where, f"the name {name!r} cannot name a Supervisor program; use letters, "
-                             "digits, '.', '_' or '-' (a third element sets it)")
+        fleet.problem(where, f"the name {shown(name)} cannot name a Supervisor program; use at "
+                             "most 64 letters, digits, '.', '_' or '-', starting with a letter "
+                             "or digit (a third element sets it)")
         ok = False
     if public is not None and not _is_port(public):
-        fleet.problem(where, f"the public port (fourth element) must be a port, not {public!r}")
+        fleet.problem(where, "the public port (fourth element) must be a port, "
+                             f"not {shown(public)}")
         ok = False
     return HostRow(index, model_name, port, name, public) if ok else None
 
@@ -269,8 +333,7 @@ def _is_port(value: Any) -> bool:
 
 
 def _is_program_name(value: Any) -> bool:
-    return (isinstance(value, str) and bool(value) and len(value) <= 64
-            and all(ch.isascii() and (ch.isalnum() or ch in "._-") for ch in value))
+    return isinstance(value, str) and SERVER_NAME_RE.match(value) is not None
 
 
 def _read_providers(section: Section) -> dict[str, Provider]:

@@ -9,6 +9,7 @@ and returns ``None``; the loader carries on so all problems surface together.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -17,6 +18,8 @@ from .config_errors import Problems, key_path
 from .secret_strength import MAKE_ONE, secret_weakness
 
 MISSING = object()
+# Knobs without a bound of their own still have one: YAML ints are unbounded.
+DEFAULT_MAXIMUM = 10**9
 
 
 def type_name(value: Any) -> str:
@@ -24,6 +27,12 @@ def type_name(value: Any) -> str:
     names = {bool: "a boolean", int: "an integer", float: "a number", str: "a string",
              list: "a list", dict: "a mapping", type(None): "empty"}
     return names.get(type(value), type(value).__name__)
+
+
+def shown(value: Any) -> str:
+    """A value as a message quotes it: short, whatever was written."""
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 class Section:
@@ -80,25 +89,28 @@ class Section:
                               f"characters. Make one with: {MAKE_ONE}")
         return value
 
-    def integer(self, key: str, default: int | None = None, *, minimum: int = 1) -> int | None:
+    def integer(self, key: str, default: int | None = None, *, minimum: int = 1,
+                maximum: int = DEFAULT_MAXIMUM) -> int | None:
         value = self.raw(key)
         if value is MISSING or value is None:
             return default
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            self.problem(key, f"must be an integer of at least {minimum}, not {value!r}")
+        if isinstance(value, bool) or not isinstance(value, int) \
+                or not minimum <= value <= maximum:
+            self.problem(key, f"must be an integer from {minimum} to {maximum}, "
+                              f"not {shown(value)}")
             return default
         return value
 
     def number(self, key: str, default: float | None = None, *,
-               maximum: float | None = None) -> float | None:
-        """A positive number (int or float), optionally capped."""
+               maximum: float = DEFAULT_MAXIMUM) -> float | None:
+        """A finite positive number (int or float) up to ``maximum``: ``.nan``, ``.inf`` refused."""
         value = self.raw(key)
         if value is MISSING or value is None:
             return default
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0 \
-                or (maximum is not None and value > maximum):
-            bound = f" and at most {maximum}" if maximum is not None else ""
-            self.problem(key, f"must be a number above 0{bound}, not {value!r}")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) \
+                or not math.isfinite(value) or not 0 < value <= maximum:
+            self.problem(key, f"must be a finite number above 0 and at most {maximum}, "
+                              f"not {shown(value)}")
             return default
         return value
 

@@ -21,6 +21,7 @@ from .config_file import LISTEN_PORTS, HostRow, Settings, load_settings
 from .hostnames import normalize_host
 from .intent import BoxAssignment, IntendedServer, assign
 from .models_file import ModelEntry, load_models
+from .payload_rules import API_KEY_RE, BOX_NAME_RE
 
 
 class ApprovalError(ValueError):
@@ -96,6 +97,8 @@ def approval_refusal(fleet: Fleet, box: str, model_names: Sequence[str]) -> str 
     """Why these models cannot be approved for this box, or None when they can."""
     if not box:
         return "the box name is empty"
+    if not BOX_NAME_RE.match(box):
+        return "a box name must be printable ASCII without spaces, at most 253 characters"
     if box in fleet.assignments:
         return f"{box} is already in fleet.hosts; its rows decide what it runs"
     if not model_names:
@@ -155,6 +158,10 @@ def _check_secrets(source: str, settings: Settings, problems: Problems) -> None:
     if legacy and is_placeholder(settings.selfhost_api_key):
         problems.add(source, "fleet.selfhost_api_key",
                      f"missing or CHANGE_ME, but {legacy} legacy server(s) use it")
+    elif legacy and not API_KEY_RE.match(settings.selfhost_api_key or ""):
+        problems.add(source, "fleet.selfhost_api_key",
+                     "must be 1 to 512 printable ASCII characters without spaces or quotes: "
+                     "boxes pass it to vLLM through Supervisor's environment")
 
 
 def _intend(source: str, settings: Settings, models: dict[str, ModelEntry], box: str,

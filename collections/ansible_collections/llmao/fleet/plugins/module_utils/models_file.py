@@ -17,12 +17,12 @@ from typing import Any
 
 from .config_errors import Problems
 from .field_checks import MISSING, Section, type_name
+from .payload_rules import INTEGER_NUMBERS, NUMBER_LIMITS, args_problem, text_problem
 from .yaml_source import read_yaml
 
 # Optional recipe numbers, in the order they appear in a payload.
 RECIPE_NUMBERS = ("gpu_memory_utilization", "max_model_len", "vram_gb", "disk_gb",
                   "kv_bytes_per_token")
-_INTEGER_NUMBERS = {"max_model_len", "kv_bytes_per_token"}
 # LiteLLM's provider prefix for an OpenAI-compatible vLLM server.
 HOSTED_VLLM_PREFIX = "hosted_vllm/"
 
@@ -113,21 +113,34 @@ def _read_recipe(info: Section, model_name: str | None, self_hosted: bool) -> Vl
     recipe = info.sub("vllm", required=True)
     if not self_hosted:
         info.problem("vllm", "is only read for self_hosted models; set self_hosted: true")
-    weights = recipe.text("model", required=True)
-    served = recipe.text("served_model_name", model_name)
+    weights = _command_line_text(recipe, "model", recipe.text("model", required=True))
+    served = _command_line_text(recipe, "served_model_name",
+                                recipe.text("served_model_name", model_name))
     args = _read_args(recipe)
+    problem = args_problem(args)
+    if problem:
+        recipe.problem("args", problem)
     numbers = {}
     for key in RECIPE_NUMBERS:
-        if key in _INTEGER_NUMBERS:
-            value = recipe.integer(key)
+        if key in INTEGER_NUMBERS:
+            value = recipe.integer(key, maximum=NUMBER_LIMITS[key])
         else:
-            value = recipe.number(key, maximum=1 if key == "gpu_memory_utilization" else None)
+            value = recipe.number(key, maximum=NUMBER_LIMITS[key])
         if value is not None:
             numbers[key] = value
     recipe.close()
     if not (weights and served and recipe.valid and self_hosted):
         return None
     return VllmRecipe(weights, served, args, MappingProxyType(numbers))
+
+
+def _command_line_text(recipe: Section, key: str, value: str | None) -> str | None:
+    """``value`` when it can be one ``vllm serve`` argument; else a problem and None."""
+    problem = None if value is None else text_problem(value)
+    if problem:
+        recipe.problem(key, problem)
+        return None
+    return value
 
 
 def _read_args(recipe: Section) -> tuple[str, ...]:

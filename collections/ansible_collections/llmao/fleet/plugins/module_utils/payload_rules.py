@@ -1,0 +1,88 @@
+# Copyright: llmao fleet contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""What a box's assignment may hold: the rules the loaders check and the box program applies.
+
+Whatever loads must be accepted by the box, or a config that llmao serves would
+strand a box at boot. The box program (``roles/vllm_box/files/install_set.py``)
+runs with the standard library alone and cannot import this module, so it keeps
+a copy of these rules; ``tests/reliability/test_payload_rules.py`` pins the copy
+to this original and a property test feeds every config that loads to the box.
+
+Every value here ends on a ``vllm serve`` command line or in a Supervisor
+program, so the rules refuse what would change its meaning there: control,
+format and line-separator characters (a Supervisor line split in two, a name
+that reads differently than it runs, a lone surrogate that cannot be written
+as UTF-8), a value vLLM would read as an option, and unbounded sizes.
+"""
+
+from __future__ import annotations
+
+import re
+
+# Box names are addresses or provider ids: printable ASCII, sent as the X-LLMAO-Host header.
+BOX_NAME_RE = re.compile(r"[!-~]{1,253}\Z")
+# A server's name names a Supervisor program and a log file.
+SERVER_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
+# A bearer survives Supervisor's environment= parser intact: no space, quote or apostrophe.
+API_KEY_RE = re.compile(r"[!#-&(-~]{1,512}\Z")
+# C0 and C1 controls, zero-width and direction marks, line and paragraph separators, bidi
+# embeddings and isolates, word joiners, the byte order mark, lone surrogates.
+UNSAFE_CHAR_RE = re.compile(
+    "[\x00-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2060-\u206f\ufeff\ud800-\udfff]")
+MAX_TEXT = 512
+MAX_ARGS = 128
+MAX_ARG = 4096
+MAX_SERVERS = 3
+API_KEY_FLAG = "--api-key"
+# Upper bounds of the optional recipe numbers; each is also above 0.
+NUMBER_LIMITS = {"gpu_memory_utilization": 1, "max_model_len": 10**8, "vram_gb": 10**5,
+                 "disk_gb": 10**6, "kv_bytes_per_token": 10**9}
+INTEGER_NUMBERS = frozenset({"max_model_len", "kv_bytes_per_token"})
+
+
+def text_problem(value: str) -> str | None:
+    """Why a model id or served name cannot reach ``vllm serve`` as one argument, or None."""
+    if not value or len(value) > MAX_TEXT:
+        return f"must be 1 to {MAX_TEXT} characters"
+    if UNSAFE_CHAR_RE.search(value):
+        return "holds a control, format or line-separator character"
+    if value != value.strip():
+        return "must not start or end with whitespace"
+    if value.startswith("-"):
+        return "must not start with '-': vLLM would read it as an option"
+    return None
+
+
+def names_api_key_flag(arg: str) -> bool:
+    """Whether vLLM's parser could read ``arg`` (or a value it carries) as ``--api-key``.
+
+    vLLM's ``FlexibleArgumentParser`` turns ``_`` into ``-`` in an option's name
+    (up to the first ``.``, which starts a JSON sub-key) and leaves argparse's
+    prefix matching on, so ``--api_k=x`` and ``--api-key.x 1`` set the key too.
+    ``--model=X`` moves ``X`` to the front, where it is parsed again: values are
+    checked as well.
+    """
+    while arg.startswith("--"):
+        option, has_value, value = arg.partition("=")
+        option = option.split(".", 1)[0].replace("_", "-")
+        if len(option) > 2 and API_KEY_FLAG.startswith(option):
+            return True
+        if not has_value:
+            return False
+        arg = value
+    return False
+
+
+def args_problem(args: list[str] | tuple[str, ...]) -> str | None:
+    """Why these extra ``vllm serve`` arguments cannot be run as given, or None."""
+    if len(args) > MAX_ARGS:
+        return f"at most {MAX_ARGS} arguments"
+    for arg in args:
+        if len(arg) > MAX_ARG:
+            return f"an argument is longer than {MAX_ARG} characters"
+        if UNSAFE_CHAR_RE.search(arg):
+            return f"{arg[:40]!r} holds a control, format or line-separator character"
+        if names_api_key_flag(arg):
+            return (f"{arg.split('=', 1)[0][:40]!r} would put a bearer on the command line; "
+                    "the program passes it as VLLM_API_KEY")
+    return None

@@ -1,0 +1,228 @@
+"""``GET /metrics``: the fleet in Prometheus text, for Grafana and Alertmanager.
+
+Every scrape builds its answer from the shared store, through a collector made
+for that scrape: nothing is kept in a process, so every worker and every
+instance on one database answers the same. Figures reconcile could not read
+are left out (a missing series), never written as 0. ``docs/metrics.md`` lists
+the series; ``docs/alerts/llmao-rules.yml`` alerts on them.
+
+``metrics.token`` in ``config.yaml`` is the bearer a scraper presents; without
+one the endpoint answers loopback peers only (a Prometheus on the same machine).
+"""
+
+from __future__ import annotations
+
+import hmac
+import time
+from collections import Counter
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from flask import Blueprint, Response, current_app, request
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from ansible_collections.llmao.fleet.plugins.module_utils.bearer import is_placeholder
+from ansible_collections.llmao.fleet.plugins.module_utils.fleet_load import read_load_document
+from ansible_collections.llmao.fleet.plugins.module_utils.lifecycle import Drift, State
+from ansible_collections.llmao.fleet.plugins.module_utils.vllm_metrics import (
+    MetricsRecordError,
+)
+
+from .addresses import is_loopback
+from .api_errors import ApiError
+from .dashboard.fleet_view import Observed, strangers
+from .state import ServerState
+from .store import ReconcilePass
+
+bp = Blueprint("fleet_metrics", __name__)
+
+SERVER_LABELS = ("box", "server", "model")
+# Per server: series name, help, the ServerMetrics figure it shows.
+SERVER_GAUGES = (
+    ("llmao_server_kv_cache_tokens", "KV cache size in tokens (vLLM's blocks x block size).",
+     "kv_cache_tokens"),
+    ("llmao_server_kv_cache_usage_ratio", "Share of the KV cache in use, 0 to 1.",
+     "kv_cache_usage_ratio"),
+    ("llmao_server_requests_running", "Requests vLLM is running.", "requests_running"),
+    ("llmao_server_requests_waiting", "Requests waiting in vLLM's queue.", "requests_waiting"),
+    ("llmao_server_max_model_len_tokens", "The context vLLM serves (/v1/models).",
+     "max_model_len"),
+)
+SERVER_COUNTERS = (
+    ("llmao_server_prompt_tokens", "Prompt tokens vLLM processed since it started.",
+     "prompt_tokens_total"),
+    ("llmao_server_generation_tokens", "Tokens vLLM generated since it started.",
+     "generation_tokens_total"),
+)
+# Per model: series name, help, the ModelLoad field it shows.
+MODEL_GAUGES = (
+    ("llmao_model_servers", "Servers of the model in the fleet.", "servers"),
+    ("llmao_model_healthy_servers", "Healthy servers of the model.", "healthy"),
+    ("llmao_model_capacity_requests", "Full-context requests its Healthy servers hold at once.",
+     "capacity"),
+    ("llmao_model_requests_running", "Requests running on its Healthy servers.",
+     "requests_running"),
+    ("llmao_model_requests_waiting", "Requests waiting on its Healthy servers.",
+     "requests_waiting"),
+    ("llmao_model_oversized_servers", "Its servers whose context exceeds their KV cache.",
+     "oversized"),
+    ("llmao_model_generation_tokens_per_second", "Tokens its Healthy servers generate per second.",
+     "generation_tokens_per_s"),
+    ("llmao_model_cost_per_hour", "What its servers cost per hour (their boxes' shares).",
+     "cost_per_hour"),
+    ("llmao_model_cost_per_million_generated_tokens", "Its cost per million generated tokens.",
+     "cost_per_million_tokens"),
+)
+
+
+def llmao_state() -> ServerState:
+    return current_app.extensions["llmao"]
+
+
+@bp.get("/metrics")
+def metrics() -> Response:
+    require_scraper(llmao_state().fleet.settings.metrics_token)
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(FleetCollector(llmao_state(), time.time()))
+    return Response(generate_latest(registry), 200, content_type=CONTENT_TYPE_LATEST,
+                    headers={"Cache-Control": "no-store"})
+
+
+def require_scraper(token: str | None) -> None:
+    """The bearer ``metrics.token`` when one is set; a loopback peer otherwise."""
+    if is_placeholder(token):
+        if not is_loopback(request.remote_addr or ""):
+            raise ApiError(403, "metrics_loopback_only",
+                           "without metrics.token in config.yaml, /metrics answers loopback "
+                           "peers only; set metrics.token and scrape with it as bearer")
+        return
+    scheme, _, presented = request.headers.get("Authorization", "").partition(" ")
+    presented = presented.strip()
+    if scheme.lower() != "bearer" or not presented:
+        raise ApiError(401, "metrics_token_required",
+                       "present the metrics token as 'Authorization: Bearer <metrics.token>'")
+    if not hmac.compare_digest(presented.encode(), token.encode()):
+        raise ApiError(403, "metrics_token_wrong", "the metrics token is not this server's")
+
+
+class FleetCollector:
+    """The series of one scrape, read from the store when Prometheus asks."""
+
+    def __init__(self, state: ServerState, now: float):
+        self.state = state
+        self.now = now
+
+    def collect(self) -> Iterator[Metric]:
+        last = self.state.store.last_pass()
+        approvals = self.state.store.approvals()
+        unknown = strangers(self.state.fleet, Observed(unknown=self.state.store.unknown_boxes(),
+                                                       approvals=approvals), self.now)
+        yield GaugeMetricFamily("llmao_unknown_boxes",
+                                "Names presenting the fleet key that are not in fleet.hosts "
+                                "nor approved.", value=len(unknown))
+        if last is None:
+            return  # no pass yet: every figure reconcile gives is unknown
+        yield GaugeMetricFamily("llmao_reconcile_last_pass_timestamp_seconds",
+                                "When the latest reconcile pass ran.", value=last.pass_at)
+        yield from pass_metrics(last)
+
+
+def pass_metrics(last: ReconcilePass) -> Iterator[Metric]:
+    """What one recorded pass says: states, drift, and the loads it read."""
+    states = Counter(str(verdict.get("state")) for verdict in last.verdicts.values())
+    servers = GaugeMetricFamily("llmao_servers", "Servers by their state in the latest pass.",
+                                labels=["state"])
+    for state in State:
+        servers.add_metric([state.value], states.get(state.value, 0))
+    yield servers
+    kinds = Counter(str(item.get("kind")) for item in last.drift)
+    drift = GaugeMetricFamily("llmao_drift", "Drift the latest pass reported, by kind.",
+                              labels=["kind"])
+    for kind in Drift:
+        drift.add_metric([kind.value], kinds.get(kind.value, 0))
+    yield drift
+    try:
+        loads, models, boxes = read_load_document(
+            {"verdicts": last.verdicts, "models": last.models, "boxes": last.boxes})
+    except MetricsRecordError:
+        loads, models, boxes = {}, {}, {}
+    yield from server_metrics(last.verdicts, loads)
+    yield from model_metrics(models)
+    box_cost = GaugeMetricFamily("llmao_box_cost_per_hour", "A box's price per hour (USD).",
+                                 labels=["box", "provider"])
+    for box, cost in boxes.items():
+        if cost.cost_per_hour is not None:
+            box_cost.add_metric([box, cost.provider], cost.cost_per_hour)
+    yield box_cost
+
+
+def server_labels(verdict: Mapping[str, Any]) -> list[str] | None:
+    """box, server, model of a verdict; None for one without them (not a server's)."""
+    labels = [verdict.get("box"), verdict.get("name"), verdict.get("model_name")]
+    return [str(label) for label in labels] if all(labels) else None
+
+
+def server_metrics(verdicts: Mapping[str, Mapping[str, Any]],
+                   loads: Mapping[str, Any]) -> Iterator[Metric]:
+    up = GaugeMetricFamily("llmao_server_up", "1 when the server is Healthy, else 0; the state "
+                           "label says which.", labels=[*SERVER_LABELS, "state"])
+    gauges = {name: GaugeMetricFamily(name, text, labels=list(SERVER_LABELS))
+              for name, text, _ in SERVER_GAUGES}
+    counters = {name: CounterMetricFamily(name, text, labels=list(SERVER_LABELS))
+                for name, text, _ in SERVER_COUNTERS}
+    verdict_gauges = {
+        "llmao_server_oversized": ("1 when the served context exceeds the KV cache (vLLM "
+                                   "would hang on a long request).", "oversized"),
+        "llmao_server_saturated": ("1 when requests keep waiting or the KV cache is nearly "
+                                   "full.", "saturated"),
+        "llmao_server_generation_tokens_per_second": ("Tokens generated per second since the "
+                                                      "pass before.", "generation_tokens_per_s"),
+        "llmao_server_cost_per_hour": ("The server's share of its box's price per hour.",
+                                       "cost_per_hour"),
+    }
+    verdict_families = {name: GaugeMetricFamily(name, text, labels=list(SERVER_LABELS))
+                        for name, (text, _) in verdict_gauges.items()}
+    for key, verdict in verdicts.items():
+        labels = server_labels(verdict)
+        if labels is None:
+            continue
+        state = str(verdict.get("state"))
+        up.add_metric([*labels, state], 1 if state == State.HEALTHY.value else 0)
+        load = loads.get(key)
+        if load is None:
+            continue
+        for name, (_, field) in verdict_gauges.items():
+            add_known(verdict_families[name], labels, getattr(load, field))
+        if load.metrics is None:
+            continue
+        for name, _, field in SERVER_GAUGES:
+            add_known(gauges[name], labels, getattr(load.metrics, field))
+        for name, _, field in SERVER_COUNTERS:
+            add_known(counters[name], labels, getattr(load.metrics, field))
+    yield up
+    yield from gauges.values()
+    yield from counters.values()
+    yield from verdict_families.values()
+
+
+def model_metrics(models: Mapping[str, Any]) -> Iterator[Metric]:
+    families = {name: GaugeMetricFamily(name, text, labels=["model"])
+                for name, text, _ in MODEL_GAUGES}
+    saturated = GaugeMetricFamily("llmao_model_saturated", "1 when the model needs another "
+                                  "box (one of its Healthy servers is saturated).",
+                                  labels=["model"])
+    for model, load in models.items():
+        for name, _, field in MODEL_GAUGES:
+            add_known(families[name], [model], getattr(load, field))
+        add_known(saturated, [model], load.saturated)
+    yield from families.values()
+    yield saturated
+
+
+def add_known(family: GaugeMetricFamily | CounterMetricFamily, labels: list[str],
+              value: float | bool | None) -> None:
+    """A sample for a known figure; an unknown one is left out, never written as 0."""
+    if value is not None:
+        family.add_metric(labels, float(value))

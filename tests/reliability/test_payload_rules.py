@@ -1,0 +1,72 @@
+"""The payload rules exist twice (the core, and the stdlib-only box program): pin the copy.
+
+``module_utils/payload_rules.py`` is the original; ``install_set.py`` cannot import
+it and keeps a copy. The constants must be equal, and the checks built on them
+must give the same verdict on any value (hypothesis draws them, hostile
+characters included). test_config_box_agreement.py proves the consequence
+end to end: whatever loads, the box accepts.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ansible_collections.llmao.fleet.plugins.module_utils import payload_rules as core
+from ansible_collections.llmao.fleet.plugins.module_utils.config_file import MAX_SERVERS_PER_BOX
+from ansible_collections.llmao.fleet.plugins.module_utils.models_file import RECIPE_NUMBERS
+from tests.unit.box_program.helpers import load_install_set
+
+BOX = load_install_set()
+PINNED = ["BOX_NAME_RE", "SERVER_NAME_RE", "API_KEY_RE", "UNSAFE_CHAR_RE", "MAX_TEXT",
+          "MAX_ARGS", "MAX_ARG", "MAX_SERVERS", "API_KEY_FLAG", "NUMBER_LIMITS",
+          "INTEGER_NUMBERS"]
+# Characters that matter, mixed with any others: the edges of every rule.
+EDGES = "-_.=/ \t\n\x00\x1f\x7f\x85\x9f\xa0\u200b\u200f\u2028\u2029\u202e\u2066\ufeff\ud800\"'%;#"
+texts = st.text(st.one_of(st.sampled_from(EDGES), st.characters()), max_size=12) | \
+    st.builds(lambda head, tail: head + tail,
+              st.sampled_from(["--api", "--api_k", "--model=--api", "-", "sk-vllm-", "a"]),
+              st.text(st.sampled_from("-_key=.a \u2028"), max_size=6))
+
+
+@pytest.mark.parametrize("name", PINNED)
+def test_the_copy_equals_the_original(name: str):
+    original, copy = getattr(core, name), getattr(BOX, name)
+    if hasattr(original, "pattern"):
+        assert (copy.pattern, copy.flags) == (original.pattern, original.flags)
+    else:
+        assert copy == original
+
+
+def test_the_box_checks_every_recipe_number_and_the_loader_every_server():
+    assert tuple(BOX.OPTIONAL_NUMBERS) == RECIPE_NUMBERS == tuple(core.NUMBER_LIMITS)
+    assert MAX_SERVERS_PER_BOX == core.MAX_SERVERS
+
+
+def box_accepts(check, *args) -> bool:
+    try:
+        check(*args)
+    except BOX.Refused:
+        return False
+    return True
+
+
+@settings(max_examples=400, deadline=None)
+@given(texts)
+def test_a_model_id_is_judged_alike(value: str):
+    entry = {"model": value}
+    assert (core.text_problem(value) is None) == box_accepts(
+        BOX.command_line_field, entry, "model", "servers[0]")
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(texts, max_size=4))
+def test_args_are_judged_alike(args: list[str]):
+    assert (core.args_problem(args) is None) == box_accepts(BOX.normalize_args, args, "args")
+
+
+@settings(max_examples=300, deadline=None)
+@given(texts)
+def test_an_option_is_read_as_the_key_alike(value: str):
+    assert core.names_api_key_flag(value) == BOX.names_api_key_flag(value)

@@ -1,0 +1,122 @@
+"""``GET /metrics``: who may scrape it, and that it says what the store holds (unknown left out).
+
+The answer is parsed with prometheus_client's own text parser, so a malformed
+exposition fails here before any Prometheus sees it.
+"""
+
+from __future__ import annotations
+
+import copy
+import secrets
+import time
+from collections.abc import Callable
+
+import pytest
+from flask import Flask
+from flask.testing import FlaskClient
+from prometheus_client.parser import text_string_to_metric_families
+
+from llmao_server.state import ServerState
+from llmao_server.store import UnknownBox
+from tests.server.fleet_pair import CONFIG, FLEET_KEY, KNOWN, OTHER_KNOWN, UNKNOWN
+from tests.server.loaded_pass import a_pass
+
+METRICS_TOKEN = secrets.token_urlsafe(32)
+REMOTE = {"REMOTE_ADDR": "198.51.100.99"}
+
+
+def samples(answer) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Every sample of an exposition: (name, sorted labels) → value."""
+    assert answer.status_code == 200, answer.get_data(as_text=True)
+    assert answer.mimetype == "text/plain"
+    return {(sample.name, tuple(sorted(sample.labels.items()))): sample.value
+            for family in text_string_to_metric_families(answer.get_data(as_text=True))
+            for sample in family.samples}
+
+
+def server(box: str, name: str, model: str) -> tuple[tuple[str, str], ...]:
+    return (("box", box), ("model", model), ("server", name))
+
+
+@pytest.fixture
+def token_app(make_app: Callable[..., Flask]) -> Flask:
+    document = copy.deepcopy(CONFIG)
+    document["metrics"] = {"token": METRICS_TOKEN}
+    return make_app(document, folder="with-token")
+
+
+def test_without_a_token_only_loopback_peers_are_answered(client: FlaskClient) -> None:
+    assert client.get("/metrics").status_code == 200
+    assert client.get("/metrics", environ_base={"REMOTE_ADDR": "::1"}).status_code == 200
+    refused = client.get("/metrics", environ_base=REMOTE)
+    assert refused.status_code == 403
+    assert refused.json["error"]["code"] == "metrics_loopback_only"
+
+
+@pytest.mark.parametrize(("headers", "status"), [
+    ({}, 401),
+    ({"Authorization": METRICS_TOKEN}, 401),
+    ({"Authorization": f"Bearer {METRICS_TOKEN[:-1]}"}, 403),
+    ({"Authorization": f"Bearer {FLEET_KEY}"}, 403),
+    ({"Authorization": f"Bearer {METRICS_TOKEN}"}, 200),
+])
+def test_with_a_token_every_peer_presents_it(token_app: Flask, headers, status) -> None:
+    for peer in (REMOTE, {"REMOTE_ADDR": "127.0.0.1"}):
+        answer = token_app.test_client().get("/metrics", headers=headers, environ_base=peer)
+        assert answer.status_code == status
+        assert METRICS_TOKEN not in answer.get_data(as_text=True)
+
+
+def test_before_any_pass_only_what_the_server_saw_is_there(client: FlaskClient,
+                                                           state: ServerState) -> None:
+    state.store.note_unknown([UnknownBox(UNKNOWN, 1.0, 2.0, 3)])
+    seen = samples(client.get("/metrics"))
+    assert seen == {("llmao_unknown_boxes", ()): 1.0}
+
+
+def test_a_pass_shows_states_loads_verdicts_and_costs(client: FlaskClient,
+                                                      state: ServerState) -> None:
+    now = time.time()
+    state.store.record_pass(a_pass(now))
+    seen = samples(client.get("/metrics"))
+    gemma, qwen = server(KNOWN, "gemma", "gemma"), server(KNOWN, "qwen", "qwen")
+    other = server(OTHER_KNOWN, "qwen", "qwen")
+    assert seen[("llmao_servers", (("state", "Healthy"),))] == 3
+    assert seen[("llmao_servers", (("state", "Stalled"),))] == 1
+    assert seen[("llmao_servers", (("state", "Rejected"),))] == 0
+    assert seen[("llmao_server_up", (*gemma, ("state", "Healthy")))] == 1
+    assert seen[("llmao_server_up", (*other, ("state", "Stalled")))] == 0
+    assert seen[("llmao_server_kv_cache_tokens", gemma)] == 2048
+    assert seen[("llmao_server_kv_cache_usage_ratio", gemma)] == 0.25
+    assert seen[("llmao_server_requests_waiting", qwen)] == 7
+    assert seen[("llmao_server_generation_tokens_total", gemma)] == 900
+    assert seen[("llmao_server_oversized", gemma)] == 1
+    assert seen[("llmao_server_saturated", qwen)] == 1
+    assert seen[("llmao_model_saturated", (("model", "qwen"),))] == 1
+    assert seen[("llmao_model_capacity_requests", (("model", "gemma"),))] == 2
+    assert seen[("llmao_model_cost_per_million_generated_tokens", (("model", "gemma"),))] \
+        == 5.291
+    assert seen[("llmao_drift", (("kind", "orphan_route"),))] == 2
+    assert seen[("llmao_drift", (("kind", "revision_behind"),))] == 1
+    assert seen[("llmao_drift", (("kind", "model_mismatch"),))] == 0
+    assert seen[("llmao_box_cost_per_hour", (("box", KNOWN), ("provider", "local")))] == 0.8
+    assert seen[("llmao_reconcile_last_pass_timestamp_seconds", ())] == pytest.approx(now - 30)
+    assert seen[("llmao_unknown_boxes", ())] == 0
+    # Unknown is absent, never 0: qwen's KV size and oversized, the unscraped server's
+    # figures, the unpriced box, qwen-served's capacity.
+    assert ("llmao_server_kv_cache_tokens", qwen) not in seen
+    assert ("llmao_server_oversized", qwen) not in seen
+    assert not [key for key in seen if key[1] == other and key[0] != "llmao_server_up"]
+    assert not [key for key in seen if dict(key[1]).get("box") == OTHER_KNOWN
+                and key[0] == "llmao_box_cost_per_hour"]
+    assert ("llmao_model_capacity_requests", (("model", "qwen"),)) not in seen
+
+
+def test_every_worker_answers_the_same(make_app: Callable[..., Flask]) -> None:
+    """Two apps on one store (two workers, or two instances on one database)."""
+    first, second = make_app(), make_app()
+    first.extensions["llmao"].store.record_pass(a_pass(time.time()))
+    answers = [app.test_client().get("/metrics").get_data(as_text=True)
+               for app in (first, second)]
+    assert answers[0] == answers[1]
+    assert "llmao_server_oversized" in answers[0]
