@@ -1,12 +1,14 @@
 """The fleet page for 1,000 servers: rendered as HTML against the same table's data as JSON.
 
 One app over a synthetic fleet (``bench.fleetgen``) whose store holds a fetch
-time and a reconcile verdict for every server, applied revisions, drift and
-unknown boxes. Both legs go through Flask's test client the same way: the
-dashboard's ``GET /fleet`` (logged in, the template), and a route added here
-that reads the same store, builds the same page data and answers
-``json.dumps`` of its table. Legs alternate in rounds; the medians are
-compared. Nothing is asserted: the numbers are printed.
+time and a reconcile verdict for every server with its load (KV cache, queue,
+tokens per second, cost), six hours of load history (so every model's chart is
+drawn as SVG), applied revisions, drift and unknown boxes. The JSON leg builds
+the same page data (the charts' points included) and skips only the template.
+Both legs go through Flask's test client the same way: the dashboard's
+``GET /fleet`` (logged in, the template), and a route added here that reads
+the same store, builds the same page data and answers ``json.dumps`` of it.
+Legs alternate in rounds; the medians are compared. Nothing is asserted: the numbers are printed.
 
     python -m bench.bench_dashboard
 """
@@ -24,8 +26,13 @@ from pathlib import Path
 from flask import Flask, Response, current_app
 from flask.testing import FlaskClient
 
+from ansible_collections.llmao.fleet.plugins.module_utils.fleet_load import (
+    ServerLoad,
+    model_load,
+)
 from ansible_collections.llmao.fleet.plugins.module_utils.lifecycle import State
 from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_plan import server_key
+from ansible_collections.llmao.fleet.plugins.module_utils.vllm_metrics import ServerMetrics
 from bench.fleetgen import write_fleet
 from llmao_server.app import create_app
 from llmao_server.dashboard.fleet_view import build_page
@@ -38,6 +45,24 @@ BOXES = 500  # one to three servers each: 999 servers
 ROUNDS = 7
 REQUESTS_PER_ROUND = 3
 STATES = [State.HEALTHY] * 6 + [State.LOADING, State.STALLED, State.REJECTED, State.UNLISTED]
+HISTORY_S, HISTORY_STEP_S = 6 * 3600.0, 300.0
+
+
+def with_loads(verdicts: dict[str, dict], at: float) -> tuple[dict[str, dict], dict[str, dict]]:
+    """The verdicts with a load each (Healthy ones scraped), and each model's load."""
+    loaded, by_model = {}, {}
+    for index, (key, verdict) in enumerate(verdicts.items()):
+        healthy = verdict["state"] == State.HEALTHY.value
+        load = ServerLoad(cost_per_hour=0.4)
+        if healthy:
+            wave = (index * 7 + int(at // HISTORY_STEP_S)) % 10
+            metrics = ServerMetrics(65_536 if index % 13 else 4_096, wave / 10, wave, wave // 4,
+                                    10_000, 50_000, 8_192, at)
+            load = ServerLoad(metrics, 8_192, metrics.kv_cache_tokens < 8_192, wave > 8, 0,
+                              10.0 * wave, 0.4)
+        loaded[key] = {**verdict, **load.record()}
+        by_model.setdefault(verdict["model_name"], []).append((load, healthy))
+    return loaded, {name: model_load(loads).record() for name, loads in by_model.items()}
 
 
 def seed(state: ServerState, now: float) -> None:
@@ -62,13 +87,18 @@ def seed(state: ServerState, now: float) -> None:
                          "provider": ("vast", "runpod")[index % 2], "memory": {}}
     drift = [{"kind": "unmanaged_route", "id": f"hand-{index}", "model_name": "qwen3-8b",
               "what": "route in LiteLLM that matches no intended server"} for index in range(5)]
-    store.record_pass(ReconcilePass(now - 120, verdicts, tuple(drift), now))
+    at = now - HISTORY_S
+    while at <= now:
+        loaded, models = with_loads(verdicts, at)
+        store.record_pass(ReconcilePass(at, loaded, tuple(drift), at, models))
+        at += HISTORY_STEP_S
 
 
 def table_as_json() -> Response:
     """The baseline: the same store reads and page data as ``GET /fleet``, as JSON."""
     state: ServerState = current_app.extensions["llmao"]
-    page = build_page(state.fleet, observe(state.store), time.time())
+    now = time.time()
+    page = build_page(state.fleet, observe(state.store, now), now)
     return Response(json.dumps(page.table()), mimetype="application/json")
 
 
@@ -117,13 +147,14 @@ def main() -> int:
         client = app.test_client()
         assert log_in(client, admin_token, "bench").status_code == 302
         servers = sum(len(a.servers) for a in state.fleet.assignments.values())
+        charts = len(state.store.last_pass().models)
         results = measure(client)
         state.close()
     html_s, html_bytes = results["html"]
     json_s, json_bytes = results["json"]
-    print(f"bench_dashboard: fleet page for {servers} servers on {BOXES} boxes, "
-          f"median of {ROUNDS * REQUESTS_PER_ROUND} requests per leg")
-    print(f"  GET /fleet (HTML)       {html_s * 1000:8.1f} ms  {html_bytes / 1024:7.0f} KiB")
+    print(f"bench_dashboard: fleet page for {servers} servers on {BOXES} boxes with "
+          f"{charts} model charts, median of {ROUNDS * REQUESTS_PER_ROUND} requests per leg")
+    print(f"  GET /fleet (HTML + SVG) {html_s * 1000:8.1f} ms  {html_bytes / 1024:7.0f} KiB")
     print(f"  same table as JSON      {json_s * 1000:8.1f} ms  {json_bytes / 1024:7.0f} KiB")
     print(f"  ratio HTML / JSON       {html_s / json_s:8.2f}")
     return 0

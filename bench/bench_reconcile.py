@@ -83,19 +83,19 @@ def probe_phase(fleet: Fleet) -> None:
         f"{serving} of {len(targets)} serving")
 
 
-def module_chain(fleet: Fleet) -> int:
+def module_chain(fleet: Fleet, scrape: bool = True) -> int:
     """One pass through the modules' own logic, in-process; returns how many changes."""
     observations = observe(fleet, 15.0)
     knobs = fleet.settings.lifecycle
     probes = probe_fleet(fleet, observations.listings, None, knobs.probe_connect_timeout_s,
-                         knobs.probe_timeout_s)
+                         knobs.probe_timeout_s, scrape=scrape)
     plan = make_plan(fleet, observations, probes_from_record(probes))
     result = plan_result(plan, observations)
     apply_all(fleet, [{**OPTION_DEFAULTS, **item} for item in result["deployments"]], False,
               15.0)
     LlmaoAdmin.from_settings(fleet.settings).post_verdicts(
         verdicts_document(result["now"], result["servers"], result["memories"],
-                          result["drift"]))
+                          result["drift"], result["models"], result["boxes"]))
     return len(result["deployments"])
 
 

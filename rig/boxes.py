@@ -304,8 +304,11 @@ def start_local_stub(
     box_name: str = "localhost",
     host: str = "127.0.0.1",
     wait: bool = True,
+    args: Sequence[str] = (),
 ) -> LocalStub:
     """Run stub_vllm.py on host:port (port 0: pick a free one) with the key in its environment.
+
+    ``args`` go to `vllm serve` as a box would pass them (`--max-model-len`, the recipe's args).
 
     With wait (the default) it returns once the port answers; pass wait=False for stubs told
     to load slowly or fail.
@@ -322,7 +325,7 @@ def start_local_stub(
     }
     # -S: the stub needs no site-packages; skipping them trims its start-up (300 stubs in a bench).
     argv = [sys.executable, "-S", str(STUB_VLLM), "serve", model]
-    argv += ["--host", host, "--port", str(port), "--served-model-name", served_name]
+    argv += ["--host", host, "--port", str(port), "--served-model-name", served_name, *args]
     with open(workdir / "stub.log", "wb") as log:
         process = subprocess.Popen(
             argv, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT

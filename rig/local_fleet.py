@@ -17,6 +17,7 @@ from typing import Any
 
 from ansible_collections.llmao.fleet.plugins.module_utils.config_file import LISTEN_PORTS
 from ansible_collections.llmao.fleet.plugins.module_utils.fleet import Fleet
+from ansible_collections.llmao.fleet.plugins.module_utils.intent import IntendedServer
 from rig.boxes import LocalStub, start_local_stub
 from rig.fleet_files import FleetFolder, recipe, strong_secret, write_fleet
 
@@ -33,8 +34,12 @@ def loopback_boxes(count: int, seed: int | None = None) -> list[str]:
     return sorted(names)
 
 
-def models_document(names: Sequence[str] = (MODEL,)) -> dict[str, Any]:
-    return {"models": [recipe(name, f"example/{name}") for name in names]}
+def models_document(names: Sequence[str] = (MODEL,),
+                    recipes: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, Any]:
+    """One self-hosted entry per name; ``recipes`` adds vLLM recipe keys (args, max_model_len)."""
+    recipes = recipes or {}
+    return {"models": [recipe(name, f"example/{name}", **recipes.get(name, {}))
+                       for name in names]}
 
 
 @dataclass
@@ -45,6 +50,7 @@ class LocalFleet(FleetFolder):
     hosts: dict[str, list[list[Any]]]
     settings: dict[str, Any] = field(default_factory=dict)
     models: Sequence[str] = (MODEL,)
+    recipes: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     salt: str = field(default_factory=lambda: strong_secret("salt-"))
     fleet_key: str = field(default_factory=lambda: strong_secret("fleet-"))
     admin_token: str = field(default_factory=lambda: strong_secret("admin-"))
@@ -57,7 +63,8 @@ class LocalFleet(FleetFolder):
         config = {**{k: v for k, v in self.settings.items() if k != "fleet"},
                   "fleet": fleet_section,
                   "admin": {"token": self.admin_token}}
-        write_fleet(self.folder, config, models_document(self.models), inventory=True)
+        write_fleet(self.folder, config, models_document(self.models, self.recipes),
+                    inventory=True)
         return self.load()
 
     def secrets(self) -> list[str]:
@@ -76,6 +83,13 @@ def one_model_hosts(boxes: Sequence[str], servers_per_box: int = 1,
             for box in boxes}
 
 
+def stub_args(server: IntendedServer) -> list[str]:
+    """What a box passes to `vllm serve` beyond the address: the context, the recipe's args."""
+    recipe = server.entry.vllm
+    context = recipe.numbers.get("max_model_len")
+    return [*(["--max-model-len", str(context)] if context else []), *recipe.args]
+
+
 def start_stubs(fleet: Fleet, behaviours: Mapping[str, Mapping] | None = None,
                 keys: Mapping[str, str] | None = None) -> list[LocalStub]:
     """One stub per intended server, on its box address and listen port, with its bearer.
@@ -91,7 +105,7 @@ def start_stubs(fleet: Fleet, behaviours: Mapping[str, Mapping] | None = None,
                 server.listen_port, served_name=server.served_model_name,
                 model=server.entry.vllm.model, api_key=keys.get(server.box, server.api_key),
                 behaviour=behaviours.get(server.box), box_name=server.box, host=server.box,
-                wait=False))
+                wait=False, args=stub_args(server)))
         for stub in stubs:
             stub.wait_ready()
     except BaseException:

@@ -15,7 +15,17 @@ Faults and slowness come from a JSON file (env STUB_VLLM_BEHAVIOUR, default
 - load_delay_s: sleep before binding the port;
 - fail: null, "exit" (exit 1 at start), "health_500" (/health answers 500), or "reject"
   (/v1 answers 401 to every key);
-- answer_delay_s: sleep before every answer.
+- answer_delay_s: sleep before every answer;
+- generation_delay_s: how long each chat request runs once scheduled, holding its KV blocks
+  (only chat answers wait for it, so probes and /metrics stay quick).
+
+Its `/metrics` tells the truth in vLLM's own names and labels (V1 engine, labels `model_name` and
+`engine`): the KV cache it was launched with (vLLM's `--num-gpu-blocks-override` and
+`--block-size`), and running, waiting, KV usage and token counters moved by the chat requests it
+really serves. Like vLLM's scheduler, it runs at most `--max-num-seqs` requests at once, each
+holding the KV blocks of its prompt and answer; the others wait. A request longer than
+`--max-model-len` is refused; one that fits the context but not the whole KV cache waits for ever,
+as vLLM hangs on it: that is the oversized server.
 """
 
 from __future__ import annotations
@@ -23,6 +33,7 @@ from __future__ import annotations
 import argparse
 import hmac
 import json
+import math
 import os
 import signal
 import socket
@@ -37,6 +48,10 @@ from urllib.parse import urlsplit
 DEFAULT_BEHAVIOUR_FILE = "/etc/llmao-stub/vllm.json"
 FAILURE_MODES = (None, "exit", "health_500", "reject")
 DEFAULT_MAX_MODEL_LEN = 8192
+# vLLM's defaults for the KV block size and the scheduler's batch; the stub's cache: 64k tokens.
+DEFAULT_BLOCK_SIZE = 16
+DEFAULT_GPU_BLOCKS = 4096
+DEFAULT_MAX_NUM_SEQS = 256
 
 
 def say(message: str) -> None:
@@ -48,6 +63,7 @@ class Behaviour:
     load_delay_s: float = 0.0
     fail: str | None = None
     answer_delay_s: float = 0.0
+    generation_delay_s: float = 0.0
 
 
 def load_behaviour(path: str, port: int) -> Behaviour:
@@ -82,6 +98,9 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     serve.add_argument("--served-model-name", nargs="+")
     serve.add_argument("--gpu-memory-utilization", type=float, default=0.9)
     serve.add_argument("--max-model-len", type=int, default=DEFAULT_MAX_MODEL_LEN)
+    serve.add_argument("--block-size", type=int, default=DEFAULT_BLOCK_SIZE)
+    serve.add_argument("--num-gpu-blocks-override", type=int, default=DEFAULT_GPU_BLOCKS)
+    serve.add_argument("--max-num-seqs", type=int, default=DEFAULT_MAX_NUM_SEQS)
     serve.add_argument("--api-key", help=argparse.SUPPRESS)
     return parser.parse_known_args(argv)
 
@@ -100,9 +119,8 @@ class Stub:
         self.expected_auth = f"Bearer {key}".encode() if key else None
         self.box = os.environ.get("LLMAO_BOX_NAME") or socket.gethostname()
         self.created = int(time.time())
-        self.lock = threading.Lock()
-        self.running = 0
-        self.finished = 0
+        self.scheduler = Scheduler(args.num_gpu_blocks_override, args.block_size,
+                                   args.max_num_seqs)
 
     def authorized(self, header: str | None) -> bool:
         """vLLM's rule: with a key configured, the whole header must be `Bearer <key>`."""
@@ -131,11 +149,7 @@ class Stub:
 
     def completion(self, request: dict) -> dict:
         content = f"answered by {self.box} port {self.port}"
-        prompt_words = sum(
-            len(str(message.get("content", "")).split())
-            for message in request.get("messages", [])
-            if isinstance(message, dict)
-        )
+        prompt_words = prompt_tokens(request)
         return {
             "id": f"chatcmpl-{os.urandom(16).hex()}",
             "object": "chat.completion",
@@ -157,23 +171,120 @@ class Stub:
         }
 
     def metrics(self) -> str:
-        label = f'model_name="{self.served_names[0]}"'
-        with self.lock:
-            running, finished = self.running, self.finished
-        return (
-            "# HELP vllm:num_requests_running Number of requests currently running.\n"
-            "# TYPE vllm:num_requests_running gauge\n"
-            f"vllm:num_requests_running{{{label}}} {running}\n"
-            "# HELP vllm:num_requests_waiting Number of requests waiting to be processed.\n"
-            "# TYPE vllm:num_requests_waiting gauge\n"
-            f"vllm:num_requests_waiting{{{label}}} 0\n"
-            "# HELP vllm:gpu_cache_usage_perc KV-cache usage. 1 means 100 percent usage.\n"
-            "# TYPE vllm:gpu_cache_usage_perc gauge\n"
-            f"vllm:gpu_cache_usage_perc{{{label}}} 0.0\n"
-            "# HELP vllm:request_success_total Count of successfully processed requests.\n"
-            "# TYPE vllm:request_success_total counter\n"
-            f'vllm:request_success_total{{finished_reason="stop",{label}}} {finished}\n'
-        )
+        return exposition(self)
+
+
+def prompt_tokens(request: dict) -> int:
+    """The stub's tokens are words: those of every message's content."""
+    return sum(len(str(message.get("content", "")).split())
+               for message in request.get("messages", []) if isinstance(message, dict))
+
+
+def too_long(stub: Stub, request: dict) -> dict:
+    """vLLM's refusal of a prompt longer than the served context."""
+    return error_body(HTTPStatus.BAD_REQUEST,
+                      f"This model's maximum context length is {stub.max_model_len} tokens. "
+                      f"However, your request has {prompt_tokens(request)} input tokens.",
+                      "BadRequestError")
+
+
+class Scheduler:
+    """vLLM's admission rule, in miniature: a request runs when a batch slot and its KV blocks
+    are free, and waits otherwise; a request that needs more blocks than the whole cache never
+    runs (vLLM accepts it and hangs). The counters move only with requests really served."""
+
+    def __init__(self, gpu_blocks: int, block_size: int, max_num_seqs: int) -> None:
+        self.gpu_blocks = gpu_blocks
+        self.block_size = block_size
+        self.max_num_seqs = max_num_seqs
+        self.changed = threading.Condition()
+        self.running = 0
+        self.waiting = 0
+        self.blocks_used = 0
+        self.prompt_tokens = 0
+        self.generation_tokens = 0
+        self.finished = 0
+
+    def blocks_for(self, tokens: int) -> int:
+        return max(1, math.ceil(tokens / self.block_size))
+
+    def serving(self, prompt: int, generated: int) -> ServedRequest:
+        return ServedRequest(self, prompt, generated)
+
+    def snapshot(self) -> dict:
+        with self.changed:
+            return {"running": self.running, "waiting": self.waiting,
+                    "usage": self.blocks_used / self.gpu_blocks if self.gpu_blocks else 0.0,
+                    "prompt": self.prompt_tokens, "generation": self.generation_tokens,
+                    "finished": self.finished}
+
+
+class ServedRequest:
+    """One request's stay in the scheduler: waiting, then running and holding its blocks."""
+
+    def __init__(self, scheduler: Scheduler, prompt: int, generated: int) -> None:
+        self.scheduler = scheduler
+        self.prompt = prompt
+        self.generated = generated
+        self.blocks = scheduler.blocks_for(prompt + generated)
+
+    def fits(self) -> bool:
+        scheduler = self.scheduler
+        return (scheduler.running < scheduler.max_num_seqs
+                and scheduler.blocks_used + self.blocks <= scheduler.gpu_blocks)
+
+    def __enter__(self) -> ServedRequest:
+        scheduler = self.scheduler
+        with scheduler.changed:
+            scheduler.waiting += 1
+            scheduler.changed.wait_for(self.fits)
+            scheduler.waiting -= 1
+            scheduler.running += 1
+            scheduler.blocks_used += self.blocks
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        scheduler = self.scheduler
+        with scheduler.changed:
+            scheduler.running -= 1
+            scheduler.blocks_used -= self.blocks
+            scheduler.prompt_tokens += self.prompt
+            scheduler.generation_tokens += self.generated
+            scheduler.finished += 1
+            scheduler.changed.notify_all()
+
+
+def exposition(stub: Stub) -> str:
+    """`/metrics` as vLLM's V1 engine writes it, for the figures the stub keeps."""
+    now = stub.scheduler.snapshot()
+    labels = f'engine="0",model_name="{stub.served_names[0]}"'
+    cache = (f'block_size="{stub.scheduler.block_size}",cache_dtype="auto",engine="0",'
+             f'gpu_memory_utilization="{stub.gpu_memory_utilization}",num_cpu_blocks="None",'
+             f'num_gpu_blocks="{stub.scheduler.gpu_blocks}",num_gpu_blocks_override='
+             f'"{stub.scheduler.gpu_blocks}"')
+    families = [
+        ("vllm:num_requests_running", "gauge", "Number of requests in model execution batches.",
+         [(labels, now["running"])]),
+        ("vllm:num_requests_waiting", "gauge", "Number of requests waiting to be processed.",
+         [(labels, now["waiting"])]),
+        ("vllm:gpu_cache_usage_perc", "gauge", "GPU KV-cache usage. 1 means 100 percent usage."
+         "DEPRECATED: Use vllm:kv_cache_usage_perc instead.", [(labels, now["usage"])]),
+        ("vllm:kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.",
+         [(labels, now["usage"])]),
+        ("vllm:prompt_tokens_total", "counter", "Number of prefill tokens processed.",
+         [(labels, now["prompt"])]),
+        ("vllm:generation_tokens_total", "counter", "Number of generation tokens processed.",
+         [(labels, now["generation"])]),
+        ("vllm:request_success_total", "counter", "Count of successfully processed requests.",
+         [(f'{labels},finished_reason="stop"', now["finished"])]),
+        ("vllm:cache_config_info", "gauge", "Information of the LLMEngine CacheConfig",
+         [(cache, 1)]),
+    ]
+    lines = []
+    for name, kind, help_text, samples in families:
+        lines += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}"]
+        lines += [f"{name}{{{sample_labels}}} {float(value)}" for sample_labels, value in samples]
+    return "\n".join(lines) + "\n"
 
 
 def error_body(status: HTTPStatus, message: str, kind: str) -> dict:
@@ -256,14 +367,14 @@ class Handler(BaseHTTPRequestHandler):
                 ),
             )
             return
-        with self.stub.lock:
-            self.stub.running += 1
-        try:
-            self.answer_json(HTTPStatus.OK, self.stub.completion(request))
-        finally:
-            with self.stub.lock:
-                self.stub.running -= 1
-                self.stub.finished += 1
+        if prompt_tokens(request) > self.stub.max_model_len:
+            self.answer_json(HTTPStatus.BAD_REQUEST, too_long(self.stub, request))
+            return
+        answer = self.stub.completion(request)
+        with self.stub.scheduler.serving(answer["usage"]["prompt_tokens"],
+                                         answer["usage"]["completion_tokens"]):
+            time.sleep(self.stub.behaviour.generation_delay_s)
+            self.answer_json(HTTPStatus.OK, answer)
 
     def answer_json(self, status: HTTPStatus, payload: object) -> None:
         self.answer(status, json.dumps(payload).encode(), "application/json")

@@ -83,7 +83,7 @@ def require_admin_token() -> None:
         right = admin_token_matches(llmao_state(), presented, request.remote_addr, "admin-api")
     except AttemptRefused as refused:
         code = "too_many_attempts" if refused.status == 429 else "attempts_not_counted"
-        raise ApiError(refused.status, code, refused.message) from None
+        raise ApiError(refused.status, code, refused.message, refused.headers()) from None
     if not right:
         raise ApiError(403, "admin_token_wrong", "the admin token is not this server's")
 

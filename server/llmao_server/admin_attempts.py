@@ -46,6 +46,10 @@ class AttemptRefused(Exception):
         self.message = message
         self.retry_after_s = retry_after_s
 
+    def headers(self) -> dict[str, str]:
+        """``Retry-After`` when the refusal says how long to wait."""
+        return {} if self.retry_after_s is None else {"Retry-After": str(self.retry_after_s)}
+
 
 def peer_scope(address: str | None) -> str:
     """The budget a peer address draws on: itself, or its /64 for IPv6."""

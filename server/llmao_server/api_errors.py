@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from flask import Response, current_app
 from werkzeug.exceptions import HTTPException
@@ -37,13 +37,16 @@ ERROR_TYPES = {
 
 
 class ApiError(Exception):
-    """An answer the API gives on purpose: status, a stable ``code`` and a message."""
+    """An answer the API gives on purpose: status, a stable ``code``, a message, and any
+    headers it needs (``Retry-After`` on a 429)."""
 
-    def __init__(self, status: int, code: str, message: str):
+    def __init__(self, status: int, code: str, message: str,
+                 headers: Mapping[str, str] | None = None):
         super().__init__(message)
         self.status = status
         self.code = code
         self.message = message
+        self.headers = dict(headers or {})
 
 
 def error_body(status: int, code: str, message: str) -> bytes:
@@ -71,4 +74,5 @@ def error_answer(exc: BaseException, redact: Callable[[str], str]) -> tuple[int,
 def flask_error_handler(exc: Exception) -> Response:
     """The Flask app's one error handler, so its routes answer errors like the box API."""
     status, body = error_answer(exc, current_app.extensions["llmao"].redact)
-    return Response(body, status, mimetype=JSON)
+    headers = exc.headers if isinstance(exc, ApiError) else None
+    return Response(body, status, mimetype=JSON, headers=headers)

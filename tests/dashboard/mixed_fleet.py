@@ -10,10 +10,16 @@ the result exactly as reconcile posts it to llmao.
 from __future__ import annotations
 
 import copy
+import math
 from types import MappingProxyType
 from typing import Any
 
 from ansible_collections.llmao.fleet.plugins.module_utils.fleet import Fleet
+from ansible_collections.llmao.fleet.plugins.module_utils.fleet_load import (
+    BoxCost,
+    ServerLoad,
+    model_load,
+)
 from ansible_collections.llmao.fleet.plugins.module_utils.lifecycle import Models, Probe
 from ansible_collections.llmao.fleet.plugins.module_utils.listings import (
     ListedBox,
@@ -24,6 +30,7 @@ from ansible_collections.llmao.fleet.plugins.module_utils.litellm_routes import 
 from ansible_collections.llmao.fleet.plugins.module_utils.llmao_admin import verdicts_document
 from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_plan import server_key
 from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_records import Observations
+from ansible_collections.llmao.fleet.plugins.module_utils.vllm_metrics import ServerMetrics
 from ansible_collections.llmao.fleet.plugins.modules.fleet_plan import make_plan, plan_result
 from llmao_server.store import AppliedReport, ReconcilePass, StateStore, UnknownBox
 from tests.server.fleet_pair import CONFIG, LEGACY, UNKNOWN
@@ -95,6 +102,63 @@ def seed(store: StateStore, fleet: Fleet, now: float) -> None:
     observations = Observations(now, fetches, applied, {}, listed, tuple(routes))
     result = plan_result(make_plan(fleet, observations, probes), observations)
     document = verdicts_document(result["now"], result["servers"], result["memories"],
-                                 result["drift"])
+                                 result["drift"], result["models"], result["boxes"])
     store.record_pass(ReconcilePass(document["pass_at"], document["verdicts"],
                                     tuple(document["drift"]), now))
+
+
+# ---------------------------------------------------------------- load, over hours
+
+# Healthy server → (KV tokens, context it serves). gemma on .10 is oversized (its context
+# does not fit its cache); qwen on .10 fills up in the last hour until requests wait; the
+# others are calm.
+LOADED = {("203.0.113.10", 8001): (2_048, 8_192), ("203.0.113.10", 8002): (98_304, 16_384),
+          ("203.0.113.13", 8002): (131_072, 16_384), (LEGACY, 8000): (262_144, 8_192)}
+# What the listings bill per hour; .14 is in none of them: unknown.
+PRICES = {"203.0.113.10": 1.10, "203.0.113.11": 0.80, "203.0.113.12": 0.80,
+          "203.0.113.13": 1.80, LEGACY: 0.30}
+HISTORY_HOURS, HISTORY_STEP = 6, 5 * MINUTE
+
+
+def busy(box: str, port: int, hours_ago: float) -> tuple[float, int, int, float]:
+    """(KV usage, running, waiting, tokens/s) of a server at a time: a day's curve."""
+    wave = 0.5 + 0.4 * math.sin(hours_ago * 1.3 + port)
+    if (box, port) == ("203.0.113.10", 8002):
+        pressure = max(0.0, 1.0 - hours_ago)  # the last hour: the queue builds
+        return min(0.97, 0.55 + 0.45 * pressure), 6 + int(4 * wave), int(9 * pressure), \
+            120 + 60 * wave
+    return 0.15 + 0.3 * wave, 1 + int(4 * wave), 0, 40 + 50 * wave
+
+
+def loaded_pass(record: ReconcilePass, at: float, now: float) -> ReconcilePass:
+    """``record``'s verdicts with each Healthy server's load at ``at``, and the model and
+    box figures the core computes from them (``fleet_load.model_load``)."""
+    verdicts, by_model = {}, {}
+    for key, verdict in record.verdicts.items():
+        place = (verdict["box"], verdict["listen_port"])
+        healthy = verdict["state"] == "Healthy"
+        price = PRICES.get(verdict["box"])
+        share = None if price is None else price / len(BOXES[verdict["box"]][0])
+        if place not in LOADED or not healthy:
+            load = ServerLoad(cost_per_hour=share)
+        else:
+            kv_tokens, context = LOADED[place]
+            usage, running, waiting, rate = busy(*place, (now - at) / HOUR)
+            metrics = ServerMetrics(kv_tokens, usage, running, waiting, None, None, context, at)
+            load = ServerLoad(metrics, context, context > kv_tokens, waiting > 0 or usage > 0.9,
+                              1 if waiting else 0, rate, share)
+        verdicts[key] = {**verdict, **load.record()}
+        by_model.setdefault(verdict["model_name"], []).append((load, healthy))
+    models = {name: model_load(loads).record() for name, loads in by_model.items()}
+    boxes = {box: BoxCost("vast" if box in VAST else "runpod" if box in RUNPOD else "unlisted",
+                          PRICES.get(box), "listing" if box in PRICES else None).record()
+             for box in BOXES}
+    return ReconcilePass(at, verdicts, record.drift, at, models, boxes)
+
+
+def seed_load(store: StateStore, now: float) -> None:
+    """Six hours of passes over the latest one's servers, five minutes apart, ending now."""
+    record = store.last_pass()
+    steps = int(HISTORY_HOURS * HOUR // HISTORY_STEP)
+    for step in range(steps, -1, -1):
+        store.record_pass(loaded_pass(record, now - step * HISTORY_STEP, now))

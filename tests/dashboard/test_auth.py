@@ -99,6 +99,7 @@ def test_failed_logins_are_limited_per_address_across_workers(
     refused = log_in(first, **attacker)  # the right token, but too late
     assert refused.status_code == 429
     assert "Too many admin token attempts from this address" in refused.get_data(as_text=True)
+    assert 0 < int(refused.headers["Retry-After"]) <= 15 * 60
     assert log_in(second, **attacker).status_code == 429
     # Another address is not locked out.
     assert log_in(first, environ_base={"REMOTE_ADDR": "192.0.2.67"}).status_code == 302

@@ -40,7 +40,7 @@ def verdict(box: str, port: int, name: str, state: str, reason: str = "why",
 
 
 def rows_by_key(page: Page) -> dict[tuple[str, int], dict]:
-    return {(row["box"], row["listen_port"]): row for row in page.table()}
+    return {(row["box"], row["listen_port"]): row for row in page.table()["servers"]}
 
 
 @pytest.mark.parametrize(("elapsed", "text", "tone"), [
@@ -143,7 +143,7 @@ def test_strangers_leave_the_strip_once_approved_and_show_in_the_table(fleet: Fl
 
 def test_an_approval_for_a_box_now_in_fleet_hosts_is_ignored(fleet: Fleet) -> None:
     page = build_page(fleet, Observed(approvals=[Approval(KNOWN, ("qwen",), "bob", NOW)]), NOW)
-    assert [row["model_name"] for row in page.table() if row["box"] == KNOWN] == \
+    assert [row["model_name"] for row in page.table()["servers"] if row["box"] == KNOWN] == \
         ["gemma", "qwen"]
     assert [p for p in page.problems if p.kind == "approved"] == []
 
@@ -157,7 +157,7 @@ def test_counts_follow_the_lifecycle_order(fleet: Fleet) -> None:
 
 
 def test_the_table_is_plain_json(fleet: Fleet) -> None:
-    table = build_page(fleet, Observed(fetch_times={KNOWN: NOW}), NOW).table()
+    table = build_page(fleet, Observed(fetch_times={KNOWN: NOW}), NOW).table()["servers"]
     assert len(json.loads(json.dumps(table))) == 4
 
 

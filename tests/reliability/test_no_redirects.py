@@ -5,7 +5,8 @@ points at a second real local server, which records whatever reaches it. The
 LiteLLM client (master key), the llmao admin client (admin token) and the
 Vast/RunPod listing clients (provider keys) are each sent to the first one: the
 second must receive nothing, and the error must name the redirect without any
-secret. One case starts on https and redirects to plain http.
+secret. One case starts on https and redirects to plain http. The same clients
+refuse an answer too large or too deeply nested to read, instead of crashing.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from ansible_collections.llmao.fleet.plugins.module_utils import http_json
 from ansible_collections.llmao.fleet.plugins.module_utils.config_file import Provider
 from ansible_collections.llmao.fleet.plugins.module_utils.http_json import ApiError, call_json
 from ansible_collections.llmao.fleet.plugins.module_utils.listings import read_listings
@@ -202,3 +204,34 @@ def test_https_is_never_sent_on_as_http(tmp_path: Path, recorder: Recorder,
 def test_only_http_urls_are_called(url: str):
     with pytest.raises(ApiError, match="must be http:// or https://"):
         call_json("GET", url, MASTER_KEY, timeout=5)
+
+
+def answering(body: bytes) -> type[BaseHTTPRequestHandler]:
+    class Answer(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    return Answer
+
+
+@pytest.mark.parametrize(("body", "says"), [
+    (b"[" * 10_000 + b"]" * 10_000, "nested too deeply"),
+    (b'"' + b"x" * 2**20 + b'"', "the answer is over 65536 bytes"),
+])
+def test_a_hostile_answer_is_an_error_not_a_crash(body: bytes, says: str,
+                                                  monkeypatch: pytest.MonkeyPatch):
+    """A compromised LiteLLM or provider API: an endless or bottomless answer is refused."""
+    monkeypatch.setattr(http_json, "MAX_ANSWER_BYTES", 65536)
+    server, url = serve(answering(body))
+    try:
+        with pytest.raises(ApiError, match=says):
+            call_json("GET", url + "/model/info", MASTER_KEY, timeout=5)
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -16,10 +16,10 @@ KEY = "sk-vllm-test-bearer-0123456789"
 
 
 def call(url: str, *, key: str | None = None, body: dict | None = None,
-         auth: str | None = None) -> tuple[int, bytes]:
+         auth: str | None = None, timeout: float = 10.0) -> tuple[int, bytes]:
     """One HTTP request to the stub; returns (status, body) whatever the status."""
     return web.call(url, headers={"Content-Type": "application/json",
-                                  **web.authorization(key, auth)}, body=body)
+                                  **web.authorization(key, auth)}, body=body, timeout=timeout)
 
 
 def chat_body(model: str = "m") -> dict:
@@ -90,8 +90,9 @@ def test_metrics_are_prometheus_text_and_count_answers(stub):
     text = body.decode()
     assert status == 200
     assert "# TYPE vllm:num_requests_running gauge" in text
-    assert 'vllm:num_requests_waiting{model_name="m"} 0' in text
-    assert 'vllm:request_success_total{finished_reason="stop",model_name="m"} 1' in text
+    assert 'vllm:num_requests_waiting{engine="0",model_name="m"} 0.0' in text
+    assert ('vllm:request_success_total{engine="0",model_name="m",finished_reason="stop"} 1.0'
+            in text)
 
 
 def test_log_has_one_line_per_request_and_never_the_key(stub):

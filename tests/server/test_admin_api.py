@@ -11,6 +11,7 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from llmao_server.admin_api import MAX_VERDICTS, VERDICTS_MAX_BYTES
+from llmao_server.admin_attempts import peer_scope
 from llmao_server.state import ServerState
 from llmao_server.store import AppliedReport, AppliedServer, Approval
 from tests.server.fleet_pair import ADMIN_TOKEN, KNOWN, LEGACY, OTHER_KNOWN, UNKNOWN, config
@@ -184,3 +185,16 @@ def test_reconciles_reader_takes_the_answer(client: FlaskClient, state: ServerSt
     assert seen.last_fetches[KNOWN] == 1000.5 and seen.last_fetches[LEGACY] is None
     assert seen.memories[GEMMA].state is State.HEALTHY
     assert seen.pass_at == PASS_AT
+
+
+@pytest.mark.parametrize(("address", "scope"), [
+    ("192.0.2.7", "192.0.2.7"),
+    ("::ffff:192.0.2.7", "192.0.2.7"),
+    ("2001:db8:1:2:3:4:5:6", "2001:db8:1:2::/64"),
+    ("2001:db8:1:2:ffff::1", "2001:db8:1:2::/64"),
+    (None, "unknown"),
+])
+def test_an_address_counts_against_its_peer_budget(address: str | None, scope: str) -> None:
+    """An IPv6 host usually holds a whole /64: counting each address apart would let it
+    try without limit."""
+    assert peer_scope(address) == scope

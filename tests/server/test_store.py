@@ -143,6 +143,7 @@ def test_a_pass_keeps_its_model_and_box_loads_and_a_sample(store: StateStore) ->
     assert sample.models["m"] == {"capacity": 2, "requests_running": 3, "requests_waiting": 2,
                                   "generation_tokens_per_s": None, "cost_per_hour": 0.5}
     assert store.load_history(100.5) == []
+    assert store.load_history(0.0, servers=False)[0].servers == {}
 
 
 def test_the_history_is_thinned_as_it_ages_and_ends(store: StateStore) -> None:

@@ -47,6 +47,7 @@ def init_dashboard(app: Flask) -> None:
     """Sessions, CSRF and the blueprint, on an app whose ``llmao`` state is set."""
     auth.configure_sessions(app, app.extensions["llmao"])
     app.add_template_filter(utc_time, "utc")
+    app.add_template_filter(known, "known")
     app.register_blueprint(create_blueprint())
 
 
@@ -69,6 +70,11 @@ def error_page(exc: Exception) -> tuple[str, int]:
         status, _ = error_answer(exc, current_app.extensions["llmao"].redact)
         message = "Internal error; the server log has the details."
     return render_template("dashboard/error.html", status=status, message=message), status
+
+
+def known(value: float | None, spec: str = "{:g}") -> str:
+    """A figure as ``spec`` formats it; an unknown one (None) as a dash, never as 0."""
+    return "—" if value is None else spec.format(value)
 
 
 def utc_time(at: float | None) -> str:

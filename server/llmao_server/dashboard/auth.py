@@ -149,8 +149,8 @@ def display_name(raw: str) -> str:
     return name or "admin"
 
 
-def login() -> Response | str | tuple[str, int]:
-    """``GET``: the form. ``POST``: check the token, within the failed-login limit."""
+def login() -> Response | str | tuple[str, int] | tuple[str, int, dict[str, str]]:
+    """``GET``: the form. ``POST``: check the token, within the admin attempt limit."""
     if request.method in SAFE_METHODS:
         if current_admin() is not None:
             return redirect(url_for("dashboard.fleet"))
@@ -164,7 +164,7 @@ def login() -> Response | str | tuple[str, int]:
                                     "login", name)
     except AttemptRefused as refused:
         flash(f"{refused.message[0].upper()}{refused.message[1:]}.", "error")
-        return render_login(), refused.status
+        return render_login(), refused.status, refused.headers()
     if not right:
         flash("That is not the admin token (admin.token in config.yaml).", "error")
         return render_login(), 401

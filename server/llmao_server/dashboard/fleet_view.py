@@ -15,6 +15,11 @@ from typing import Any
 
 from ansible_collections.llmao.fleet.plugins.module_utils.config_file import LISTEN_PORTS
 from ansible_collections.llmao.fleet.plugins.module_utils.fleet import Fleet
+from ansible_collections.llmao.fleet.plugins.module_utils.fleet_load import (
+    ModelLoad,
+    ServerLoad,
+    read_load_document,
+)
 from ansible_collections.llmao.fleet.plugins.module_utils.intent import (
     BoxAssignment,
     IntendedServer,
@@ -22,11 +27,19 @@ from ansible_collections.llmao.fleet.plugins.module_utils.intent import (
 from ansible_collections.llmao.fleet.plugins.module_utils.lifecycle import Drift, State
 from ansible_collections.llmao.fleet.plugins.module_utils.listings import provider_of
 from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_plan import server_key
+from ansible_collections.llmao.fleet.plugins.module_utils.vllm_metrics import (
+    MetricsRecordError,
+)
 
-from ..store import Approval, UnknownBox
+from ..store import Approval, LoadSample, UnknownBox
+from .charts import Chart, line_chart
 
 HOUR_S = 3600.0
 DAY_S = 24 * HOUR_S
+# How far back a model's chart looks.
+CHART_SPAN_S = 6 * HOUR_S
+# A model's chart: the figures drawn, each a key of the history's model samples.
+CHART_FIGURES = ("requests_running", "requests_waiting", "capacity")
 SHORT_REVISION = 8
 
 # The strip, in the order an operator should read it; each kind says what to do.
@@ -59,6 +72,12 @@ WEAK_SECRET_ADVICE = ("Loaded, because changing it means re-provisioning every b
                       "secret is easier to guess. Make a strong one (python3 -c 'import secrets; "
                       "print(secrets.token_urlsafe(32))') and rotate it as "
                       "docs/rotating-secrets.md says.")
+OVERSIZED_ADVICE = ("vLLM accepts a request that needs the whole context and then hangs on it "
+                    "instead of refusing it. Lower max_model_len in models.yaml to at most the "
+                    "KV cache's tokens, or give the model more memory (vram_gb: a larger GPU, "
+                    "or a higher gpu_memory_utilization).")
+SATURATED_ADVICE = ("Requests keep waiting, or the KV cache is nearly full: the model needs "
+                    "another box. Add one for it to fleet.hosts (or approve one).")
 ROUTE_DRIFT = (Drift.ORPHAN_ROUTE, Drift.UNMANAGED_ROUTE)
 
 
@@ -73,6 +92,8 @@ class Observed:
     pass_at: float | None = None
     unknown: Sequence[UnknownBox] = ()
     approvals: Sequence[Approval] = ()
+    models: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    history: Sequence[LoadSample] = ()
 
 
 @dataclass(frozen=True)
@@ -101,6 +122,7 @@ class Row:
     applied_revision: str | None
     intended_revision: str
     approved_by: str | None = None
+    load: ServerLoad | None = None
 
     @property
     def public_port(self) -> str:
@@ -131,6 +153,15 @@ class Problem:
 
 
 @dataclass(frozen=True)
+class ModelPanel:
+    """One model's load now and its chart of the last hours."""
+
+    name: str
+    load: ModelLoad
+    chart: Chart
+
+
+@dataclass(frozen=True)
 class Stranger:
     """A name that presented the fleet key from outside fleet.hosts, for the approve form."""
 
@@ -149,11 +180,20 @@ class Page:
     last_pass: Age
     box_count: int
     server_count: int
+    models: tuple[ModelPanel, ...] = ()
 
-    def table(self) -> list[dict[str, Any]]:
-        """The table's data as plain JSON values (the benchmark's baseline)."""
-        return [{**vars(row), "last_fetch": vars(row.last_fetch)}
-                for _, rows in self.groups for row in rows]
+    def table(self) -> dict[str, Any]:
+        """The page's data as plain JSON values (the benchmark's baseline): the servers'
+        table, and each model's load with the samples its chart draws."""
+        return {
+            "servers": [{**vars(row), "last_fetch": vars(row.last_fetch),
+                         "load": row.load.record() if row.load else None}
+                        for _, rows in self.groups for row in rows],
+            "models": {panel.name: {**panel.load.record(),
+                                    "chart": {line.name: line.segments
+                                              for line in panel.chart.lines}}
+                       for panel in self.models},
+        }
 
 
 def age(now: float, at: float | None, never: str = "never") -> Age:
@@ -205,8 +245,10 @@ def intended(fleet: Fleet, approvals: Iterable[Approval]) -> Served:
 
 
 def build_row(fleet: Fleet, server: IntendedServer, assignment: BoxAssignment,
-              approval: Approval | None, observed: Observed, now: float) -> Row:
-    verdict = observed.verdicts.get(server_key(server))
+              approval: Approval | None, observed: Observed, now: float,
+              loads: Mapping[str, ServerLoad]) -> Row:
+    key = server_key(server)
+    verdict = observed.verdicts.get(key)
     fetched_at = observed.fetch_times.get(server.box)
     if verdict:
         state, reason = str(verdict.get("state")), str(verdict.get("reason") or "")
@@ -220,12 +262,64 @@ def build_row(fleet: Fleet, server: IntendedServer, assignment: BoxAssignment,
     return Row(provider, server.box, server.name, server.model_name,
                server.listen_port, public, state, reason, age(now, fetched_at), in_litellm,
                short(observed.applied.get(server.box)), short(assignment.revision) or "",
-               approval.approved_by if approval else None)
+               approval.approved_by if approval else None, loads.get(key) if verdict else None)
 
 
-def build_rows(fleet: Fleet, served: Served, observed: Observed, now: float) -> list[Row]:
-    return [build_row(fleet, server, assignment, approval, observed, now)
+def build_rows(fleet: Fleet, served: Served, observed: Observed, now: float,
+               loads: Mapping[str, ServerLoad]) -> list[Row]:
+    return [build_row(fleet, server, assignment, approval, observed, now, loads)
             for assignment, approval in served for server in assignment.servers]
+
+
+def read_loads(observed: Observed) -> tuple[dict[str, ServerLoad], dict[str, ModelLoad]]:
+    """The pass's loads per server and per model; none when they cannot be read (the admin
+    API checked them, so only a store written by something else gets here)."""
+    try:
+        servers, models, _boxes = read_load_document({"verdicts": observed.verdicts,
+                                                      "models": observed.models})
+    except MetricsRecordError:
+        return {}, {}
+    return servers, models
+
+
+def oversized_problem(rows: Sequence[Row]) -> Problem | None:
+    entries = tuple((f"{row.box} {row.name} :{row.listen_port}",
+                     f"serves max_model_len {row.load.context_len}, its KV cache holds "
+                     f"{row.load.metrics.kv_cache_tokens} tokens")
+                    for row in rows if row.load and row.load.oversized and row.load.metrics)
+    if not entries:
+        return None
+    return Problem("oversized", "Oversized: context longer than the KV cache", OVERSIZED_ADVICE,
+                   entries)
+
+
+def saturated_problem(models: Mapping[str, ModelLoad]) -> Problem | None:
+    entries = tuple((name, f"{figure(load.requests_waiting)} waiting, "
+                           f"{figure(load.requests_running)} running on {load.healthy} Healthy "
+                           f"server(s), capacity {figure(load.capacity)} full-context requests")
+                    for name, load in sorted(models.items()) if load.saturated)
+    if not entries:
+        return None
+    return Problem("saturated", "Saturated models", SATURATED_ADVICE, entries)
+
+
+def figure(value: float | None) -> str:
+    """A figure for a sentence: ``?`` when unknown."""
+    return "?" if value is None else f"{value:g}"
+
+
+def model_panels(models: Mapping[str, ModelLoad], history: Sequence[LoadSample],
+                 now: float) -> tuple[ModelPanel, ...]:
+    """Each model of the latest pass, with its chart over :data:`CHART_SPAN_S`."""
+    start = now - CHART_SPAN_S
+    recent = [sample for sample in history if sample.pass_at >= start]
+    panels = []
+    for name, load in sorted(models.items()):
+        series = {figure_name: [(sample.pass_at, (sample.models.get(name) or {}).get(figure_name))
+                                for sample in recent]
+                  for figure_name in CHART_FIGURES}
+        panels.append(ModelPanel(name, load, line_chart(series, start, now)))
+    return tuple(panels)
 
 
 def group_rows(rows: Iterable[Row]) -> tuple[tuple[str, tuple[Row, ...]], ...]:
@@ -314,8 +408,10 @@ def matches(row: Row, query: str) -> bool:
 
 def build_page(fleet: Fleet, observed: Observed, now: float, query: str = "") -> Page:
     served = intended(fleet, observed.approvals)
-    rows = build_rows(fleet, served, observed, now)
-    problems = [secrets_problem(fleet), *state_problems(rows),
+    server_loads, model_loads = read_loads(observed)
+    rows = build_rows(fleet, served, observed, now, server_loads)
+    problems = [secrets_problem(fleet), oversized_problem(rows), saturated_problem(model_loads),
+                *state_problems(rows),
                 revision_problem(served, observed.applied), *drift_problems(observed.drift),
                 approved_problem(served, now)]
     counts: dict[str, int] = {}
@@ -331,4 +427,5 @@ def build_page(fleet: Fleet, observed: Observed, now: float, query: str = "") ->
         last_pass=age(now, observed.pass_at, never="no reconcile pass yet"),
         box_count=len({row.box for row in rows}),
         server_count=len(rows),
+        models=model_panels(model_loads, observed.history, now),
     )

@@ -11,13 +11,13 @@ from ansible_collections.llmao.fleet.plugins.module_utils.fleet import ApprovalE
 
 from ..store import StateStore
 from .auth import audit, current_admin, llmao
-from .fleet_view import Observed, build_page
+from .fleet_view import CHART_SPAN_S, Observed, build_page
 
 QUERY_LENGTH = 100
 BOX_NAME_LENGTH = 253  # a DNS name's limit; addresses and pod ids are far shorter
 
 
-def observe(store: StateStore) -> Observed:
+def observe(store: StateStore, now: float) -> Observed:
     """Everything the page shows from the shared store, read once."""
     last_pass = store.last_pass()
     return Observed(
@@ -28,6 +28,8 @@ def observe(store: StateStore) -> Observed:
         pass_at=last_pass.pass_at if last_pass else None,
         unknown=store.unknown_boxes(),
         approvals=store.approvals(),
+        models=last_pass.models if last_pass else {},
+        history=store.load_history(now - CHART_SPAN_S, servers=False),
     )
 
 
@@ -38,10 +40,12 @@ def index() -> Response:
 def fleet() -> str:
     state = llmao()
     query = request.args.get("q", "").strip()[:QUERY_LENGTH]
-    page = build_page(state.fleet, observe(state.store), time.time(), query)
+    now = time.time()
+    page = build_page(state.fleet, observe(state.store, now), now, query)
     models = [name for name, entry in state.fleet.models.items() if entry.self_hosted]
     return render_template("dashboard/fleet.html", page=page, query=query, models=models,
-                           ports=LISTEN_PORTS, admin=current_admin())
+                           ports=LISTEN_PORTS, admin=current_admin(),
+                           chart_hours=int(CHART_SPAN_S // 3600))
 
 
 def approve() -> Response:

@@ -150,8 +150,9 @@ class StateStore(ABC):
         thinned and bounded (:data:`HISTORY_FULL_S`, :data:`HISTORY_LIMIT`)."""
 
     @abstractmethod
-    def load_history(self, since: float) -> list[LoadSample]:
-        """The kept load samples of passes at or after ``since``, oldest first."""
+    def load_history(self, since: float, servers: bool = True) -> list[LoadSample]:
+        """The kept load samples of passes at or after ``since``, oldest first; without
+        their per server figures unless ``servers`` (the models' charts need none)."""
 
     @abstractmethod
     def last_pass(self) -> ReconcilePass | None:

@@ -7,8 +7,6 @@ thinned, is the store's (:data:`.base.HISTORY_FULL_S` and its neighbours).
 
 from __future__ import annotations
 
-from typing import Any
-
 from ansible_collections.llmao.fleet.plugins.module_utils.fleet_load import read_load_document
 from ansible_collections.llmao.fleet.plugins.module_utils.vllm_metrics import (
     MetricsRecordError,
@@ -36,11 +34,3 @@ def load_sample(record: ReconcilePass) -> LoadSample:
          for key, load in servers.items()},
         {name: {figure: getattr(load, figure) for figure in MODEL_FIGURES}
          for name, load in models.items()})
-
-
-def sample_record(sample: LoadSample) -> dict[str, Any]:
-    return {"servers": sample.servers, "models": sample.models}
-
-
-def sample_from_record(pass_at: float, record: Any) -> LoadSample:
-    return LoadSample(pass_at, record.get("servers", {}), record.get("models", {}))

@@ -32,7 +32,7 @@ from .base import (
     StoreError,
     UnknownBox,
 )
-from .history import load_sample, sample_from_record, sample_record
+from .history import load_sample
 
 SCHEMA = (
     """CREATE TABLE IF NOT EXISTS box_fetches (
@@ -67,10 +67,14 @@ SCHEMA = (
         slot INTEGER PRIMARY KEY,
         models TEXT NOT NULL,
         boxes TEXT NOT NULL)""",
-    # One load sample per kept pass, thinned as it ages (record_pass).
-    """CREATE TABLE IF NOT EXISTS load_history (
+    # One load sample per kept pass, thinned as it ages (record_pass); per server and per
+    # model apart, so that the charts of models never parse every server's figures.
+    """CREATE TABLE IF NOT EXISTS load_samples (
         pass_at DOUBLE PRECISION PRIMARY KEY,
-        sample TEXT NOT NULL)""",
+        servers TEXT NOT NULL,
+        models TEXT NOT NULL)""",
+    # Its first form, one column for both.
+    "DROP TABLE IF EXISTS load_history",
     # Admin credential attempts per peer, and from everyone under OVERALL_SCOPE.
     """CREATE TABLE IF NOT EXISTS admin_attempts (
         scope TEXT PRIMARY KEY,
@@ -130,21 +134,21 @@ RECORD_LOADS = """
     ON CONFLICT (slot) DO UPDATE SET models = excluded.models, boxes = excluded.boxes"""
 
 RECORD_SAMPLE = """
-    INSERT INTO load_history (pass_at, sample) VALUES (?, ?)
-    ON CONFLICT (pass_at) DO UPDATE SET sample = excluded.sample"""
+    INSERT INTO load_samples (pass_at, servers, models) VALUES (?, ?, ?)
+    ON CONFLICT (pass_at) DO UPDATE SET servers = excluded.servers, models = excluded.models"""
 
 # Older than the full-resolution window (first ?, twice): keep the first sample of each
 # HISTORY_BUCKET_S bucket. Older than HISTORY_KEEP_S (last ?): none. Then the newest
 # HISTORY_LIMIT at most. (CAST rounds in PostgreSQL and truncates in SQLite: buckets
 # either way.)
 THIN_HISTORY = (f"""
-    DELETE FROM load_history WHERE pass_at < ? AND pass_at NOT IN (
-        SELECT MIN(pass_at) FROM load_history WHERE pass_at < ?
+    DELETE FROM load_samples WHERE pass_at < ? AND pass_at NOT IN (
+        SELECT MIN(pass_at) FROM load_samples WHERE pass_at < ?
         GROUP BY CAST(pass_at / {HISTORY_BUCKET_S} AS BIGINT))""",
-                "DELETE FROM load_history WHERE pass_at < ?",
+                "DELETE FROM load_samples WHERE pass_at < ?",
                 f"""
-    DELETE FROM load_history WHERE pass_at NOT IN (
-        SELECT pass_at FROM load_history ORDER BY pass_at DESC LIMIT {HISTORY_LIMIT})""")
+    DELETE FROM load_samples WHERE pass_at NOT IN (
+        SELECT pass_at FROM load_samples ORDER BY pass_at DESC LIMIT {HISTORY_LIMIT})""")
 
 APPROVE = """
     INSERT INTO approvals (box, models, approved_by, approved_at) VALUES (?, ?, ?, ?)
@@ -227,13 +231,14 @@ class SqlStore(StateStore):
         thin_before, keep_after = record.recorded_at - HISTORY_FULL_S, \
             record.recorded_at - HISTORY_KEEP_S
         thin, expire, cap = THIN_HISTORY
+        sample = load_sample(record)
         self._write((RECORD_PASS, [(record.pass_at, record.recorded_at,
                                     json.dumps(dict(record.verdicts)),
                                     json.dumps(list(record.drift)))]),
                     (RECORD_LOADS, [(json.dumps(dict(record.models)),
                                      json.dumps(dict(record.boxes)))]),
-                    (RECORD_SAMPLE, [(record.pass_at,
-                                      json.dumps(sample_record(load_sample(record))))]),
+                    (RECORD_SAMPLE, [(record.pass_at, json.dumps(dict(sample.servers)),
+                                      json.dumps(dict(sample.models)))]),
                     (thin, [(thin_before, thin_before)]), (expire, [(keep_after,)]),
                     (cap, [()]))
 
@@ -298,10 +303,12 @@ class SqlStore(StateStore):
         return ReconcilePass(pass_at, json.loads(verdicts), tuple(json.loads(drift)),
                              recorded_at, json.loads(models or "{}"), json.loads(boxes or "{}"))
 
-    def load_history(self, since: float) -> list[LoadSample]:
-        rows = self._query("SELECT pass_at, sample FROM load_history WHERE pass_at >= ? "
+    def load_history(self, since: float, servers: bool = True) -> list[LoadSample]:
+        columns = "servers, models" if servers else "'{}', models"
+        rows = self._query(f"SELECT pass_at, {columns} FROM load_samples WHERE pass_at >= ? "
                            "ORDER BY pass_at", (since,))
-        return [sample_from_record(pass_at, json.loads(sample)) for pass_at, sample in rows]
+        return [LoadSample(pass_at, json.loads(per_server), json.loads(per_model))
+                for pass_at, per_server, per_model in rows]
 
     def applied_reports(self) -> dict[str, AppliedReport]:
         rows = self._query("SELECT box, revision, applied_at, servers, reported_at "

@@ -20,5 +20,5 @@ def test_the_host_header_is_the_one_the_server_reads(install_set):
 
 
 def test_the_paths_and_methods_are_the_box_apis(install_set):
-    assert ROUTES[install_set.CONFIG_PATH][0] == "GET"
-    assert ROUTES[install_set.APPLIED_PATH][0] == "POST"
+    assert "GET" in ROUTES[install_set.CONFIG_PATH][0]
+    assert "POST" in ROUTES[install_set.APPLIED_PATH][0]

@@ -9,8 +9,11 @@ in :mod:`fleet`, which is the only caller.
 
 from __future__ import annotations
 
+import math
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 from .bearer import is_placeholder
@@ -55,6 +58,14 @@ class Lifecycle:
 
 
 @dataclass(frozen=True)
+class LoadKnobs:
+    """When a server counts as saturated (docs/metrics.md), with the documented defaults."""
+
+    saturated_passes: int = 3
+    saturated_kv_usage: float = 0.9
+
+
+@dataclass(frozen=True)
 class Provider:
     """A provider listing to read: its API key and base URL, or the local engine's label."""
 
@@ -85,6 +96,8 @@ class Settings:
     metrics_token: str | None = field(default=None, repr=False)
     # (key path, why) for fleet.key and fleet.vllm_api_salt when weak: loaded, but warned about.
     weak_secrets: tuple[tuple[str, str], ...] = ()
+    load: LoadKnobs = LoadKnobs()
+    cost_per_hour: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
 
     def is_legacy(self, box: str, listen_port: int) -> bool:
         """A pair that predates the salt and serves ``selfhost_api_key`` (box normalised)."""
@@ -122,6 +135,13 @@ def load_settings(path: str, problems: Problems, warnings: list[str]) -> Setting
         probe_timeout_s=fleet.number("probe_timeout_s", Lifecycle.probe_timeout_s,
                                      maximum=MAX_PROBE_TIMEOUT_S),
     )
+    load = LoadKnobs(
+        saturated_passes=fleet.integer("saturated_passes", LoadKnobs.saturated_passes,
+                                       maximum=MAX_PASSES),
+        saturated_kv_usage=fleet.number("saturated_kv_usage", LoadKnobs.saturated_kv_usage,
+                                        maximum=1),
+    )
+    cost_per_hour = _read_costs(fleet)
     fleet.close()
     providers = _read_providers(top.sub("providers"))
     litellm = top.sub("litellm")
@@ -154,6 +174,7 @@ def load_settings(path: str, problems: Problems, warnings: list[str]) -> Setting
         litellm_url=litellm_url, litellm_master_key=master_key, server_url=server_url,
         server_state=_state_location(path, state), admin_token=admin_token,
         session_lifetime_s=session_lifetime_s, metrics_token=metrics_token, weak_secrets=weak,
+        load=load, cost_per_hour=cost_per_hour,
     )
 
 
@@ -185,6 +206,28 @@ def _state_location(config_path: str, state: str) -> str:
     if "://" in state or os.path.isabs(state):
         return state
     return os.path.join(os.path.dirname(os.path.abspath(config_path)), state)
+
+
+def _read_costs(fleet: Section) -> Mapping[str, float]:
+    """``fleet.cost_per_hour``: box to its price per hour, for boxes no listing prices."""
+    value = fleet.raw("cost_per_hour", None)
+    if value is None:
+        return MappingProxyType({})
+    if not isinstance(value, dict):
+        fleet.problem("cost_per_hour", f"must be a mapping of box name to a price per hour, "
+                                       f"not {type_name(value)}")
+        return MappingProxyType({})
+    costs = {}
+    for box, price in value.items():
+        if not isinstance(box, str) or not normalize_host(box):
+            fleet.problem(f"cost_per_hour.{box}", "a box name must be a non-empty string")
+        elif isinstance(price, bool) or not isinstance(price, int | float) \
+                or not math.isfinite(price) or price < 0:
+            fleet.problem(f"cost_per_hour.{box}", f"must be a price per hour of 0 or more, "
+                                                  f"not {price!r}")
+        else:
+            costs[normalize_host(box)] = float(price)
+    return MappingProxyType(costs)
 
 
 def _read_legacy(fleet: Section) -> frozenset[tuple[str, int]]:

@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
+from .config_file import LoadKnobs
+from .lifecycle import Memory
 from .vllm_metrics import MetricsRecordError, ServerMetrics
 
 TOKENS_PER_MILLION = 1_000_000
@@ -28,14 +30,6 @@ SECONDS_PER_HOUR = 3600
 # ModelLoad's fields that are not whole numbers.
 MODEL_KINDS = {"saturated": bool, "generation_tokens_per_s": float, "cost_per_hour": float,
                "cost_per_million_tokens": float}
-
-
-@dataclass(frozen=True)
-class LoadKnobs:
-    """Saturation thresholds (``fleet.saturated_passes``, ``fleet.saturated_kv_usage``)."""
-
-    saturated_passes: int = 3
-    saturated_kv_usage: float = 0.9
 
 
 @dataclass(frozen=True)
@@ -199,15 +193,31 @@ def generation_rate(metrics: ServerMetrics | None, previous_total: int | None,
 
 
 def server_load(metrics: ServerMetrics | None, configured_context: int | None,
-                healthy: bool, previous_waiting: int, previous_total: int | None,
-                previous_at: float | None, cost_share: float | None,
+                healthy: bool, previous: Memory, cost_share: float | None,
                 knobs: LoadKnobs) -> ServerLoad:
     """One server's verdicts; only a Healthy server can be saturated."""
     context = context_len(metrics, configured_context)
-    waiting = count_waiting(previous_waiting, metrics)
+    waiting = count_waiting(previous.waiting_passes, metrics)
     return ServerLoad(metrics, context, is_oversized(context, metrics),
                       is_saturated(waiting, metrics, knobs) if healthy else False, waiting,
-                      generation_rate(metrics, previous_total, previous_at), cost_share)
+                      generation_rate(metrics, previous.generation_tokens_total,
+                                      previous.generation_counted_at), cost_share)
+
+
+def remember_load(memory: Memory, previous: Memory, load: ServerLoad) -> Memory:
+    """The lifecycle memory with what the next pass's load needs.
+
+    A generation counter this pass could not read keeps the previous one, so
+    the next rate spans both passes rather than none.
+    """
+    metrics = load.metrics
+    counted = metrics is not None and metrics.generation_tokens_total is not None \
+        and metrics.scraped_at is not None
+    return replace(memory, waiting_passes=load.waiting_passes,
+                   generation_tokens_total=metrics.generation_tokens_total if counted
+                   else previous.generation_tokens_total,
+                   generation_counted_at=metrics.scraped_at if counted
+                   else previous.generation_counted_at)
 
 
 # ------------------------------------------------------------------ one model
@@ -255,6 +265,25 @@ def _figure(load: ServerLoad, name: str) -> float | None:
 
 def _whole(value: float | None) -> int | None:
     return None if value is None else int(value)
+
+
+# -------------------------------------------------------------------- a box
+
+
+def box_cost(provider: str, listed_price: float | None, configured: float | None) -> BoxCost:
+    """The listing's price (what the provider bills), else ``fleet.cost_per_hour``'s."""
+    if listed_price is not None:
+        return BoxCost(provider, listed_price, "listing")
+    if configured is not None:
+        return BoxCost(provider, configured, "config")
+    return BoxCost(provider)
+
+
+def cost_share(cost: BoxCost, servers: int) -> float | None:
+    """One server's part of its box's price: the box's servers share it equally."""
+    if cost.cost_per_hour is None or servers < 1:
+        return None
+    return cost.cost_per_hour / servers
 
 
 # -------------------------------------------------------------------- a pass

@@ -22,6 +22,9 @@ import urllib.request
 from typing import Any
 
 MAX_ERROR_BODY = 4096
+# The largest answer read: LiteLLM's /model/info or a provider listing of a big fleet fits
+# many times over, and a hostile or broken server cannot fill the controller's memory.
+MAX_ANSWER_BYTES = 64 * 2**20
 SCHEMES = ("http", "https")
 
 
@@ -82,7 +85,7 @@ def call_json(method: str, url: str, bearer: str | None, body: Any = None,
     request = urllib.request.Request(url, data=data, method=method, headers=headers)
     try:
         with _opener().open(request, timeout=timeout) as answer:
-            raw = answer.read()
+            raw = answer.read(MAX_ANSWER_BYTES + 1)
     except urllib.error.HTTPError as exc:
         with exc:
             if 300 <= exc.code < 400:
@@ -94,12 +97,16 @@ def call_json(method: str, url: str, bearer: str | None, body: Any = None,
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
         raise ApiError(request_name, f"unreachable ({reason})") from None
+    if len(raw) > MAX_ANSWER_BYTES:
+        raise ApiError(request_name, f"the answer is over {MAX_ANSWER_BYTES} bytes")
     if not raw.strip():
         return None
     try:
         return json.loads(raw)
     except ValueError:
         raise ApiError(request_name, "the answer is not JSON") from None
+    except RecursionError:
+        raise ApiError(request_name, "the answer is nested too deeply to be read") from None
 
 
 def _redirect_error(request_name: str, exc: urllib.error.HTTPError) -> ApiError:

@@ -16,6 +16,7 @@ from enum import StrEnum
 from typing import Any
 
 from .config_file import Lifecycle
+from .vllm_metrics import ServerMetrics
 
 
 class State(StrEnum):
@@ -93,16 +94,24 @@ class Probe:
     health_ok: bool
     models: Models
     detail: str = ""
+    metrics: ServerMetrics | None = None   # read when it answered with our bearer
 
 
 @dataclass(frozen=True)
 class Memory:
-    """What the previous pass left behind (stored by the server between runs)."""
+    """What the previous pass left behind (stored by the server between runs).
+
+    The last three are the load's (:mod:`fleet_load`): passes in a row with
+    requests waiting, and the generation counter with the time it was read.
+    """
 
     state: State | None = None
     consecutive_failures: int = 0
     rejected_passes: int = 0
     last_healthy_at: float | None = None
+    waiting_passes: int = 0
+    generation_tokens_total: int | None = None
+    generation_counted_at: float | None = None
 
     def record(self) -> dict[str, Any]:
         """The memory as JSON, as the server keeps it between passes."""
@@ -116,7 +125,15 @@ class Memory:
         state = record.get("state")
         return cls(State(state) if state in State._value2member_map_ else None,
                    int(record.get("consecutive_failures") or 0),
-                   int(record.get("rejected_passes") or 0), record.get("last_healthy_at"))
+                   int(record.get("rejected_passes") or 0), record.get("last_healthy_at"),
+                   int(record.get("waiting_passes") or 0),
+                   _remembered(record.get("generation_tokens_total")),
+                   _remembered(record.get("generation_counted_at")))
+
+
+def _remembered(value: Any) -> Any:
+    """A number the load remembers, or None: a stored value of another type is forgotten."""
+    return value if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
 @dataclass(frozen=True)

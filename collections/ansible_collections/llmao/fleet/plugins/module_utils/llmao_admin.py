@@ -150,11 +150,14 @@ def _applied_revision(report: Any) -> str | None:
 
 def verdicts_document(now: float, servers: list[Mapping[str, Any]],
                       memories: Mapping[str, Mapping[str, Any]],
-                      drift: list[Mapping[str, Any]]) -> dict[str, Any]:
+                      drift: list[Mapping[str, Any]],
+                      models: Mapping[str, Any] | None = None,
+                      boxes: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """What ``POST /admin/api/verdicts`` takes: one verdict per server after this pass.
 
     ``in_litellm`` is the state after the pass's changes, which is what the
     dashboard shows; ``change`` is what the pass did (None when nothing).
+    ``models`` and ``boxes`` are the pass's loads and prices (docs/metrics.md).
     """
     verdicts = {}
     for server in servers:
@@ -166,4 +169,5 @@ def verdicts_document(now: float, servers: list[Mapping[str, Any]],
             in_litellm = False
         verdicts[server["id"]] = {**server, "in_litellm": in_litellm,
                                   "memory": dict(memories.get(server["id"]) or {})}
-    return {"pass_at": now, "verdicts": verdicts, "drift": [dict(item) for item in drift]}
+    return {"pass_at": now, "verdicts": verdicts, "drift": [dict(item) for item in drift],
+            "models": dict(models or {}), "boxes": dict(boxes or {})}

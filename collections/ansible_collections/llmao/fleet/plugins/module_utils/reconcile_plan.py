@@ -14,9 +14,19 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .fleet import Fleet
+from .fleet_load import (
+    BoxCost,
+    ModelLoad,
+    ServerLoad,
+    box_cost,
+    cost_share,
+    model_load,
+    remember_load,
+    server_load,
+)
 from .intent import IntendedServer
 from .lifecycle import Action, Change, Drift, Memory, Probe, State, Verdict, classify
-from .listings import Endpoint, Listings
+from .listings import Endpoint, Listings, provider_of
 from .litellm_routes import Route, deployment_id, route_differs
 from .probe import Target
 from .reconcile_records import Observations
@@ -56,6 +66,9 @@ class Plan:
     orphans: tuple[Route, ...] = ()
     drift: tuple[dict[str, Any], ...] = ()
     memories: Mapping[str, Memory] = field(default_factory=dict)
+    loads: Mapping[str, ServerLoad] = field(default_factory=dict)
+    models: Mapping[str, ModelLoad] = field(default_factory=dict)
+    boxes: Mapping[str, BoxCost] = field(default_factory=dict)
 
 
 def server_key(server: IntendedServer) -> str:
@@ -83,8 +96,44 @@ def plan_pass(fleet: Fleet, observations: Observations, probes: Mapping[str, Pro
     intended = {p.id for p in plans}
     owned_orphans = tuple(r for r in routes if r.owned and r.id not in intended)
     drift = _drift(fleet, plans, routes, intended, observations.applied)
-    return Plan(tuple(plans), owned_orphans, tuple(drift),
-                {p.id: p.verdict.memory for p in plans})
+    boxes = {box: _box_cost(fleet, listings, box) for box in fleet.assignments}
+    loads, remembered = _loads(fleet, plans, probes, observations.memories, boxes)
+    return Plan(tuple(plans), owned_orphans, tuple(drift), remembered, loads,
+                _model_loads(plans, loads), boxes)
+
+
+def _box_cost(fleet: Fleet, listings: Listings, box: str) -> BoxCost:
+    listed = listings.box(box)
+    return box_cost(provider_of(listings.configured, listings.named_by(box)),
+                    listed.price_per_hour if listed else None,
+                    fleet.settings.cost_per_hour.get(box))
+
+
+def _loads(fleet: Fleet, plans: list[ServerPlan], probes: Mapping[str, Probe],
+           memories: Mapping[str, Memory], boxes: Mapping[str, BoxCost],
+           ) -> tuple[dict[str, ServerLoad], dict[str, Memory]]:
+    """Each server's load from its scrape, and its memory with what the next pass needs."""
+    loads, remembered = {}, {}
+    for plan in plans:
+        previous = memories.get(plan.id, Memory())
+        share = cost_share(boxes[plan.server.box],
+                           len(fleet.assignments[plan.server.box].servers))
+        load = server_load(probes[plan.id].metrics,
+                           plan.server.entry.vllm.numbers.get("max_model_len"),
+                           plan.verdict.state is State.HEALTHY, previous, share,
+                           fleet.settings.load)
+        loads[plan.id] = load
+        remembered[plan.id] = remember_load(plan.verdict.memory, previous, load)
+    return loads, remembered
+
+
+def _model_loads(plans: list[ServerPlan], loads: Mapping[str, ServerLoad],
+                 ) -> dict[str, ModelLoad]:
+    by_model: dict[str, list[tuple[ServerLoad, bool]]] = {}
+    for plan in plans:
+        by_model.setdefault(plan.server.model_name, []).append(
+            (loads[plan.id], plan.verdict.state is State.HEALTHY))
+    return {name: model_load(pairs) for name, pairs in by_model.items()}
 
 
 def _decide(server: IntendedServer, endpoint: Endpoint | None, verdict: Verdict,

@@ -19,6 +19,7 @@ from typing import Any
 from .lifecycle import Memory, Models, Probe
 from .listings import ListedBox, Listings, index_listings
 from .litellm_routes import Route
+from .vllm_metrics import MetricsRecordError, ServerMetrics
 
 
 class RecordError(ValueError):
@@ -100,7 +101,8 @@ def route_from_record(record: Any) -> Route:
 
 
 def probe_record(probe: Probe) -> dict[str, Any]:
-    return {"health_ok": probe.health_ok, "models": probe.models.value, "detail": probe.detail}
+    return {"health_ok": probe.health_ok, "models": probe.models.value, "detail": probe.detail,
+            "metrics": probe.metrics.record() if probe.metrics else None}
 
 
 def probe_from_record(record: Any, what: str = "probe") -> Probe:
@@ -112,7 +114,12 @@ def probe_from_record(record: Any, what: str = "probe") -> Probe:
     except ValueError:
         choices = ", ".join(m.value for m in Models)
         raise RecordError(f"{what}.models must be one of {choices}") from None
-    return Probe(record["health_ok"], models, str(record.get("detail") or ""))
+    try:
+        metrics = record.get("metrics")
+        metrics = None if metrics is None else ServerMetrics.from_record(metrics)
+    except MetricsRecordError as exc:
+        raise RecordError(f"{what}: {exc}") from None
+    return Probe(record["health_ok"], models, str(record.get("detail") or ""), metrics)
 
 
 def probes_from_record(record: Any) -> dict[str, Probe]:

@@ -30,6 +30,8 @@ RUNNING = "vllm:num_requests_running"
 WAITING = "vllm:num_requests_waiting"
 PROMPT_TOKENS = "vllm:prompt_tokens_total"
 GENERATION_TOKENS = "vllm:generation_tokens_total"
+READ = frozenset({CACHE_CONFIG_INFO, *KV_USAGE_NAMES, RUNNING, WAITING, PROMPT_TOKENS,
+                  GENERATION_TOKENS})
 WHOLE_NUMBERS = frozenset({"kv_cache_tokens", "requests_running", "requests_waiting",
                            "prompt_tokens_total", "generation_tokens_total", "max_model_len"})
 
@@ -86,14 +88,14 @@ def read_metrics(exposition: str | None, models_body: bytes | None, served_model
                  scraped_at: float) -> ServerMetrics:
     """The figures of one server from its ``/metrics`` text and its ``/v1/models`` body.
 
-    Either may be None (not read). An exposition that is not in the text format
-    makes every one of its figures unknown; ``max_model_len`` still comes from
-    ``/v1/models``.
+    Either may be None (not read). Only the lines of the metrics read are
+    parsed; one of them that is not in the text format makes every figure of
+    the exposition unknown; ``max_model_len`` still comes from ``/v1/models``.
     """
     samples: list[Sample] = []
     if exposition is not None:
         try:
-            samples = parse_exposition(exposition)
+            samples = parse_exposition(exposition, READ)
         except ExpositionError:
             samples = []
     return ServerMetrics(

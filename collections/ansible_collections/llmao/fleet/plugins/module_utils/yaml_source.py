@@ -18,6 +18,30 @@ except ImportError:  # ansible-test's import sanity test runs modules without Py
 
 from .config_errors import ConfigError
 
+# Values a file may stand for once its aliases are expanded: a fleet of 10,000 boxes is
+# about 100,000, so ten times that is room to grow and still fast to count.
+MAX_EXPANDED_VALUES = 1_000_000
+
+
+def _check_expansion(path: str, document: Any) -> None:
+    """Refuse a file whose aliases stand for a huge tree ("billion laughs").
+
+    PyYAML shares an anchored value instead of copying it, so such a file loads
+    at once; but anything that later writes it out (the JSON sent to LiteLLM, an
+    inventory) would expand it and never finish.
+    """
+    remaining = MAX_EXPANDED_VALUES
+    stack = [document]
+    while stack:
+        node = stack.pop()
+        if not isinstance(node, (dict, list)):
+            continue
+        remaining -= len(node)
+        if remaining < 0:
+            raise ConfigError([f"{path}: stands for more than {MAX_EXPANDED_VALUES} values once "
+                               "its YAML aliases are expanded"])
+        stack.extend(node.values() if isinstance(node, dict) else node)
+
 
 @functools.cache
 def _strict_loader() -> type:
@@ -54,7 +78,7 @@ def read_yaml(path: str) -> Any:
         raise ConfigError([f"{path}: cannot be read: PyYAML is not installed"])
     try:
         with open(path, encoding="utf-8") as stream:
-            return yaml.load(stream, Loader=_strict_loader())  # noqa: S506 - a safe loader
+            document = yaml.load(stream, Loader=_strict_loader())  # noqa: S506 - a safe loader
     except OSError as exc:
         raise ConfigError([f"{path}: cannot be read: {exc.strerror}"]) from None
     except UnicodeDecodeError:
@@ -66,3 +90,5 @@ def read_yaml(path: str) -> Any:
         raise ConfigError([f"{path}: {where}{what}"]) from None
     except ValueError:  # an integer of thousands of digits: Python refuses to convert it
         raise ConfigError([f"{path}: holds a number too long to read"]) from None
+    _check_expansion(path, document)
+    return document

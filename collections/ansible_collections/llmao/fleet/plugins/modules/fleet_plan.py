@@ -115,6 +115,37 @@ servers:
         - Why the box name is ambiguous (several listed instances share that address, so none
           is dialled), or null. Key the C(fleet.hosts) row by the instance id.
       type: str
+    metrics:
+      description: What the server's C(/metrics) said (see C(docs/metrics.md)), or null.
+      type: dict
+    oversized:
+      description:
+        - Its served C(max_model_len) (observed, else configured) is larger than its KV cache
+          in tokens, so vLLM hangs on a request that needs the space. Null when unknown.
+      type: bool
+    saturated:
+      description:
+        - Requests waiting on C(fleet.saturated_passes) passes in a row, or KV cache usage
+          above C(fleet.saturated_kv_usage). Null when unknown.
+      type: bool
+models:
+  description:
+    - Model name to its load this pass (C(servers), C(healthy), C(capacity), C(kv_cache_tokens),
+      C(requests_running), C(requests_waiting), C(oversized), C(saturated),
+      C(generation_tokens_per_s), C(cost_per_hour), C(cost_per_million_tokens)); null is unknown.
+  returned: success
+  type: dict
+boxes:
+  description: Box to its C(provider), C(cost_per_hour) (or null) and its C(source).
+  returned: success
+  type: dict
+load_lines:
+  description:
+    - The load as text, one line per oversized server, then one per model (capacity, load,
+      cost), saturated models marked.
+  returned: success
+  type: list
+  elements: str
 changes:
   description:
     - The LiteLLM changes of this pass (C(state), C(id), C(box), C(listen_port), C(name),
@@ -164,6 +195,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.llmao.fleet.plugins.module_utils.fleet import Fleet
 from ansible_collections.llmao.fleet.plugins.module_utils.fleet_files import module_args
+from ansible_collections.llmao.fleet.plugins.module_utils.fleet_load import ModelLoad
 from ansible_collections.llmao.fleet.plugins.module_utils.lifecycle import Change, Drift, Probe
 from ansible_collections.llmao.fleet.plugins.module_utils.listings import provider_of
 from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_module import (
@@ -252,12 +284,43 @@ def drift_line(item: dict[str, Any]) -> str:
     return f"{item['id']}: {item['what']}"
 
 
+def oversized_line(entry: dict[str, Any]) -> str:
+    kv_tokens = entry["metrics"]["kv_cache_tokens"]
+    return (f"{entry['box']} {entry['name']} ({entry['model_name']}): OVERSIZED: serves "
+            f"max_model_len {entry['context_len']} but its KV cache holds {kv_tokens} tokens, "
+            "so vLLM accepts a request that needs the space and then hangs on it; lower "
+            f"max_model_len to at most {kv_tokens} in models.yaml, or give the model more "
+            "memory (vram_gb: a larger GPU)")
+
+
+def _shown(value: Any, digits: int = 0) -> str:
+    if value is None:
+        return "unknown"
+    return f"{value:.{digits}f}" if isinstance(value, float) else str(value)
+
+
+def model_line(name: str, load: ModelLoad) -> str:
+    """Capacity, load and cost of one model; a saturated one says it needs another box."""
+    line = (f"{name}: {load.healthy} of {load.servers} server(s) Healthy, capacity "
+            f"{_shown(load.capacity)} full-context request(s) at once, running "
+            f"{_shown(load.requests_running)}, waiting {_shown(load.requests_waiting)}, "
+            f"generation {_shown(load.generation_tokens_per_s, 1)} tokens/s, cost "
+            f"{_shown(load.cost_per_hour, 3)} $/h, "
+            f"{_shown(load.cost_per_million_tokens, 3)} $ per million generated tokens")
+    if load.oversized:
+        line += f"; {load.oversized} server(s) oversized"
+    if load.saturated:
+        line += ("; SATURATED: requests keep waiting or its KV cache is nearly full, "
+                 "it needs another box")
+    return line
+
+
 def plan_result(plan: Plan, observations: Observations) -> dict[str, Any]:
     servers = []
     listings = observations.listings
     for server_plan in plan.servers:
         previous = observations.memories.get(server_plan.id)
-        servers.append({**server_plan.summary(),
+        servers.append({**server_plan.summary(), **plan.loads[server_plan.id].record(),
                         "provider": provider_of(listings.configured,
                                                 listings.named_by(server_plan.server.box)),
                         "ambiguous": listings.ambiguity(server_plan.server.box),
@@ -281,6 +344,10 @@ def plan_result(plan: Plan, observations: Observations) -> dict[str, Any]:
         "memories": {key: memory.record() for key, memory in plan.memories.items()},
         "lines": lines,
         "drift_lines": [drift_line(item) for item in drift],
+        "models": {name: load.record() for name, load in plan.models.items()},
+        "boxes": {box: cost.record() for box, cost in plan.boxes.items()},
+        "load_lines": [oversized_line(entry) for entry in servers if entry["oversized"]]
+        + [model_line(name, load) for name, load in plan.models.items()],
         "counts": {**counts, "changes": len(changes)},
     }
 

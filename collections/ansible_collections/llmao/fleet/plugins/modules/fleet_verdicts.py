@@ -13,8 +13,9 @@ author:
   - llmao fleet contributors (!UNKNOWN)
 description:
   - The last step of a reconcile pass. Posts each server's verdict (state, reason, whether LiteLLM
-    has its deployment after the pass, the change made) with the lifecycle memory the next pass
-    needs, plus the drift and the time of the pass, to llmao's admin API
+    has its deployment after the pass, the change made, its metrics and load verdicts) with the
+    lifecycle memory the next pass needs, plus the drift, each model's load and cost, each box's
+    price and the time of the pass, to llmao's admin API
     (C(POST /admin/api/verdicts) at C(server.url), with C(admin.token) as bearer). The dashboard
     shows them; the next pass reads the memory back through M(llmao.fleet.fleet_observe).
   - Reports C(changed) when a server's state differs from the one the previous pass recorded,
@@ -96,7 +97,8 @@ def pass_document(plan: Mapping[str, Any]) -> dict[str, Any]:
     if missing:
         raise VerdictsError(f"plan lacks {', '.join(missing)}: give the result of "
                             "llmao.fleet.fleet_plan")
-    return verdicts_document(plan["now"], plan["servers"], plan["memories"], plan["drift"])
+    return verdicts_document(plan["now"], plan["servers"], plan["memories"], plan["drift"],
+                             plan.get("models"), plan.get("boxes"))
 
 
 def transitions(plan: Mapping[str, Any]) -> list[str]:

@@ -18,6 +18,11 @@ description:
     C(GET /v1/models) with the server's bearer (is it ours, and does it list its
     C(served_model_name)). A 401 to our bearer is kept apart from every other failure: it means
     something else answers at that address, not that the server is down."
+  - "A server that answers C(/v1/models) with our bearer is also scraped, in the same worker:
+    C(GET /metrics) at the server root (beside C(/v1)) with the bearer, read with the
+    C(/v1/models) answer into its KV cache size and usage, running and waiting requests, token
+    counters and served C(max_model_len) (see C(docs/metrics.md)). A figure that cannot be read
+    is null (unknown), never 0, and never fails the probe."
   - The bearers are derived inside the module from O(config); they never pass through play
     variables and never appear in the result.
   - It only reads, so it reports C(changed=false) and runs the same in check mode.
@@ -53,6 +58,11 @@ options:
       - How many servers are probed at the same time.
     type: int
     default: 256
+  scrape:
+    description:
+      - Read each answering server's C(/metrics) too. C(false) probes only.
+    type: bool
+    default: true
 notes:
   - "Runs on the controller (C(hosts: localhost))."
 seealso:
@@ -91,6 +101,15 @@ probes:
       health_ok: true
       models: lists
       detail: ""
+      metrics:
+        kv_cache_tokens: 65536
+        kv_cache_usage_ratio: 0.25
+        requests_running: 2
+        requests_waiting: 0
+        prompt_tokens_total: 51234
+        generation_tokens_total: 120345
+        max_model_len: 32768
+        scraped_at: 1764570000.0
   contains:
     health_ok:
       description: C(/health) answered 200.
@@ -107,6 +126,11 @@ probes:
     public:
       description: The address dialled, C(host:port), or null when none is known.
       type: str
+    metrics:
+      description:
+        - What the server's C(/metrics) and C(/v1/models) said, each figure a number or null
+          (unknown); null when it was not scraped (it did not answer with our bearer).
+      type: dict
 counts:
   description: How many servers were probed, and how many of each C(models) outcome.
   returned: success
@@ -143,6 +167,7 @@ OPTIONS: dict[str, dict[str, Any]] = {
     "connect_timeout": {"type": "float"},
     "timeout": {"type": "float"},
     "concurrency": {"type": "int", "default": DEFAULT_CONCURRENCY},
+    "scrape": {"type": "bool", "default": True},
 }
 
 
@@ -152,7 +177,8 @@ def unknown_boxes(fleet: Fleet, boxes: Collection[str]) -> list[str]:
 
 def probe_fleet(fleet: Fleet, listings: Listings, boxes: Collection[str] | None,
                 connect_timeout: float, timeout: float,
-                concurrency: int = DEFAULT_CONCURRENCY) -> dict[str, dict[str, Any]]:
+                concurrency: int = DEFAULT_CONCURRENCY,
+                scrape: bool = True) -> dict[str, dict[str, Any]]:
     """Probe the chosen servers concurrently; server id → where it was dialled and what answered."""
     chosen = None if boxes is None else {fleet.assignment(box).box for box in boxes}
     pairs = [(server, target) for server, target in zip(fleet.servers(),
@@ -160,7 +186,7 @@ def probe_fleet(fleet: Fleet, listings: Listings, boxes: Collection[str] | None,
                                                         strict=True)
              if chosen is None or server.box in chosen]
     probes = probe_many([target for _server, target in pairs], connect_timeout, timeout,
-                        concurrency)
+                        concurrency, scrape)
     results = {}
     for server, target in pairs:
         endpoint = target.endpoint
@@ -198,7 +224,8 @@ def main() -> None:
             module.fail_json(msg=f"listings: {exc}")
     probes = probe_fleet(fleet, listings, boxes,
                          params["connect_timeout"] or knobs.probe_connect_timeout_s,
-                         params["timeout"] or knobs.probe_timeout_s, params["concurrency"])
+                         params["timeout"] or knobs.probe_timeout_s, params["concurrency"],
+                         params["scrape"])
     module.exit_json(changed=False, probes=probes, counts=probe_counts(probes))
 
 

@@ -6,17 +6,21 @@ import json
 
 import pytest
 
+from ansible_collections.llmao.fleet.plugins.module_utils.config_file import LoadKnobs
 from ansible_collections.llmao.fleet.plugins.module_utils.fleet_load import (
     BoxCost,
-    LoadKnobs,
     ModelLoad,
     ServerLoad,
+    box_cost,
+    cost_share,
     generation_rate,
     load_document,
     model_load,
     read_load_document,
+    remember_load,
     server_load,
 )
+from ansible_collections.llmao.fleet.plugins.module_utils.lifecycle import Memory
 from ansible_collections.llmao.fleet.plugins.module_utils.vllm_metrics import (
     MetricsRecordError,
     ServerMetrics,
@@ -34,8 +38,9 @@ def figures(**values) -> ServerMetrics:
 
 
 def load(metrics, configured=None, healthy=True, waiting=0, previous=(None, None), cost=None):
-    return server_load(metrics, configured, healthy, waiting, previous[0], previous[1], cost,
-                       KNOBS)
+    return server_load(metrics, configured, healthy, Memory(
+        waiting_passes=waiting, generation_tokens_total=previous[0],
+        generation_counted_at=previous[1]), cost, KNOBS)
 
 
 @pytest.mark.parametrize(("metrics", "configured", "context", "oversized"), [
@@ -152,3 +157,21 @@ def test_a_pass_without_loads_reads_as_unknown():
 def test_documents_of_the_wrong_shape_are_refused(document):
     with pytest.raises(MetricsRecordError):
         read_load_document(document)
+
+
+def test_memory_keeps_the_last_counter_read():
+    previous = Memory(waiting_passes=1, generation_tokens_total=400, generation_counted_at=NOW - 60)
+    read = load(figures(requests_waiting=2), waiting=1)
+    assert remember_load(Memory(), previous, read) == Memory(
+        waiting_passes=2, generation_tokens_total=1000, generation_counted_at=NOW)
+    blind = load(None)
+    assert remember_load(Memory(), previous, blind) == Memory(
+        waiting_passes=0, generation_tokens_total=400, generation_counted_at=NOW - 60)
+
+
+def test_box_cost_listing_first_then_config_shared_by_its_servers():
+    assert box_cost("vast", 0.9, 0.5) == BoxCost("vast", 0.9, "listing")
+    assert box_cost("local", None, 0.5) == BoxCost("local", 0.5, "config")
+    assert box_cost("local", None, None) == BoxCost("local")
+    assert cost_share(BoxCost("vast", 0.9, "listing"), 3) == pytest.approx(0.3)
+    assert cost_share(BoxCost("local"), 3) is None

@@ -119,6 +119,16 @@ CONFIG_CASES = [
     ("fleet missing", lambda c: c.pop("fleet"), "config.yaml: fleet: is required"),
     ("provider without key", lambda c: c.update(providers={"vast": {"url": "http://x"}}),
      "providers.vast.api_key: is required to enable this provider listing"),
+    ("kv usage above 1", lambda c: c["fleet"].update(saturated_kv_usage=1.5),
+     "fleet.saturated_kv_usage: must be a finite number above 0 and at most 1"),
+    ("saturated passes zero", lambda c: c["fleet"].update(saturated_passes=0),
+     "fleet.saturated_passes: must be an integer from 1 to 1000"),
+    ("costs a list", lambda c: c["fleet"].update(cost_per_hour=[0.5]),
+     "fleet.cost_per_hour: must be a mapping of box name to a price per hour"),
+    ("cost negative", lambda c: c["fleet"].update(cost_per_hour={"203.0.113.10": -1}),
+     "fleet.cost_per_hour.203.0.113.10: must be a price per hour of 0 or more"),
+    ("cost text", lambda c: c["fleet"].update(cost_per_hour={"203.0.113.10": "$1"}),
+     "fleet.cost_per_hour.203.0.113.10: must be a price per hour of 0 or more"),
 ]
 
 
@@ -252,3 +262,15 @@ def test_keys_are_normalised(tmp_path):
 def test_state_defaults_beside_the_config(tmp_path):
     fleet = load(tmp_path)
     assert fleet.settings.server_state == str(tmp_path / "llmao-state.sqlite3")
+
+
+def test_load_knobs_and_costs_default_and_read(tmp_path):
+    defaults = load_fleet(*write_pair(tmp_path)).settings
+    assert (defaults.load.saturated_passes, defaults.load.saturated_kv_usage) == (3, 0.9)
+    assert dict(defaults.cost_per_hour) == {}
+    config = base_config()
+    config["fleet"].update(saturated_passes=5, saturated_kv_usage=0.8,
+                           cost_per_hour={"203.0.113.10": 0, "::ffff:198.51.100.7": 1.25})
+    settings = load_fleet(*write_pair(tmp_path, config)).settings
+    assert (settings.load.saturated_passes, settings.load.saturated_kv_usage) == (5, 0.8)
+    assert dict(settings.cost_per_hour) == {"203.0.113.10": 0.0, "198.51.100.7": 1.25}

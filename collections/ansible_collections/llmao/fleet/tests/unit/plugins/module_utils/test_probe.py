@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
 import pytest
 
 from ansible_collections.llmao.fleet.plugins.module_utils.lifecycle import Models
@@ -54,3 +58,67 @@ def test_outcomes(stubs):
 
 def test_empty():
     assert probe_many([], 1, 1) == {}
+
+
+def test_answering_servers_are_scraped_with_the_bearer(stubs):
+    probes = probe_many([
+        target("serving", stubs["serving"].port),
+        target("other-model", stubs["serving"].port, served="not-m"),
+        target("wrong-key", stubs["serving"].port, api_key="sk-vllm-not-ours"),
+        target("closed", free_port()),
+    ], connect_timeout=2, timeout=5)
+    serving = probes["serving"].metrics
+    assert serving.kv_cache_tokens == 4096 * 16 and serving.max_model_len == 8192
+    assert serving.requests_waiting == 0 and serving.kv_cache_usage_ratio == 0.0
+    assert serving.scraped_at == pytest.approx(time.time(), abs=30)
+    assert probes["other-model"].metrics.kv_cache_tokens == 4096 * 16
+    assert probes["other-model"].metrics.max_model_len is None   # not its served name
+    assert probes["wrong-key"].metrics is None and probes["closed"].metrics is None
+    log = stubs["serving"].log()
+    assert "GET /metrics" in log and "GET /v1/metrics" not in log
+
+
+def test_scrape_can_be_left_out(stubs):
+    probe = probe_many([target("serving", stubs["serving"].port)], 2, 5, scrape=False)["serving"]
+    assert probe.models is Models.LISTS and probe.metrics is None
+
+
+class Unlike(BaseHTTPRequestHandler):
+    """A server that lists the model and answers /metrics with whatever the test says."""
+
+    protocol_version = "HTTP/1.1"
+    metrics: tuple[int, bytes] = (200, b"")
+    seen: list = []
+
+    def do_GET(self):
+        Unlike.seen.append((self.path, self.headers.get("Authorization")))
+        if self.path == "/v1/models":
+            status, body = 200, b'{"data": [{"id": "m", "max_model_len": 2048}]}'
+        else:
+            status, body = self.metrics if self.path == "/metrics" else (200, b"")
+        self.send_response(status)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.mark.parametrize("answer", [
+    (404, b"not found"), (200, b"vllm:num_requests_waiting{a=1} 2\n"), (200, b"\xff\xfe"),
+    (200, b"vllm:num_requests_waiting 2\n" * 200_000),
+])
+def test_an_unreadable_metrics_answer_leaves_figures_unknown(answer):
+    Unlike.metrics, Unlike.seen = answer, []
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Unlike)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        probe = probe_many([target("odd", server.server_address[1])], 2, 5)["odd"]
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert probe.models is Models.LISTS and probe.detail == ""
+    assert probe.metrics.max_model_len == 2048
+    assert probe.metrics.requests_waiting is None and probe.metrics.kv_cache_tokens is None
+    assert ("/metrics", f"Bearer {KEY}") in Unlike.seen

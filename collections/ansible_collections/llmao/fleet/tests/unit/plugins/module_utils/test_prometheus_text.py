@@ -64,3 +64,13 @@ def test_label_escapes_special_values_and_timestamps():
 def test_malformed_lines_are_refused_with_their_line(text, why):
     with pytest.raises(ExpositionError, match=f"line 2: .*{why}"):
         parse_exposition("ok 1\n" + text + "\n")
+
+
+def test_names_limit_what_is_read_and_checked():
+    text = "# TYPE other summaryish\nother{a=\"1} 2\nwanted{a=\"1\"} 3\n# HELP wanted fine\n"
+    (sample,) = parse_exposition(text, {"wanted"})
+    assert (sample.name, sample.value) == ("wanted", 3)
+    with pytest.raises(ExpositionError, match="line 1"):
+        parse_exposition(text)
+    with pytest.raises(ExpositionError, match="line 2"):
+        parse_exposition("ok 1\nwanted{a=1} 2\n", {"wanted"})

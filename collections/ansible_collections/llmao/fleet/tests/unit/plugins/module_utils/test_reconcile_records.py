@@ -28,6 +28,7 @@ from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_records impo
     probe_record,
     probes_from_record,
 )
+from ansible_collections.llmao.fleet.plugins.module_utils.vllm_metrics import ServerMetrics
 
 POD = ListedBox("runpod", ("abcd1234pod", "198.51.100.20"), "198.51.100.20",
                 MappingProxyType({8001: 30001}))
@@ -83,13 +84,18 @@ def test_no_provider_stays_local():
 
 
 @pytest.mark.parametrize("probe", [Probe(True, Models.LISTS), Probe(False, Models.SKIPPED, "x"),
-                                   Probe(True, Models.REJECTED, "HTTP 401 from /v1/models")])
+                                   Probe(True, Models.REJECTED, "HTTP 401 from /v1/models"),
+                                   Probe(True, Models.LISTS, "", ServerMetrics(
+                                       kv_cache_tokens=4096, requests_waiting=0,
+                                       kv_cache_usage_ratio=0.5, scraped_at=1.5))])
 def test_probe_round_trip(probe):
     assert probe_from_record(through_json(probe_record(probe))) == probe
 
 
 @pytest.mark.parametrize("record", [None, {}, {"health_ok": "yes", "models": "lists"},
-                                    {"health_ok": True, "models": "maybe"}])
+                                    {"health_ok": True, "models": "maybe"},
+                                    {"health_ok": True, "models": "lists",
+                                     "metrics": {"requests_waiting": "2"}}])
 def test_a_bad_probe_is_refused(record):
     with pytest.raises(RecordError):
         probe_from_record(record)

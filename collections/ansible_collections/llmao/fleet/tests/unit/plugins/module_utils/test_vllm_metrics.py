@@ -67,10 +67,16 @@ def test_missing_or_malformed_figures_are_unknown(text):
     assert metrics == ServerMetrics(scraped_at=NOW)
 
 
-def test_a_malformed_line_makes_the_whole_exposition_unknown():
-    text = (DATA / "vllm_v1_metrics.txt").read_text() + 'vllm:broken{a="1} 2\n'
+def test_a_malformed_line_of_a_figure_makes_the_whole_exposition_unknown():
+    text = (DATA / "vllm_v1_metrics.txt").read_text() + 'vllm:num_requests_waiting{a="1} 2\n'
     assert read_metrics(text, MODELS, "gemma4-26b", NOW) == ServerMetrics(
         max_model_len=32768, scraped_at=NOW)
+
+
+def test_a_malformed_line_of_another_metric_is_not_read():
+    good = (DATA / "vllm_v1_metrics.txt").read_text()
+    assert read_metrics(good + 'vllm:other{a="1} 2\n', MODELS, "gemma4-26b", NOW) == \
+        read_metrics(good, MODELS, "gemma4-26b", NOW)
 
 
 @pytest.mark.parametrize("body", [

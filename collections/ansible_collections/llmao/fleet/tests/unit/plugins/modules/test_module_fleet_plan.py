@@ -19,7 +19,7 @@ from ansible_collections.llmao.fleet.plugins.modules.fleet_plan import (
     make_plan,
     plan_result,
 )
-from ansible_collections.llmao.fleet.tests.unit.fleets import write_pair
+from ansible_collections.llmao.fleet.tests.unit.fleets import base_config, write_pair
 
 NOW = 10_000.0
 GEMMA, QWEN, LEGACY = ("llmao:203.0.113.10:8001:gemma", "llmao:203.0.113.10:8002:qwen",
@@ -120,6 +120,59 @@ def test_no_secret_in_the_result(fleet):
     assert fleet.settings.vllm_api_salt not in text
 
 
+def scraped(**figures):
+    return {**SERVING, "metrics": {"scraped_at": NOW, **figures}}
+
+
+def test_load_verdicts_lines_and_memory(tmp_path):
+    config = base_config()
+    config["fleet"].update(cost_per_hour={"203.0.113.10": 0.6}, saturated_passes=3)
+    fleet = load_fleet(*write_pair(tmp_path, config))
+    seen = observations(memories={QWEN: Memory(State.HEALTHY, waiting_passes=2,
+                                               generation_tokens_total=1000,
+                                               generation_counted_at=NOW - 100)})
+    result = result_of(fleet, seen, {
+        GEMMA: scraped(kv_cache_tokens=16384, requests_waiting=0, kv_cache_usage_ratio=0.1),
+        QWEN: scraped(kv_cache_tokens=65536, max_model_len=4096, requests_waiting=3,
+                      requests_running=8, kv_cache_usage_ratio=0.5,
+                      generation_tokens_total=3000),
+        LEGACY: DOWN})
+    gemma, qwen, legacy = result["servers"]
+    assert (gemma["context_len"], gemma["oversized"], gemma["saturated"]) == (32768, True, False)
+    assert (qwen["oversized"], qwen["saturated"], qwen["waiting_passes"]) == (False, True, 3)
+    assert qwen["generation_tokens_per_s"] == 20.0 and qwen["cost_per_hour"] == 0.3
+    assert legacy["metrics"] is None and legacy["oversized"] is None
+    assert result["memories"][QWEN] | {"state": None} == {
+        "state": None, "consecutive_failures": 0, "rejected_passes": 0,
+        "last_healthy_at": NOW, "waiting_passes": 3, "generation_tokens_total": 3000,
+        "generation_counted_at": NOW}
+    assert result["models"]["qwen"]["capacity"] == 16
+    assert result["models"]["qwen"]["cost_per_million_tokens"] == pytest.approx(
+        0.3 / (20 * 3600 / 1e6))
+    assert result["models"]["gemma"]["cost_per_hour"] is None   # one box has no price
+    assert result["models"]["gemma"]["capacity"] == 0
+    assert result["boxes"] == {
+        "203.0.113.10": {"provider": "local", "cost_per_hour": 0.6, "source": "config"},
+        "198.51.100.7": {"provider": "local", "cost_per_hour": None, "source": None}}
+    oversized, gemma_line, qwen_line = result["load_lines"]
+    assert oversized.startswith("203.0.113.10 gemma (gemma): OVERSIZED: serves max_model_len "
+                                "32768 but its KV cache holds 16384 tokens")
+    assert "hangs" in oversized and "max_model_len to at most 16384" in oversized
+    assert "vram_gb" in oversized
+    assert gemma_line.startswith("gemma: 1 of 2 server(s) Healthy, capacity 0 full-context")
+    assert "1 server(s) oversized" in gemma_line and "SATURATED" not in gemma_line
+    assert "SATURATED" in qwen_line and "needs another box" in qwen_line
+    assert "generation 20.0 tokens/s" in qwen_line and "cost 0.300 $/h" in qwen_line
+
+
+def test_a_pass_without_scrapes_knows_no_load(fleet):
+    result = result_of(fleet, observations(), {GEMMA: SERVING, QWEN: DOWN, LEGACY: DOWN})
+    assert result["models"]["gemma"]["capacity"] is None
+    assert result["models"]["gemma"]["saturated"] is None
+    assert [line for line in result["load_lines"] if "OVERSIZED" in line] == []
+    assert "capacity unknown" in result["load_lines"][0]
+
+
 def test_an_ambiguous_address_is_flagged_never_dialled_nor_unlisted(fleet):
     from types import MappingProxyType
 
@@ -141,3 +194,23 @@ def test_an_ambiguous_address_is_flagged_never_dialled_nor_unlisted(fleet):
     assert result["changes"] == []
     assert observe_result(seen)["ambiguous_addresses"] == {
         "203.0.113.10": ["vast 4242", "vast 4343"]}
+
+
+def test_a_listing_price_wins_over_the_configured_one(tmp_path):
+    from types import MappingProxyType
+
+    from ansible_collections.llmao.fleet.plugins.module_utils.listings import ListedBox
+
+    config = base_config()
+    config["fleet"]["cost_per_hour"] = {"203.0.113.10": 0.6, "198.51.100.7": 0.2}
+    fleet = load_fleet(*write_pair(tmp_path, config))
+    listed = ListedBox("vast", ("4242", "203.0.113.10"), "203.0.113.10",
+                       MappingProxyType({8001: 41001, 8002: 41002}), price_per_hour=0.9)
+    seen = observations(listings=index_listings(["vast"], [listed], {}))
+    result = result_of(fleet, seen, {GEMMA: SERVING, QWEN: SERVING, LEGACY: DOWN})
+    assert result["boxes"]["203.0.113.10"] == {"provider": "vast", "cost_per_hour": 0.9,
+                                               "source": "listing"}
+    assert result["boxes"]["198.51.100.7"] == {"provider": "unlisted", "cost_per_hour": 0.2,
+                                               "source": "config"}
+    assert result["servers"][1]["cost_per_hour"] == pytest.approx(0.45)
+    assert result["models"]["gemma"]["cost_per_hour"] == pytest.approx(0.45 + 0.2)

@@ -49,7 +49,10 @@ def test_every_outcome_in_one_call(probed_fleet):
     assert (seen[(sick, 8001)]["health_ok"], seen[(sick, 8001)]["models"]) == (False, "lists")
     assert seen[(silent, 8001)] | {"public": None} == {
         "box": silent, "name": "stub-model-8001", "listen_port": 8001, "public": None,
-        "health_ok": False, "models": "skipped", "detail": "connection refused"}
+        "health_ok": False, "models": "skipped", "detail": "connection refused",
+        "metrics": None}
+    assert seen[(serving, 8001)]["metrics"]["kv_cache_tokens"] == 65536
+    assert seen[(rejecting, 8001)]["metrics"] is None
     assert probe_counts(probes) == {"servers": 5, "lists": 3, "rejected": 1, "skipped": 1}
     text = json.dumps(probes)
     assert all(server.api_key not in text for server in fleet.servers())
