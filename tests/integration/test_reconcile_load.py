@@ -1,6 +1,7 @@
 """``playbooks/reconcile.yml`` reads what each vLLM is doing: one server oversized, one saturated
 by a client, one healthy, all stub vLLM servers on loopback telling the truth in vLLM's metric
-names, against the real ``llmao-server`` and the LiteLLM contract fake."""
+names, against the real ``llmao-server`` and the LiteLLM contract fake. What the pass posted
+is then read back as an operator sees it: llmao-server's ``/metrics`` and its dashboard."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from ansible_collections.llmao.fleet.plugins.module_utils.litellm_client import LiteLLM
 from ansible_collections.llmao.fleet.plugins.module_utils.llmao_admin import LlmaoAdmin
@@ -19,6 +21,7 @@ from rig.boxes import free_port
 from rig.local_fleet import LocalFleet, loopback_boxes, start_stubs, stop_stubs
 from tests.llmao_process import start_llmao_server
 from tests.reconcile_run import run_reconcile
+from tests.reliability.admin_http import login, request
 
 pytestmark = pytest.mark.slow
 
@@ -73,6 +76,9 @@ def test_oversized_saturated_and_healthy_in_one_pass(tmp_path: Path, fake_litell
                 time.sleep(0.3)
             done = run_reconcile(local.inventory_path)
             verdicts = LlmaoAdmin(server.url, local.admin_token).observations().verdicts
+            exposition = request(server, "GET", "/metrics").text  # loopback: no token needed
+            cookie = login(server, local.admin_token).cookie() or ""
+            dashboard = request(server, "GET", "/fleet", headers={"Cookie": cookie}).text
     finally:
         stop_stubs(stubs)
         forget_routes(fleet)
@@ -94,3 +100,20 @@ def test_oversized_saturated_and_healthy_in_one_pass(tmp_path: Path, fake_litell
     assert by_model["busy"]["memory"]["waiting_passes"] == 1
     assert by_model["roomy"]["metrics"]["kv_cache_tokens"] == 65536
     assert (by_model["roomy"]["oversized"], by_model["roomy"]["saturated"]) == (False, False)
+    seen = {(sample.name, sample.labels.get("model")): sample.value
+            for family in text_string_to_metric_families(exposition)
+            for sample in family.samples}
+    assert seen[("llmao_server_oversized", "big")] == 1
+    assert seen[("llmao_server_oversized", "roomy")] == 0
+    assert seen[("llmao_model_saturated", "busy")] == 1
+    assert seen[("llmao_model_saturated", "roomy")] == 0
+    assert seen[("llmao_server_kv_cache_tokens", "roomy")] == 65536
+    assert seen[("llmao_server_up", "roomy")] == 1
+    assert seen[("llmao_model_cost_per_hour", "busy")] == 0.8
+    assert ("llmao_model_cost_per_hour", "roomy") not in seen  # no price: absent, not 0
+    strip = dashboard[dashboard.index('<section class="attention"'):]
+    strip = strip[:strip.index("</section>")]
+    assert f"{big_box} big :8001" in strip and "its KV cache holds 128 tokens" in strip
+    assert '<span class="subject">busy</span>' in strip
+    assert '<article class="model" data-model="roomy">' in dashboard
+    assert '<article class="model saturated" data-model="busy">' in dashboard
