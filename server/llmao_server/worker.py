@@ -19,15 +19,18 @@ read, so trickling a byte at a time gains nothing.
 
 A connection that runs out of time is closed without an answer.
 
-Why gevent (measured here, two workers, loaded two-core machine): under gthread
-a keyed fetch timed out with 10 idle connections open; under this worker it
-stays within 1.2-1.7x its p99 with 1,000 open (bench P6). Its throughput
-against a bare WSGI app under the same worker (P1) reached 0.99-1.24 once the
-per-fetch log line was made cheap (:class:`llmao_server.logs.RequestLog`),
-where gthread gave 0.62-0.81 with the same app. Both stores work under it:
-SQLite and psycopg calls (psycopg picks its blocking wait, as it is imported
-before the worker patches) never yield, so two requests' statements never mix
-in one transaction.
+Why gevent (measured here, two workers, on a shared two-core machine whose load
+average ran from 9 to 56, so single figures swing widely): under gthread a
+keyed fetch timed out with 10 idle connections open; under this worker a
+fetch's p99 with 1,000 open was 0.45-2.24x (median about 1.4) the p99 with none
+(bench P6, seven runs). Throughput against a bare WSGI app under the same
+worker (P1) was 0.70-1.24 (median about 0.86, nine runs) once the per-fetch
+log line was made cheap (:class:`llmao_server.logs.RequestLog`); gthread with
+the same app gave 0.62 and 0.81, using a third more server CPU per fetch.
+
+Both stores work under it: SQLite and psycopg calls (psycopg picks its blocking
+wait, as it is imported before the worker patches) never yield, so two
+requests' statements never mix in one transaction.
 """
 
 from __future__ import annotations
