@@ -85,16 +85,22 @@ def deadline_ssl_context(config: Any, default_factory: Any) -> DeadlineContext:
 class LlmaoWorker(GeventWorker):
     """gunicorn's gevent worker with every read of a client bounded by :func:`read_timeout`."""
 
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        # Read once: gunicorn's settings are slow to look up, and this is asked twice a
+        # request. A reload (SIGHUP) replaces the workers, so it never goes stale.
+        self.read_timeout_s = read_timeout(self.cfg)
+
     def timeout_ctx(self) -> gevent.Timeout:
         # Bounds a request's headers and the idle wait between kept-alive requests;
         # on expiry the parser yields nothing and gunicorn closes the connection.
-        return gevent.Timeout(read_timeout(self.cfg), False)
+        return gevent.Timeout(self.read_timeout_s, False)
 
     def handle_request(self, listener_name: Any, req: Any, sock: Any, addr: Any) -> bool:
         # A body trickled in a byte at a time, or an answer read as slowly, gets the
         # same limit in total; then the connection is closed quietly (StopIteration is
         # how gunicorn's loop ends a connection), without a traceback per attacker.
-        deadline = gevent.Timeout(read_timeout(self.cfg))
+        deadline = gevent.Timeout(self.read_timeout_s)
         deadline.start()
         try:
             return super().handle_request(listener_name, req, sock, addr)
