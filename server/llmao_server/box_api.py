@@ -69,7 +69,7 @@ class BoxRequest:
 
 def check_fleet_key(state: ServerState, request: BoxRequest) -> None:
     """503 when the server has no fleet key, 403 unless the request presents it."""
-    if not state.fleet.fleet_key_configured:
+    if state.fleet_key is None:
         raise ApiError(503, "fleet_key_not_configured",
                        "this server has no fleet key (fleet.key in config.yaml is missing, "
                        "empty or CHANGE_ME); no box can be served until it is set")
