@@ -17,7 +17,13 @@ Faults and slowness come from a JSON file (env STUB_VLLM_BEHAVIOUR, default
   (/v1 answers 401 to every key);
 - answer_delay_s: sleep before every answer;
 - generation_delay_s: how long each chat request runs once scheduled, holding its KV blocks
-  (only chat answers wait for it, so probes and /metrics stay quick).
+  (only chat answers wait for it, so probes and /metrics stay quick);
+- token_delay_s: the pace of a streamed answer, one server-sent event every so many seconds.
+
+Like vLLM, `/v1/chat/completions` and `/v1/completions` answer whole or, with `"stream": true`,
+as server-sent events token by token (`data: <chunk JSON>` lines, `data: [DONE]` last). The
+answer's tokens are words; `min_tokens` (vLLM's sampling parameter) pads it, so a test can ask
+for a stream several seconds long, and `max_tokens` cuts it (finish reason "length").
 
 Its `/metrics` tells the truth in vLLM's own names and labels (V1 engine, labels `model_name` and
 `engine`): the KV cache it was launched with (vLLM's `--num-gpu-blocks-override` and
@@ -40,6 +46,7 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, fields
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -64,6 +71,7 @@ class Behaviour:
     fail: str | None = None
     answer_delay_s: float = 0.0
     generation_delay_s: float = 0.0
+    token_delay_s: float = 0.0
 
 
 def load_behaviour(path: str, port: int) -> Behaviour:
@@ -147,8 +155,21 @@ class Stub:
             ],
         }
 
+    def answer_words(self, request: dict) -> tuple[list[str], str]:
+        """The answer's tokens and finish reason: the sentence naming box and port, padded up to
+        `min_tokens` and cut at `max_tokens`, as a sampler bounded by both would end."""
+        words = f"answered by {self.box} port {self.port}".split()
+        wanted = request.get("min_tokens")
+        if isinstance(wanted, int) and wanted > len(words):
+            words += ["token"] * (min(wanted, self.max_model_len) - len(words))
+        limit = request.get("max_tokens")
+        if isinstance(limit, int) and 0 < limit < len(words):
+            return words[:limit], "length"
+        return words, "stop"
+
     def completion(self, request: dict) -> dict:
-        content = f"answered by {self.box} port {self.port}"
+        words, finish = self.answer_words(request)
+        content = " ".join(words)
         prompt_words = prompt_tokens(request)
         return {
             "id": f"chatcmpl-{os.urandom(16).hex()}",
@@ -160,14 +181,10 @@ class Stub:
                     "index": 0,
                     "message": {"role": "assistant", "content": content},
                     "logprobs": None,
-                    "finish_reason": "stop",
+                    "finish_reason": finish,
                 }
             ],
-            "usage": {
-                "prompt_tokens": prompt_words,
-                "completion_tokens": len(content.split()),
-                "total_tokens": prompt_words + len(content.split()),
-            },
+            "usage": usage(prompt_words, len(words)),
         }
 
     def metrics(self) -> str:
@@ -175,9 +192,79 @@ class Stub:
 
 
 def prompt_tokens(request: dict) -> int:
-    """The stub's tokens are words: those of every message's content."""
+    """The stub's tokens are words: those of every message's content, or of the text prompt."""
+    prompt = request.get("prompt")
+    if prompt is not None:
+        texts = prompt if isinstance(prompt, list) else [prompt]
+        return sum(len(str(text).split()) for text in texts)
     return sum(len(str(message.get("content", "")).split())
                for message in request.get("messages", []) if isinstance(message, dict))
+
+
+def usage(prompt: int, generated: int) -> dict:
+    return {"prompt_tokens": prompt, "completion_tokens": generated,
+            "total_tokens": prompt + generated}
+
+
+def text_completion(stub: Stub, request: dict) -> dict:
+    """A whole `/v1/completions` answer (OpenAI's text completion shape, as vLLM fills it)."""
+    words, finish = stub.answer_words(request)
+    return {
+        "id": f"cmpl-{os.urandom(16).hex()}",
+        "object": "text_completion",
+        "created": int(time.time()),
+        "model": request.get("model") or stub.served_names[0],
+        "choices": [{"index": 0, "text": " ".join(words), "logprobs": None,
+                     "finish_reason": finish, "stop_reason": None}],
+        "usage": usage(prompt_tokens(request), len(words)),
+    }
+
+
+def pieces(words: list[str]) -> list[str]:
+    """The streamed text of each token: joined, they give the whole answer's text."""
+    return [word if index == 0 else f" {word}" for index, word in enumerate(words)]
+
+
+def chat_chunks(stub: Stub, request: dict) -> Iterator[dict]:
+    """`chat.completion.chunk` events: the role first, one per token, the finish reason, then the
+    usage when `stream_options.include_usage` asks for it (choices empty, as OpenAI sends it)."""
+    words, finish = stub.answer_words(request)
+    head = {"id": f"chatcmpl-{os.urandom(16).hex()}", "object": "chat.completion.chunk",
+            "created": int(time.time()), "model": request.get("model") or stub.served_names[0]}
+
+    def event(delta: dict, finish_reason: str | None) -> dict:
+        return {**head, "choices": [{"index": 0, "delta": delta, "logprobs": None,
+                                     "finish_reason": finish_reason}]}
+
+    yield event({"role": "assistant", "content": ""}, None)
+    for piece in pieces(words):
+        yield event({"content": piece}, None)
+    yield event({}, finish)
+    if wants_usage(request):
+        yield {**head, "choices": [], "usage": usage(prompt_tokens(request), len(words))}
+
+
+def text_chunks(stub: Stub, request: dict) -> Iterator[dict]:
+    """`text_completion` events for a streamed `/v1/completions`: one per token, then the finish
+    reason, then the usage when asked for."""
+    words, finish = stub.answer_words(request)
+    head = {"id": f"cmpl-{os.urandom(16).hex()}", "object": "text_completion",
+            "created": int(time.time()), "model": request.get("model") or stub.served_names[0]}
+
+    def event(text: str, finish_reason: str | None) -> dict:
+        return {**head, "choices": [{"index": 0, "text": text, "logprobs": None,
+                                     "finish_reason": finish_reason, "stop_reason": None}]}
+
+    for piece in pieces(words):
+        yield event(piece, None)
+    yield event("", finish)
+    if wants_usage(request):
+        yield {**head, "choices": [], "usage": usage(prompt_tokens(request), len(words))}
+
+
+def wants_usage(request: dict) -> bool:
+    options = request.get("stream_options")
+    return isinstance(options, dict) and bool(options.get("include_usage"))
 
 
 def too_long(stub: Stub, request: dict) -> dict:
@@ -307,7 +394,7 @@ class Handler(BaseHTTPRequestHandler):
         elif path == "/v1/models":
             if self.check_auth():
                 self.answer_json(HTTPStatus.OK, self.stub.models())
-        elif path == "/v1/chat/completions":
+        elif path in ("/v1/chat/completions", "/v1/completions"):
             self.answer_json(HTTPStatus.METHOD_NOT_ALLOWED, {"detail": "Method Not Allowed"})
         else:
             self.answer_json(HTTPStatus.NOT_FOUND, {"detail": "Not Found"})
@@ -318,6 +405,9 @@ class Handler(BaseHTTPRequestHandler):
         if path == "/v1/chat/completions":
             if self.check_auth():
                 self.chat(body)
+        elif path == "/v1/completions":
+            if self.check_auth():
+                self.text(body)
         elif path in ("/health", "/metrics", "/v1/models"):
             self.answer_json(HTTPStatus.METHOD_NOT_ALLOWED, {"detail": "Method Not Allowed"})
         else:
@@ -336,20 +426,44 @@ class Handler(BaseHTTPRequestHandler):
         return False
 
     def chat(self, body: bytes) -> None:
+        request = self.valid_request(body, "messages", list, "expected a JSON object with messages")
+        if request is None:
+            return
+        if request.get("stream"):
+            self.stream(request, chat_chunks(self.stub, request))
+            return
+        answer = self.stub.completion(request)
+        with self.stub.scheduler.serving(answer["usage"]["prompt_tokens"],
+                                         answer["usage"]["completion_tokens"]):
+            time.sleep(self.stub.behaviour.generation_delay_s)
+            self.answer_json(HTTPStatus.OK, answer)
+
+    def text(self, body: bytes) -> None:
+        """`/v1/completions`: a text prompt (a string or a list of them), answered as chat is."""
+        request = self.valid_request(body, "prompt", (str, list),
+                                     "expected a JSON object with a prompt")
+        if request is None:
+            return
+        if request.get("stream"):
+            self.stream(request, text_chunks(self.stub, request))
+            return
+        answer = text_completion(self.stub, request)
+        with self.stub.scheduler.serving(answer["usage"]["prompt_tokens"],
+                                         answer["usage"]["completion_tokens"]):
+            time.sleep(self.stub.behaviour.generation_delay_s)
+            self.answer_json(HTTPStatus.OK, answer)
+
+    def valid_request(self, body: bytes, field: str, kind: type | tuple[type, ...],
+                      problem: str) -> dict | None:
+        """The request when vLLM would take it; else its refusal is sent and None returned."""
         try:
             request = json.loads(body or b"null")
         except ValueError:
             request = None
-        if not isinstance(request, dict) or not isinstance(request.get("messages"), list):
-            self.answer_json(
-                HTTPStatus.BAD_REQUEST,
-                error_body(
-                    HTTPStatus.BAD_REQUEST,
-                    "expected a JSON object with messages",
-                    "BadRequestError",
-                ),
-            )
-            return
+        if not isinstance(request, dict) or not isinstance(request.get(field), kind):
+            self.answer_json(HTTPStatus.BAD_REQUEST,
+                             error_body(HTTPStatus.BAD_REQUEST, problem, "BadRequestError"))
+            return None
         model = request.get("model")
         if model is not None and model not in self.stub.served_names:
             self.answer_json(
@@ -358,23 +472,42 @@ class Handler(BaseHTTPRequestHandler):
                     HTTPStatus.NOT_FOUND, f"The model `{model}` does not exist.", "NotFoundError"
                 ),
             )
-            return
-        if request.get("stream"):
-            self.answer_json(
-                HTTPStatus.BAD_REQUEST,
-                error_body(
-                    HTTPStatus.BAD_REQUEST, "the vLLM stub does not stream", "BadRequestError"
-                ),
-            )
-            return
+            return None
         if prompt_tokens(request) > self.stub.max_model_len:
             self.answer_json(HTTPStatus.BAD_REQUEST, too_long(self.stub, request))
-            return
-        answer = self.stub.completion(request)
-        with self.stub.scheduler.serving(answer["usage"]["prompt_tokens"],
-                                         answer["usage"]["completion_tokens"]):
-            time.sleep(self.stub.behaviour.generation_delay_s)
-            self.answer_json(HTTPStatus.OK, answer)
+            return None
+        return request
+
+    def stream(self, request: dict, chunks: Iterator[dict]) -> None:
+        """Server-sent events as vLLM sends them (chunked, one `data:` line per chunk, paced by
+        token_delay_s, `data: [DONE]` last), holding the request's place in the scheduler until
+        the last token, so /metrics sees a stream as running while it is in flight. A client
+        that hangs up ends the stream, as vLLM aborts the request."""
+        words, _ = self.stub.answer_words(request)
+        behaviour = self.stub.behaviour
+        with self.stub.scheduler.serving(prompt_tokens(request), len(words)):
+            if behaviour.answer_delay_s:
+                time.sleep(behaviour.answer_delay_s)
+            time.sleep(behaviour.generation_delay_s)
+            self.send_response(HTTPStatus.OK)
+            self.send_header("Content-Type", "text/event-stream; charset=utf-8")
+            self.send_header("Cache-Control", "no-cache")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            try:
+                for index, chunk in enumerate(chunks):
+                    if index and behaviour.token_delay_s:
+                        time.sleep(behaviour.token_delay_s)
+                    self.send_event(f"data: {json.dumps(chunk)}\n\n".encode())
+                self.send_event(b"data: [DONE]\n\n")
+                self.wfile.write(b"0\r\n\r\n")
+            except (BrokenPipeError, ConnectionResetError):
+                self.close_connection = True
+                say("client hung up during a stream")
+
+    def send_event(self, event: bytes) -> None:
+        """One event as one chunk of the chunked body, so the client reads it at once."""
+        self.wfile.write(f"{len(event):x}\r\n".encode() + event + b"\r\n")
 
     def answer_json(self, status: HTTPStatus, payload: object) -> None:
         self.answer(status, json.dumps(payload).encode(), "application/json")

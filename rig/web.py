@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import ssl
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Mapping
@@ -50,3 +51,27 @@ def answers(url: str, context: ssl.SSLContext | None = None) -> bool:
         return call(url, context=context, timeout=2)[0] == 200
     except OSError:
         return False
+
+
+def events(url: str, *, headers: Mapping[str, str] | None = None, body: Any = None,
+           timeout: float = 30.0) -> tuple[int, list[tuple[float, str]]]:
+    """POST ``body`` as JSON and read a server-sent event stream: (status, [(arrival time on the
+    monotonic clock, data of one `data:` line)...]). Arrival times let a test see that tokens
+    came one by one; an answer that is not a stream comes back as one entry, its whole body."""
+    request = urllib.request.Request(url, data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json",
+                                              **dict(headers or {})})
+    try:
+        answer = _opener(None).open(request, timeout=timeout)
+    except urllib.error.HTTPError as refused:
+        with refused:
+            return refused.code, [(time.monotonic(), refused.read().decode())]
+    received = []
+    with answer:
+        if not answer.headers.get("Content-Type", "").startswith("text/event-stream"):
+            return answer.status, [(time.monotonic(), answer.read().decode())]
+        for line in answer:
+            text = line.decode().rstrip("\r\n")
+            if text.startswith("data:"):
+                received.append((time.monotonic(), text[len("data:"):].strip()))
+    return answer.status, received

@@ -9,8 +9,8 @@ nothing else a caller sent.
 This is a plain WSGI layer in front of the Flask app rather than a blueprint:
 a boot storm hits ``GET /vllm/config`` and nothing else, and Flask's request
 machinery alone costs more than the rest of the answer (a minimal Flask route
-under the same gunicorn reached 0.6-0.7 of a bare WSGI app, below the 0.8
-``bench/bench_config_endpoint.py`` holds it to). Every other path goes on to Flask.
+under the same gunicorn reached 0.6-0.7 of a bare WSGI app, below DESIGN's
+0.8). Every other path goes on to Flask.
 """
 
 from __future__ import annotations
@@ -44,6 +44,8 @@ SHOWN_METHOD_LENGTH = 16
 log = RequestLog(logging.getLogger(__name__))
 
 WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
+# What a route answers: status, body and the headers of its own.
+Answer = tuple[int, bytes, list[tuple[str, str]]]
 
 
 class BoxRequest:
@@ -56,6 +58,7 @@ class BoxRequest:
         self.peer: str | None = environ.get("REMOTE_ADDR")
         self.authorization: str = environ.get("HTTP_AUTHORIZATION", "")
         self.forwarded: str | None = environ.get("HTTP_X_FORWARDED_FOR")
+        self.if_none_match: str = environ.get("HTTP_IF_NONE_MATCH", "")
         # The box name the request claims, and how (``header``, ``forwarded``, ``peer``).
         self.claim = claimed_box_name(EnvironHeaders(environ), self.peer)
 
@@ -70,7 +73,7 @@ class BoxRequest:
 
 def check_fleet_key(state: ServerState, request: BoxRequest) -> None:
     """503 when the server has no fleet key, 403 unless the request presents it."""
-    if not state.fleet.fleet_key_configured:
+    if state.fleet_key is None:
         raise RequestRefused(503, "fleet_key_not_configured",
                              "this server has no fleet key (fleet.key in config.yaml is missing, "
                              "empty or CHANGE_ME); no box can be served until it is set")
@@ -104,29 +107,44 @@ def resolve_box(state: ServerState, request: BoxRequest) -> BoxAssignment:
     return assignment
 
 
-def fetch_config(state: ServerState, request: BoxRequest) -> bytes:
+def fetch_config(state: ServerState, request: BoxRequest) -> Answer:
     """``GET /vllm/config``: the box's assignment as built at load; the fetch time is noted.
 
-    ``HEAD`` answers the same (the body is dropped on the way out) but notes no
-    fetch: nothing was handed to a box, so no Loading window starts.
+    The revision is the ``ETag``. A box that already holds it says so with
+    ``If-None-Match`` and gets ``304`` and no body: a following box re-checks
+    often, and the check should cost less than a fetch. A 304 is still a config
+    check by the box, so its time is noted as a 200's is. ``HEAD`` answers the
+    same (the body is dropped on the way out) but notes no fetch: nothing was
+    handed to a box, so no Loading window starts.
     """
     assignment = resolve_box(state, request)
     if request.method == "GET":
         state.note_fetch(assignment.box, time.time())
-    return assignment.body
+    etag = f'"{assignment.revision}"'
+    if names_etag(request.if_none_match, etag):
+        return 304, b"", [("ETag", etag)]
+    return 200, assignment.body, [("ETag", etag)]
 
 
-def report_applied(state: ServerState, request: BoxRequest) -> bytes:
+def names_etag(if_none_match: str, etag: str) -> bool:
+    """Whether an ``If-None-Match`` value matches: ``*``, or the tag in its comma-separated
+    list, compared weakly (a ``W/`` prefix does not count), as RFC 9110 says for this header."""
+    if if_none_match.strip() == "*":
+        return True
+    return any(tag.strip().removeprefix("W/") == etag for tag in if_none_match.split(","))
+
+
+def report_applied(state: ServerState, request: BoxRequest) -> Answer:
     """``POST /vllm/applied``: keep what the box applied; say whether it is what we intend."""
     assignment = resolve_box(state, request)
     report = read_applied_report(request.json_body(), assignment.box, time.time())
     state.store.record_applied(report)
-    return json.dumps({"host": assignment.box, "revision": report.revision,
-                       "intended_revision": assignment.revision,
-                       "current": report.revision == assignment.revision}).encode("utf-8")
+    return 200, json.dumps({"host": assignment.box, "revision": report.revision,
+                            "intended_revision": assignment.revision,
+                            "current": report.revision == assignment.revision}).encode("utf-8"), []
 
 
-ROUTES: dict[str, tuple[tuple[str, ...], Callable[[ServerState, BoxRequest], bytes]]] = {
+ROUTES: dict[str, tuple[tuple[str, ...], Callable[[ServerState, BoxRequest], Answer]]] = {
     "/vllm/config": (("GET", "HEAD"), fetch_config),
     "/vllm/applied": (("POST",), report_applied),
 }
@@ -146,12 +164,14 @@ class BoxApi:
         request = BoxRequest(environ)
         status, body, headers = self.answer(request)
         self.log_request(request, status)
+        # A 304 has no body, so no length or type of one (RFC 9110 15.4.5).
+        described = ([] if status == HTTPStatus.NOT_MODIFIED else
+                     [("Content-Type", JSON), ("Content-Length", str(len(body)))])
         start_response(STATUS_LINES[status],
-                       [("Content-Type", JSON), ("Content-Length", str(len(body))),
-                        ("Cache-Control", "no-store"), *headers])
+                       [*described, ("Cache-Control", "no-store"), *headers])
         return [b""] if request.method == "HEAD" else [body]
 
-    def answer(self, request: BoxRequest) -> tuple[int, bytes, list[tuple[str, str]]]:
+    def answer(self, request: BoxRequest) -> Answer:
         """Status, body and extra headers; every exception becomes a JSON error."""
         route = ROUTES.get(request.path)
         try:
@@ -162,7 +182,7 @@ class BoxApi:
             if request.method not in methods:
                 raise RequestRefused(405, "method_not_allowed",
                                      f"{request.path} takes {' or '.join(methods)}")
-            return 200, handler(self.state, request), []
+            return handler(self.state, request)
         except Exception as exc:  # the one error handler of the box API: every fault answers
             status, body = error_answer(exc, self.state.redact)
             allow = [("Allow", ", ".join(route[0]))] if status == 405 and route else []

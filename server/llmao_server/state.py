@@ -43,8 +43,11 @@ class ServerState:
         self.store = store
         self.redact = Redactor.for_settings(fleet.settings)
         self.recorder = FetchRecorder(store, redact=self.redact)
-        # Encoded once: the gate compares bytes on every request.
-        self.fleet_key = (fleet.settings.fleet_key or "").encode("utf-8")
+        # Decided and encoded once: the gate checks it on every request. None: no usable
+        # key is configured (missing, empty or a placeholder), so every fetch answers 503.
+        self.fleet_key: bytes | None = (
+            (fleet.settings.fleet_key or "").encode("utf-8") if fleet.fleet_key_configured
+            else None)
 
     def served_assignment(self, box: str) -> BoxAssignment | None:
         """What ``box`` is served: its ``fleet.hosts`` rows, else its approval, else None."""

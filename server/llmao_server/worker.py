@@ -19,15 +19,18 @@ read, so trickling a byte at a time gains nothing.
 
 A connection that runs out of time is closed without an answer.
 
-Why gevent (measured here, two workers, loaded two-core machine): under gthread
-a keyed fetch timed out with 10 idle connections open; under this worker it
-stays within 1.2-1.7x its p99 with 1,000 open (bench P6). Its throughput
-against a bare WSGI app under the same worker (P1) reached 0.99-1.24 once the
-per-fetch log line was made cheap (:class:`llmao_server.logs.RequestLog`),
-where gthread gave 0.62-0.81 with the same app. Both stores work under it:
-SQLite and psycopg calls (psycopg picks its blocking wait, as it is imported
-before the worker patches) never yield, so two requests' statements never mix
-in one transaction.
+Why gevent (measured here, two workers, on a shared two-core machine whose load
+average ran from 9 to 56, so single figures swing widely): under gthread a
+keyed fetch timed out with 10 idle connections open; under this worker a
+fetch's p99 with 1,000 open was 0.45-2.24x (median about 1.4) the p99 with none
+(bench P6, seven runs). Throughput against a bare WSGI app under the same
+worker (P1) was 0.70-1.24 (median about 0.86, nine runs) once the per-fetch
+log line was made cheap (:class:`llmao_server.logs.RequestLog`); gthread with
+the same app gave 0.62 and 0.81, using a third more server CPU per fetch.
+
+Both stores work under it: SQLite and psycopg calls (psycopg picks its blocking
+wait, as it is imported before the worker patches) never yield, so two
+requests' statements never mix in one transaction.
 """
 
 from __future__ import annotations
@@ -85,16 +88,22 @@ def deadline_ssl_context(config: Any, default_factory: Any) -> DeadlineContext:
 class LlmaoWorker(GeventWorker):
     """gunicorn's gevent worker with every read of a client bounded by :func:`read_timeout`."""
 
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        # Read once: gunicorn's settings are slow to look up, and this is asked twice a
+        # request. A reload (SIGHUP) replaces the workers, so it never goes stale.
+        self.read_timeout_s = read_timeout(self.cfg)
+
     def timeout_ctx(self) -> gevent.Timeout:
         # Bounds a request's headers and the idle wait between kept-alive requests;
         # on expiry the parser yields nothing and gunicorn closes the connection.
-        return gevent.Timeout(read_timeout(self.cfg), False)
+        return gevent.Timeout(self.read_timeout_s, False)
 
     def handle_request(self, listener_name: Any, req: Any, sock: Any, addr: Any) -> bool:
         # A body trickled in a byte at a time, or an answer read as slowly, gets the
         # same limit in total; then the connection is closed quietly (StopIteration is
         # how gunicorn's loop ends a connection), without a traceback per attacker.
-        deadline = gevent.Timeout(read_timeout(self.cfg))
+        deadline = gevent.Timeout(self.read_timeout_s)
         deadline.start()
         try:
             return super().handle_request(listener_name, req, sock, addr)

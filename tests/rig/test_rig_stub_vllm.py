@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import socket
+import threading
 import time
 
 import pytest
@@ -76,9 +77,8 @@ def test_chat_answer_names_box_and_port(stub):
         ("wrong", chat_body(), 401),
         (KEY, chat_body("other-model"), 404),
         (KEY, {"model": "m"}, 400),
-        (KEY, {**chat_body(), "stream": True}, 400),
     ],
-    ids=["no-key", "wrong-key", "other-model", "no-messages", "stream"],
+    ids=["no-key", "wrong-key", "other-model", "no-messages"],
 )
 def test_chat_refusals(stub, key, body, status):
     assert call(f"{stub.url}/v1/chat/completions", key=key, body=body)[0] == status
@@ -203,3 +203,125 @@ def test_behaviour_file_mistakes_are_refused(tmp_path, table):
     path.write_text(json.dumps(table))
     with pytest.raises(SystemExit, match="stub-vllm"):
         load_behaviour(str(path), 8001)
+
+
+# --- streaming and /v1/completions --------------------------------------------------------------
+
+
+def stream(stub, path: str, body: dict) -> tuple[int, list[tuple[float, str]]]:
+    return web.events(f"{stub.url}{path}", headers=web.authorization(KEY), body=body)
+
+
+def chunks_of(received: list[tuple[float, str]]) -> list[dict]:
+    """The JSON chunks of a stream that ended with `[DONE]`."""
+    assert received[-1][1] == "[DONE]"
+    return [json.loads(data) for _, data in received[:-1]]
+
+
+def test_streamed_chat_sends_one_chunk_per_token_then_done(stub):
+    status, received = stream(stub, "/v1/chat/completions", {**chat_body(), "stream": True})
+    assert status == 200
+    chunks = chunks_of(received)
+    assert {chunk["object"] for chunk in chunks} == {"chat.completion.chunk"}
+    assert len({chunk["id"] for chunk in chunks}) == 1
+    deltas = [chunk["choices"][0]["delta"] for chunk in chunks]
+    assert deltas[0] == {"role": "assistant", "content": ""}
+    text = "".join(delta.get("content", "") for delta in deltas)
+    assert text == f"answered by box-a port {stub.port}"
+    assert len(deltas) == 2 + len(text.split())
+    assert [chunk["choices"][0]["finish_reason"] for chunk in chunks][-2:] == [None, "stop"]
+
+
+def test_stream_pace_spreads_tokens_over_time(local_stub_factory):
+    stub = local_stub_factory(served_name="m", model="m", api_key=KEY,
+                              behaviour={"*": {"token_delay_s": 0.15}})
+    body = {**chat_body(), "stream": True, "min_tokens": 12}
+    status, received = stream(stub, "/v1/chat/completions", body)
+    assert status == 200
+    tokens = [(at, chunk) for (at, _), chunk in zip(received, chunks_of(received), strict=False)
+              if chunk["choices"][0]["delta"].get("content")]
+    assert len(tokens) == 12
+    gaps = [later[0] - earlier[0] for earlier, later in zip(tokens, tokens[1:], strict=False)]
+    assert min(gaps) >= 0.1, gaps
+    assert received[-1][0] - received[0][0] >= 13 * 0.15 * 0.9
+
+
+def test_streamed_chat_ends_with_usage_when_asked(stub):
+    body = {**chat_body(), "stream": True, "stream_options": {"include_usage": True}}
+    last = chunks_of(stream(stub, "/v1/chat/completions", body)[1])[-1]
+    assert last["choices"] == []
+    assert last["usage"] == {"prompt_tokens": 2, "completion_tokens": 5, "total_tokens": 7}
+
+
+def test_text_completion_answers_whole_and_max_tokens_cuts_it(stub):
+    body = {"model": "m", "prompt": "once upon a time", "max_tokens": 2}
+    status, answer = call(f"{stub.url}/v1/completions", key=KEY, body=body)
+    assert status == 200
+    answer = json.loads(answer)
+    assert answer["object"] == "text_completion"
+    assert answer["model"] == "m"
+    assert [(c["text"], c["finish_reason"]) for c in answer["choices"]] == [
+        ("answered by", "length")]
+    assert answer["usage"] == {"prompt_tokens": 4, "completion_tokens": 2, "total_tokens": 6}
+
+
+def test_text_completion_streams(stub):
+    body = {"model": "m", "prompt": ["say", "hi"], "stream": True, "min_tokens": 7}
+    status, received = stream(stub, "/v1/completions", body)
+    assert status == 200
+    chunks = chunks_of(received)
+    assert {chunk["object"] for chunk in chunks} == {"text_completion"}
+    text = "".join(chunk["choices"][0]["text"] for chunk in chunks)
+    assert text == f"answered by box-a port {stub.port} token token"
+    assert chunks[-1]["choices"][0]["finish_reason"] == "stop"
+
+
+@pytest.mark.parametrize(
+    ("key", "body", "status"),
+    [
+        (None, {"model": "m", "prompt": "x"}, 401),
+        (KEY, {"model": "other", "prompt": "x"}, 404),
+        (KEY, {"model": "m", "messages": []}, 400),
+        (KEY, {"model": "m", "prompt": 5}, 400),
+    ],
+    ids=["no-key", "other-model", "no-prompt", "prompt-not-text"],
+)
+def test_text_completion_refusals(stub, key, body, status):
+    assert call(f"{stub.url}/v1/completions", key=key, body=body)[0] == status
+    assert call(f"{stub.url}/v1/completions", key=key, body={**body, "stream": True})[0] == status
+
+
+def test_text_completion_is_post_only(stub):
+    assert call(f"{stub.url}/v1/completions", key=KEY)[0] == 405
+
+
+def test_a_stream_in_flight_runs_in_the_scheduler_and_counts_when_done(local_stub_factory):
+    stub = local_stub_factory(served_name="m", model="m", api_key=KEY,
+                              behaviour={"*": {"token_delay_s": 0.1}})
+    body = {**chat_body(), "stream": True, "min_tokens": 20}
+    streaming = threading.Thread(target=stream, args=(stub, "/v1/chat/completions", body))
+    streaming.start()
+    time.sleep(0.5)
+    during = call(f"{stub.url}/metrics")[1].decode()
+    streaming.join(10)
+    after = call(f"{stub.url}/metrics")[1].decode()
+    assert 'vllm:num_requests_running{engine="0",model_name="m"} 1.0' in during
+    assert 'vllm:generation_tokens_total{engine="0",model_name="m"} 20.0' in after
+    assert 'vllm:prompt_tokens_total{engine="0",model_name="m"} 2.0' in after
+
+
+def test_a_client_hanging_up_mid_stream_frees_its_place(local_stub_factory):
+    stub = local_stub_factory(served_name="m", model="m", api_key=KEY,
+                              behaviour={"*": {"token_delay_s": 0.1}})
+    raw = json.dumps({**chat_body(), "stream": True, "min_tokens": 50}).encode()
+    with socket.create_connection(("127.0.0.1", stub.port), timeout=5) as client:
+        client.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+                       + f"Authorization: Bearer {KEY}\r\nContent-Length: {len(raw)}\r\n\r\n"
+                       .encode() + raw)
+        assert client.recv(4096).startswith(b"HTTP/1.1 200")
+    deadline = time.monotonic() + 10
+    while 'num_requests_running{engine="0",model_name="m"} 0.0' not in (
+            call(f"{stub.url}/metrics")[1].decode()):
+        assert time.monotonic() < deadline, "the stream kept its place after the client left"
+        time.sleep(0.2)
+    assert stub.process.poll() is None

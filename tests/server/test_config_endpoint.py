@@ -239,3 +239,77 @@ def test_healthz_needs_no_key(app: Flask) -> None:
     answer = app.test_client().get("/healthz")
     assert answer.status_code == 200
     assert answer.json == {"status": "ok"}
+
+
+# ------------------------------------------------- ETag and If-None-Match
+
+
+def revision_of(state: ServerState, box: str = KNOWN) -> str:
+    return state.fleet.assignment(box).revision
+
+
+@pytest.mark.parametrize("method", ["GET", "HEAD"])
+def test_every_200_carries_the_revision_as_its_etag(client: FlaskClient, state: ServerState,
+                                                    method: str) -> None:
+    answer = client.open("/vllm/config", method=method, headers=box_headers())
+    assert answer.status_code == 200
+    assert answer.headers["ETag"] == f'"{revision_of(state)}"'
+
+
+@pytest.mark.parametrize("if_none_match", [
+    '"{rev}"', 'W/"{rev}"', '"other", "{rev}"', ' "{rev}" ', "*",
+], ids=["exact", "weak", "in-a-list", "spaces", "star"])
+def test_if_none_match_naming_the_revision_is_304_without_a_body(
+        client: FlaskClient, state: ServerState, if_none_match: str) -> None:
+    headers = {**box_headers(), "If-None-Match": if_none_match.format(rev=revision_of(state))}
+    answer = client.get("/vllm/config", headers=headers)
+    assert answer.status_code == 304
+    assert answer.get_data() == b""
+    assert answer.headers["ETag"] == f'"{revision_of(state)}"'
+    assert "Content-Type" not in answer.headers
+
+
+@pytest.mark.parametrize("if_none_match", ['"old-revision"', "", '{rev}', '"{rev}x"'],
+                         ids=["old", "empty", "unquoted", "longer"])
+def test_if_none_match_naming_another_revision_gets_the_whole_answer(
+        client: FlaskClient, state: ServerState, if_none_match: str) -> None:
+    headers = {**box_headers(), "If-None-Match": if_none_match.format(rev=revision_of(state))}
+    answer = client.get("/vllm/config", headers=headers)
+    assert answer.status_code == 200
+    assert answer.get_data() == state.fleet.assignment(KNOWN).body
+
+
+def test_each_box_has_its_own_etag(client: FlaskClient, state: ServerState) -> None:
+    """A box cannot get a 304 by naming another box's revision."""
+    headers = {**box_headers(host=OTHER_KNOWN),
+               "If-None-Match": f'"{revision_of(state, KNOWN)}"'}
+    answer = client.get("/vllm/config", headers=headers)
+    assert answer.status_code == 200
+    assert answer.headers["ETag"] == f'"{revision_of(state, OTHER_KNOWN)}"'
+
+
+@pytest.mark.parametrize(("headers", "status"), [
+    ({"Authorization": "Bearer wrong"}, 403),
+    ({"X-LLMAO-Host": UNKNOWN}, 404),
+], ids=["wrong-key", "unknown-box"])
+def test_the_gate_comes_before_a_304(client: FlaskClient, state: ServerState,
+                                     headers: dict[str, str], status: int) -> None:
+    answer = client.get("/vllm/config", headers={
+        **box_headers(), **headers, "If-None-Match": f'"{revision_of(state)}"'})
+    assert answer.status_code == status
+    assert "ETag" not in answer.headers
+
+
+def test_no_fleet_key_is_503_before_a_304(make_app: Callable[..., Flask]) -> None:
+    client = make_app(config(key=None)).test_client()
+    answer = client.get("/vllm/config", headers={**box_headers(), "If-None-Match": "*"})
+    assert answer.status_code == 503
+
+
+def test_a_304_notes_the_fetch_time_as_a_200_does(client: FlaskClient,
+                                                  state: ServerState) -> None:
+    headers = {**box_headers(), "If-None-Match": f'"{revision_of(state)}"'}
+    before = time.time()
+    assert client.get("/vllm/config", headers=headers).status_code == 304
+    state.recorder.flush()
+    assert before <= state.store.fetch_times()[KNOWN] <= time.time()
