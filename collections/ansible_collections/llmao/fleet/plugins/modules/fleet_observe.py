@@ -29,6 +29,7 @@ description:
     changed, and the message says so.
   - It only reads, so it reports C(changed=false) and runs the same in check mode.
 extends_documentation_fragment:
+  - llmao.fleet.fleet_files
   - llmao.fleet.fleet_files.required
   - llmao.fleet.controller
   - llmao.fleet.reconcile

@@ -29,6 +29,7 @@ description:
     M(llmao.fleet.litellm_deployment) applies RV(changes); M(llmao.fleet.fleet_verdicts) records
     the verdicts.
 extends_documentation_fragment:
+  - llmao.fleet.fleet_files
   - llmao.fleet.fleet_files.required
   - llmao.fleet.controller
   - llmao.fleet.reconcile

@@ -22,6 +22,7 @@ description:
     so a pass in which nothing happened reports no change.
   - In check mode nothing is posted, so a checked pass leaves the lifecycle memory as it was.
 extends_documentation_fragment:
+  - llmao.fleet.fleet_files
   - llmao.fleet.fleet_files.required
   - llmao.fleet.controller
   - llmao.fleet.reconcile

@@ -28,6 +28,7 @@ description:
     C(litellm.master_key). Neither appears in the result, the diff or the audit log.
   - Every change (not in check mode) appends one JSON line to O(audit_log) as soon as it is made.
 extends_documentation_fragment:
+  - llmao.fleet.fleet_files
   - llmao.fleet.fleet_files.required
   - llmao.fleet.approved_boxes
   - llmao.fleet.controller

@@ -27,6 +27,7 @@ description:
     variables and never appear in the result.
   - It only reads, so it reports C(changed=false) and runs the same in check mode.
 extends_documentation_fragment:
+  - llmao.fleet.fleet_files
   - llmao.fleet.fleet_files.required
   - llmao.fleet.approved_boxes
   - llmao.fleet.controller
