@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from flask import Flask, Response, current_app
+from flask import Flask, Response
 from flask.testing import FlaskClient
 
 from ansible_collections.llmao.fleet.plugins.module_utils.fleet_load import (
@@ -37,7 +37,7 @@ from bench.fleetgen import write_fleet
 from llmao_server.app import create_app
 from llmao_server.dashboard.fleet_view import build_page
 from llmao_server.dashboard.views import observe
-from llmao_server.state import ServerState
+from llmao_server.state import ServerState, app_state
 from llmao_server.store import AppliedReport, ReconcilePass, UnknownBox
 from tests.dashboard.sessions import log_in
 
@@ -96,7 +96,7 @@ def seed(state: ServerState, now: float) -> None:
 
 def table_as_json() -> Response:
     """The baseline: the same store reads and page data as ``GET /fleet``, as JSON."""
-    state: ServerState = current_app.extensions["llmao"]
+    state: ServerState = app_state()
     now = time.time()
     page = build_page(state.fleet, observe(state.store, now), now)
     return Response(json.dumps(page.table()), mimetype="application/json")
@@ -142,7 +142,7 @@ def build_app(folder: Path) -> tuple[Flask, str]:
 def main() -> int:
     with tempfile.TemporaryDirectory(prefix="llmao-bench-dashboard-") as folder:
         app, admin_token = build_app(Path(folder))
-        state: ServerState = app.extensions["llmao"]
+        state: ServerState = app_state(app)
         seed(state, time.time())
         client = app.test_client()
         assert log_in(client, admin_token, "bench").status_code == 302

@@ -47,7 +47,7 @@ CHAT_PATHS = ("/v1/chat/completions", "/chat/completions")
 AUTH_SCHEMES = ("Bearer ", "bearer ", "Basic ")
 
 
-class ApiError(Exception):
+class ProxyErrorAnswer(Exception):
     """An answer other than 200: a status and the exact JSON body LiteLLM sends for it."""
 
     def __init__(self, status: int, body: dict) -> None:
@@ -56,27 +56,27 @@ class ApiError(Exception):
         self.body = body
 
 
-def proxy_error(status: int, message: str, kind: str, param: str | None = None) -> ApiError:
+def proxy_error(status: int, message: str, kind: str, param: str | None = None) -> ProxyErrorAnswer:
     """LiteLLM's OpenAI-style error object, with the status repeated as a string `code`."""
-    return ApiError(
+    return ProxyErrorAnswer(
         status, {"error": {"message": message, "type": kind, "param": param, "code": str(status)}}
     )
 
 
-def model_route_error(status: int, message: str) -> ApiError:
+def model_route_error(status: int, message: str) -> ProxyErrorAnswer:
     """How LiteLLM's model-management routes wrap their own refusals."""
     return proxy_error(status, str({"error": message}), "auth_error", "None")
 
 
-def validation_error(*problems: tuple[str, list, str]) -> ApiError:
+def validation_error(*problems: tuple[str, list, str]) -> ProxyErrorAnswer:
     """FastAPI's 422 body: one entry per (type, location, message)."""
-    return ApiError(
+    return ProxyErrorAnswer(
         HTTPStatus.UNPROCESSABLE_ENTITY,
         {"detail": [{"type": t, "loc": loc, "msg": msg} for t, loc, msg in problems]},
     )
 
 
-def not_an_object() -> ApiError:
+def not_an_object() -> ProxyErrorAnswer:
     """FastAPI's answer when a model route's body is not a JSON object (or not sent as JSON)."""
     return validation_error(
         ("model_attributes_type", ["body"],
@@ -84,9 +84,9 @@ def not_an_object() -> ApiError:
     )
 
 
-def internal_error() -> ApiError:
+def internal_error() -> ProxyErrorAnswer:
     """LiteLLM's bare 500, for bodies that crash its request types."""
-    return ApiError(
+    return ProxyErrorAnswer(
         HTTPStatus.INTERNAL_SERVER_ERROR,
         {"error": {"message": "Internal server error", "type": "internal_server_error"}},
     )
@@ -179,7 +179,7 @@ class Deployments:
             elif model_id in self._by_id:
                 entries = [self._by_id[model_id]]
             else:
-                raise ApiError(
+                raise ProxyErrorAnswer(
                     HTTPStatus.BAD_REQUEST,
                     {"detail": {"error": f"Model id = {model_id} not found on litellm proxy"}},
                 )
@@ -271,10 +271,10 @@ class Handler(BaseHTTPRequestHandler):
     server: FakeLiteLLM
     protocol_version = "HTTP/1.1"
 
-    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+    def do_GET(self) -> None:
         self.answer(self.route_get)
 
-    def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+    def do_POST(self) -> None:
         self.answer(self.route_post)
 
     def route_get(self, path: str, query: dict[str, list[str]]) -> object:
@@ -284,13 +284,13 @@ class Handler(BaseHTTPRequestHandler):
             self.server.authorize(self.headers.get("Authorization"))
             wanted = query.get("litellm_model_id", [None])[0]
             return {"data": self.server.deployments.listing(wanted)}
-        raise ApiError(HTTPStatus.NOT_FOUND, {"detail": "Not Found"})
+        raise ProxyErrorAnswer(HTTPStatus.NOT_FOUND, {"detail": "Not Found"})
 
     def route_post(self, path: str, query: dict[str, list[str]]) -> object:
         routes = {"/model/new": self.model_new, "/model/delete": self.model_delete}
         routes.update(dict.fromkeys(CHAT_PATHS, self.chat))
         if path not in routes:
-            raise ApiError(HTTPStatus.NOT_FOUND, {"detail": "Not Found"})
+            raise ProxyErrorAnswer(HTTPStatus.NOT_FOUND, {"detail": "Not Found"})
         sent_as_json, body = self.read_body(path)
         self.server.authorize(self.headers.get("Authorization"))
         return routes[path](sent_as_json, body)
@@ -345,11 +345,11 @@ class Handler(BaseHTTPRequestHandler):
             problem = ("json_invalid", ["body", error.pos], "JSON decode error")
             raise validation_error(problem) from None
 
-    def answer(self, route) -> None:  # noqa: ANN001 - one of the route_* methods
+    def answer(self, route) -> None:  # one of the route_* methods
         split = urlsplit(self.path)
         try:
             status, body = HTTPStatus.OK, route(split.path, parse_qs(split.query))
-        except ApiError as error:
+        except ProxyErrorAnswer as error:
             status, body = error.status, error.body
         data = json.dumps(body).encode()
         self.send_response(status)
@@ -358,7 +358,7 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - base signature
+    def log_message(self, format: str, *args: object) -> None:  # http.server's signature
         """The request line and status only: headers (the master key) are never logged."""
         sys.stderr.write(f"fake-litellm: {self.address_string()} {format % args}\n")
 

@@ -55,7 +55,7 @@ def prepare_environment(config_dir: Path) -> None:
     os.environ["CONFIG_FILE_PATH"] = str(config_path)
 
 
-def install_deployment_routes(app) -> None:  # noqa: ANN001 - FastAPI is only in the LiteLLM venv
+def install_deployment_routes(app) -> None:  # FastAPI is only in the LiteLLM venv
     """Put database-free /model/new and /model/delete in front of LiteLLM's routes."""
     from fastapi import APIRouter, Depends, status
     from litellm.proxy import proxy_server
@@ -70,7 +70,7 @@ def install_deployment_routes(app) -> None:  # noqa: ANN001 - FastAPI is only in
     from litellm.types.router import Deployment
 
     # LiteLLM's own dependency: the same master-key check its DB-backed routes run.
-    Caller = Annotated[UserAPIKeyAuth, Depends(user_api_key_auth)]  # noqa: N806 - a type alias
+    Caller = Annotated[UserAPIKeyAuth, Depends(user_api_key_auth)]  # a type alias
 
     def refuse(code: int, message: str) -> ProxyException:
         """An error in the shape LiteLLM's own model routes give (an OpenAI error object)."""

@@ -64,7 +64,7 @@ def serve_provider_api() -> Iterator[ProviderApi]:
     api: ProviderApi
 
     class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+        def do_GET(self) -> None:
             api.seen.append((self.path, self.headers.get("Authorization")))
             status, body = api.routes.get(self.path, (404, {"title": "Not Found",
                                                             "status": 404}))

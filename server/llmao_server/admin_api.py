@@ -32,7 +32,7 @@ import re
 import time
 from typing import Any, NoReturn
 
-from flask import Blueprint, Response, current_app, request
+from flask import Blueprint, Response, request
 
 from ansible_collections.llmao.fleet.plugins.module_utils.bearer import is_placeholder
 from ansible_collections.llmao.fleet.plugins.module_utils.fleet_load import read_load_document
@@ -45,8 +45,9 @@ from ansible_collections.llmao.fleet.plugins.module_utils.vllm_metrics import (
 )
 
 from .admin_attempts import AttemptRefused, admin_token_matches
-from .api_errors import JSON, ApiError
-from .state import ServerState
+from .api_errors import JSON, RequestRefused
+from .bearer_header import presented_bearer
+from .state import ServerState, app_state
 from .store import AppliedReport, PassLease, ReconcilePass
 
 bp = Blueprint("admin_api", __name__, url_prefix="/admin/api")
@@ -70,31 +71,27 @@ LEASE_ID = re.compile(r"[A-Za-z0-9_-]{16,64}")
 MAX_HOLDER = 200
 
 
-def llmao_state() -> ServerState:
-    return current_app.extensions["llmao"]
-
-
 @bp.before_request
 def require_admin_token() -> None:
     """503 without a configured token, 401 without a bearer, 403 with the wrong one;
     429 or 503 from the attempt limit before the token is compared."""
-    token = llmao_state().fleet.settings.admin_token
+    token = app_state().fleet.settings.admin_token
     if is_placeholder(token):
-        raise ApiError(503, "admin_token_not_configured",
-                       "this server has no admin token (admin.token in config.yaml is missing, "
-                       "empty or CHANGE_ME); the admin API is closed until it is set")
-    scheme, _, presented = request.headers.get("Authorization", "").partition(" ")
-    presented = presented.strip()
-    if scheme.lower() != "bearer" or not presented:
-        raise ApiError(401, "admin_token_required",
-                       "present the admin token as 'Authorization: Bearer <admin.token>'")
+        raise RequestRefused(503, "admin_token_not_configured",
+                             "this server has no admin token (admin.token in config.yaml is "
+                             "missing, empty or CHANGE_ME); the admin API is closed until it is "
+                             "set")
+    presented = presented_bearer(request.headers.get("Authorization", ""))
+    if presented is None:
+        raise RequestRefused(401, "admin_token_required",
+                             "present the admin token as 'Authorization: Bearer <admin.token>'")
     try:
-        right = admin_token_matches(llmao_state(), presented, request.remote_addr, "admin-api")
+        right = admin_token_matches(app_state(), presented, request.remote_addr, "admin-api")
     except AttemptRefused as refused:
         code = "too_many_attempts" if refused.status == 429 else "attempts_not_counted"
-        raise ApiError(refused.status, code, refused.message, refused.headers()) from None
+        raise RequestRefused(refused.status, code, refused.message, refused.headers()) from None
     if not right:
-        raise ApiError(403, "admin_token_wrong", "the admin token is not this server's")
+        raise RequestRefused(403, "admin_token_wrong", "the admin token is not this server's")
 
 
 def json_answer(document: Any) -> Response:
@@ -104,7 +101,7 @@ def json_answer(document: Any) -> Response:
 
 @bp.get("/observations")
 def observations() -> Response:
-    state = llmao_state()
+    state = app_state()
     fetches = state.store.fetch_times()
     reports = state.store.applied_reports()
     approved = approvals_in_force(state)
@@ -135,7 +132,7 @@ def approvals_in_force(state: ServerState) -> dict[str, list[str]]:
 @bp.post("/verdicts")
 def record_verdicts() -> Response:
     record = read_pass(read_json_body(), time.time())
-    llmao_state().store.record_pass(record)
+    app_state().store.record_pass(record)
     return json_answer({"recorded": len(record.verdicts), "pass_at": record.pass_at})
 
 
@@ -146,7 +143,7 @@ def record_verdicts() -> Response:
 def read_pass_lease() -> Response:
     """Who holds the pass lease now, if anyone (what a checked pass reports)."""
     now = time.time()
-    return json_answer(lease_answer(llmao_state().store.pass_lease(now), None, now))
+    return json_answer(lease_answer(app_state().store.pass_lease(now), None, now))
 
 
 @bp.post("/pass-lease")
@@ -155,7 +152,7 @@ def claim_pass_lease() -> Response:
     it is this pass's now and, when it is not, who holds it and until when."""
     lease_id, holder, ttl_s = read_lease_claim(read_json_body())
     now = time.time()
-    lease = llmao_state().store.claim_pass_lease(lease_id, holder, now, ttl_s)
+    lease = app_state().store.claim_pass_lease(lease_id, holder, now, ttl_s)
     return json_answer(lease_answer(lease, lease_id, now))
 
 
@@ -164,7 +161,7 @@ def release_pass_lease() -> Response:
     """Give the lease back at the end of a pass: ``{"lease_id"}``; another pass's is left."""
     doc = read_json_body()
     lease_id = read_lease_id(doc.get("lease_id") if isinstance(doc, dict) else None)
-    return json_answer({"released": llmao_state().store.release_pass_lease(lease_id)})
+    return json_answer({"released": app_state().store.release_pass_lease(lease_id)})
 
 
 def read_lease_claim(doc: Any) -> tuple[str, str, float]:
@@ -195,15 +192,15 @@ def lease_answer(lease: PassLease | None, lease_id: str | None, now: float) -> d
 
 
 def bad_lease(message: str) -> NoReturn:
-    raise ApiError(400, "bad_lease", message)
+    raise RequestRefused(400, "bad_lease", message)
 
 
 def read_json_body() -> Any:
     if request.content_length is not None and request.content_length > VERDICTS_MAX_BYTES:
-        raise ApiError(413, "too_large", f"the body is over {VERDICTS_MAX_BYTES} bytes")
+        raise RequestRefused(413, "too_large", f"the body is over {VERDICTS_MAX_BYTES} bytes")
     data = request.stream.read(VERDICTS_MAX_BYTES + 1)
     if len(data) > VERDICTS_MAX_BYTES:
-        raise ApiError(413, "too_large", f"the body is over {VERDICTS_MAX_BYTES} bytes")
+        raise RequestRefused(413, "too_large", f"the body is over {VERDICTS_MAX_BYTES} bytes")
     try:
         return json.loads(data, parse_constant=refuse_constant, parse_float=finite_float)
     except NotFinite as exc:
@@ -294,4 +291,4 @@ def check_memory(memory: dict, where: str, now: float) -> None:
 
 
 def bad(message: str) -> NoReturn:
-    raise ApiError(400, "bad_verdicts", message)
+    raise RequestRefused(400, "bad_verdicts", message)

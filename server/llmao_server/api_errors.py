@@ -15,9 +15,10 @@ import logging
 import traceback
 from collections.abc import Callable, Mapping
 
-from flask import Response, current_app
+from flask import Response
 from werkzeug.exceptions import HTTPException
 
+from .state import app_state
 from .store import StoreError
 
 log = logging.getLogger(__name__)
@@ -36,7 +37,7 @@ ERROR_TYPES = {
 }
 
 
-class ApiError(Exception):
+class RequestRefused(Exception):
     """An answer the API gives on purpose: status, a stable ``code``, a message, and any
     headers it needs (``Retry-After`` on a 429)."""
 
@@ -57,7 +58,7 @@ def error_body(status: int, code: str, message: str) -> bytes:
 
 def error_answer(exc: BaseException, redact: Callable[[str], str]) -> tuple[int, bytes]:
     """Status and body for any exception: deliberate errors, HTTP errors, and faults."""
-    if isinstance(exc, ApiError):
+    if isinstance(exc, RequestRefused):
         return exc.status, error_body(exc.status, exc.code, exc.message)
     if isinstance(exc, StoreError):  # the database is down, full or read-only: not our bug
         log.warning("%s", redact(f"answered 503: {exc}"))
@@ -73,6 +74,6 @@ def error_answer(exc: BaseException, redact: Callable[[str], str]) -> tuple[int,
 
 def flask_error_handler(exc: Exception) -> Response:
     """The Flask app's one error handler, so its routes answer errors like the box API."""
-    status, body = error_answer(exc, current_app.extensions["llmao"].redact)
-    headers = exc.headers if isinstance(exc, ApiError) else None
+    status, body = error_answer(exc, app_state().redact)
+    headers = exc.headers if isinstance(exc, RequestRefused) else None
     return Response(body, status, mimetype=JSON, headers=headers)

@@ -24,7 +24,7 @@ from .box_api import BoxApi
 from .dashboard import init_dashboard
 from .hsts import StrictTransport
 from .logs import SERVER_LOGGER, ensure_server_logging
-from .state import ServerState
+from .state import ServerState, attach_state
 from .store import open_store
 
 log = logging.getLogger(__name__)
@@ -42,7 +42,7 @@ def create_app(test_config: Mapping[str, Any] | None = None) -> Flask:
     store = open_store(app.config["LLMAO_STATE"] or fleet.settings.server_state)
     state = ServerState(fleet, store)
     state.forget_joined_unknowns()
-    app.extensions["llmao"] = state
+    attach_state(app, state)
     ensure_server_logging()
     warn_of_weak_secrets(fleet)
     app.register_blueprint(health.bp)

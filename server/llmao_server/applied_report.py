@@ -13,7 +13,7 @@ from typing import Any, NoReturn
 
 from ansible_collections.llmao.fleet.plugins.module_utils.config_file import MAX_SERVERS_PER_BOX
 
-from .api_errors import ApiError
+from .api_errors import RequestRefused
 from .store import AppliedReport, AppliedServer
 
 APPLIED_MAX_BYTES = 16 * 1024
@@ -61,4 +61,4 @@ def text_field(doc: dict[str, Any], key: str, where: str = "") -> str:
 
 
 def bad(message: str) -> NoReturn:
-    raise ApiError(400, "bad_applied_report", message)
+    raise RequestRefused(400, "bad_applied_report", message)

@@ -29,8 +29,9 @@ from werkzeug.wsgi import get_input_stream
 from ansible_collections.llmao.fleet.plugins.module_utils.hostnames import claimed_box_name
 from ansible_collections.llmao.fleet.plugins.module_utils.intent import BoxAssignment
 
-from .api_errors import JSON, ApiError, error_answer
+from .api_errors import JSON, RequestRefused, error_answer
 from .applied_report import APPLIED_MAX_BYTES, read_applied_report
+from .bearer_header import presented_bearer
 from .logs import RequestLog
 from .redaction import clipped
 from .state import ServerState
@@ -73,16 +74,15 @@ class BoxRequest:
 def check_fleet_key(state: ServerState, request: BoxRequest) -> None:
     """503 when the server has no fleet key, 403 unless the request presents it."""
     if state.fleet_key is None:
-        raise ApiError(503, "fleet_key_not_configured",
-                       "this server has no fleet key (fleet.key in config.yaml is missing, "
-                       "empty or CHANGE_ME); no box can be served until it is set")
-    scheme, _, presented = request.authorization.partition(" ")
-    presented = presented.strip()
-    if scheme.lower() != "bearer" or not presented:
-        raise ApiError(403, "fleet_key_required",
-                       "present the fleet key as 'Authorization: Bearer <fleet key>'")
+        raise RequestRefused(503, "fleet_key_not_configured",
+                             "this server has no fleet key (fleet.key in config.yaml is missing, "
+                             "empty or CHANGE_ME); no box can be served until it is set")
+    presented = presented_bearer(request.authorization)
+    if presented is None:
+        raise RequestRefused(403, "fleet_key_required",
+                             "present the fleet key as 'Authorization: Bearer <fleet key>'")
     if not hmac.compare_digest(presented.encode("utf-8"), state.fleet_key):
-        raise ApiError(403, "fleet_key_wrong", "the fleet key is not this fleet's")
+        raise RequestRefused(403, "fleet_key_wrong", "the fleet key is not this fleet's")
 
 
 def resolve_box(state: ServerState, request: BoxRequest) -> BoxAssignment:
@@ -95,15 +95,15 @@ def resolve_box(state: ServerState, request: BoxRequest) -> BoxAssignment:
     check_fleet_key(state, request)
     name, _ = request.claim
     if not name:
-        raise ApiError(404, "empty_host",
-                       "the box name is empty: send X-LLMAO-Host with the box's name in "
-                       "fleet.hosts (LLMAO_HOST on the box), or leave the header out")
+        raise RequestRefused(404, "empty_host",
+                             "the box name is empty: send X-LLMAO-Host with the box's name in "
+                             "fleet.hosts (LLMAO_HOST on the box), or leave the header out")
     assignment = state.served_assignment(name)
     if assignment is None:
         state.note_unknown(name, time.time())
-        raise ApiError(404, "unknown_host",
-                       f"box {clipped(name)!r} is not in fleet.hosts; add it there, or ask an "
-                       "admin to approve it")
+        raise RequestRefused(404, "unknown_host",
+                             f"box {clipped(name)!r} is not in fleet.hosts; add it there, or "
+                             "ask an admin to approve it")
     return assignment
 
 
@@ -176,14 +176,14 @@ class BoxApi:
         route = ROUTES.get(request.path)
         try:
             if route is None:
-                raise ApiError(404, "not_found",
-                               f"no box API at {request.path}; see GET /vllm/config")
+                raise RequestRefused(404, "not_found",
+                                     f"no box API at {request.path}; see GET /vllm/config")
             methods, handler = route
             if request.method not in methods:
-                raise ApiError(405, "method_not_allowed",
-                               f"{request.path} takes {' or '.join(methods)}")
+                raise RequestRefused(405, "method_not_allowed",
+                                     f"{request.path} takes {' or '.join(methods)}")
             return handler(self.state, request)
-        except Exception as exc:  # noqa: BLE001 - the one error handler of the box API
+        except Exception as exc:  # the one error handler of the box API: every fault answers
             status, body = error_answer(exc, self.state.redact)
             allow = [("Allow", ", ".join(route[0]))] if status == 405 and route else []
             return status, body, allow

@@ -18,7 +18,7 @@ from collections import Counter
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from flask import Blueprint, Response, current_app, request
+from flask import Blueprint, Response, request
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
@@ -31,9 +31,10 @@ from ansible_collections.llmao.fleet.plugins.module_utils.vllm_metrics import (
 )
 
 from .addresses import is_loopback
-from .api_errors import ApiError
+from .api_errors import RequestRefused
+from .bearer_header import presented_bearer
 from .dashboard.fleet_view import Observed, strangers
-from .state import ServerState
+from .state import ServerState, app_state
 from .store import ReconcilePass
 
 bp = Blueprint("fleet_metrics", __name__)
@@ -77,15 +78,11 @@ MODEL_GAUGES = (
 )
 
 
-def llmao_state() -> ServerState:
-    return current_app.extensions["llmao"]
-
-
 @bp.get("/metrics")
 def metrics() -> Response:
-    require_scraper(llmao_state().fleet.settings.metrics_token)
+    require_scraper(app_state().fleet.settings.metrics_token)
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(FleetCollector(llmao_state(), time.time()))
+    registry.register(FleetCollector(app_state(), time.time()))
     return Response(generate_latest(registry), 200, content_type=CONTENT_TYPE_LATEST,
                     headers={"Cache-Control": "no-store"})
 
@@ -94,17 +91,16 @@ def require_scraper(token: str | None) -> None:
     """The bearer ``metrics.token`` when one is set; a loopback peer otherwise."""
     if is_placeholder(token):
         if not is_loopback(request.remote_addr or ""):
-            raise ApiError(403, "metrics_loopback_only",
-                           "without metrics.token in config.yaml, /metrics answers loopback "
-                           "peers only; set metrics.token and scrape with it as bearer")
+            raise RequestRefused(403, "metrics_loopback_only",
+                                 "without metrics.token in config.yaml, /metrics answers loopback "
+                                 "peers only; set metrics.token and scrape with it as bearer")
         return
-    scheme, _, presented = request.headers.get("Authorization", "").partition(" ")
-    presented = presented.strip()
-    if scheme.lower() != "bearer" or not presented:
-        raise ApiError(401, "metrics_token_required",
-                       "present the metrics token as 'Authorization: Bearer <metrics.token>'")
+    presented = presented_bearer(request.headers.get("Authorization", ""))
+    if presented is None:
+        raise RequestRefused(401, "metrics_token_required",
+                             "present the metrics token as 'Authorization: Bearer <metrics.token>'")
     if not hmac.compare_digest(presented.encode(), token.encode()):
-        raise ApiError(403, "metrics_token_wrong", "the metrics token is not this server's")
+        raise RequestRefused(403, "metrics_token_wrong", "the metrics token is not this server's")
 
 
 class FleetCollector:

@@ -66,7 +66,7 @@ class FetchRecorder:
         try:
             self.store.note_fetches(fetches)
             self.store.note_unknown(unknown)
-        except Exception as exc:  # noqa: BLE001 - the next flush retries; the log says why
+        except Exception as exc:  # any fault: the next flush retries; the log says why
             with self._lock:
                 self._merge_fetches(fetches)
                 self._merge_unknown(unknown)

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from flask import Flask, current_app
+
 from ansible_collections.llmao.fleet.plugins.module_utils.fleet import Fleet
 from ansible_collections.llmao.fleet.plugins.module_utils.hostnames import normalize_host
 from ansible_collections.llmao.fleet.plugins.module_utils.intent import BoxAssignment
@@ -16,6 +18,21 @@ from ansible_collections.llmao.fleet.plugins.module_utils.intent import BoxAssig
 from .recorder import FetchRecorder
 from .redaction import Redactor
 from .store import Approval, StateStore
+
+EXTENSION = "llmao"
+
+
+def app_state(app: Flask | None = None) -> ServerState:
+    """The state of ``app`` (by default the app handling the request), as create_app set it.
+
+    The one way in, as flaskr's ``get_db()``: no view, handler or test spells the
+    extension's key itself.
+    """
+    return (current_app if app is None else app).extensions[EXTENSION]
+
+
+def attach_state(app: Flask, state: ServerState) -> None:
+    app.extensions[EXTENSION] = state
 
 
 class ServerState:

@@ -72,7 +72,8 @@ def test_fleet_files_show_as_required_where_they_are(ansible, kind: str, name: s
     assert "llmao_config_file" in " ".join(doc["options"]["config"]["description"])
     for attribute, support in attributes.items():
         assert doc["attributes"][attribute]["support"] == support
-    if attributes:
+    if attributes:  # a reconcile module: one step of the chain, on the controller
+        assert any("One step of a reconcile pass" in note for note in doc["notes"])
         assert doc["attributes"]["check_mode"]["support"] == "full"
         assert doc["attributes"]["platform"]["platforms"] == "posix"
         assert doc["attributes"]["check_mode"]["description"]  # ansible-core's wording

@@ -11,6 +11,7 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
+from llmao_server.state import app_state
 from llmao_server.store import AppliedReport, UnknownBox
 from tests.dashboard.sessions import approve, csrf_token, flashes, log_in
 from tests.server.fleet_pair import (
@@ -51,7 +52,7 @@ def fetch(client: FlaskClient, host: str) -> tuple[int, dict]:
 
 def settle(app: Flask) -> None:
     """Write the recorder's buffered fetches now (the server does it twice a second)."""
-    app.extensions["llmao"].recorder.flush()
+    app_state(app).recorder.flush()
 
 
 def test_one_row_per_intended_server_awaiting_a_first_pass(admin: FlaskClient) -> None:
@@ -80,14 +81,14 @@ def test_a_fetch_shows_as_a_fresh_age_and_loading(app: Flask, admin: FlaskClient
 @pytest.mark.parametrize(("hours", "tone"), [(0.5, "fresh"), (3, "aging"), (30, "stale")])
 def test_the_age_of_the_last_fetch_is_coloured(app: Flask, admin: FlaskClient, hours: float,
                                                tone: str) -> None:
-    app.extensions["llmao"].store.note_fetches({OTHER_KNOWN: time.time() - hours * 3600})
+    app_state(app).store.note_fetches({OTHER_KNOWN: time.time() - hours * 3600})
     (row,) = [row for row in server_rows(page_of(admin)) if f'data-box="{OTHER_KNOWN}"' in row]
     assert f'class="age {tone}"' in row
 
 
 def test_an_applied_revision_behind_the_intended_one_is_drift(app: Flask,
                                                              admin: FlaskClient) -> None:
-    state = app.extensions["llmao"]
+    state = app_state(app)
     intended = state.fleet.assignment(KNOWN).revision
     state.store.record_applied(AppliedReport(KNOWN, "0123456789abcdef", "2026-01-01T00:00:00Z",
                                              (), time.time()))
@@ -200,7 +201,7 @@ def test_the_filter_keeps_matching_rows(admin: FlaskClient) -> None:
 
 def test_an_attacker_chosen_box_name_is_shown_as_text(app: Flask, admin: FlaskClient) -> None:
     name = '<script>alert("x")</script>'
-    app.extensions["llmao"].store.note_unknown([UnknownBox(name, 1.0, 2.0, 1)])
+    app_state(app).store.note_unknown([UnknownBox(name, 1.0, 2.0, 1)])
     html = page_of(admin)
     assert name not in html
     assert "&lt;script&gt;alert(&#34;x&#34;)&lt;/script&gt;" in html
@@ -232,7 +233,7 @@ def test_a_missing_page_is_an_html_404(client: FlaskClient) -> None:
 def test_a_fault_is_a_generic_page_and_a_redacted_trace(app: Flask, admin: FlaskClient,
                                                         caplog: pytest.LogCaptureFixture,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    store = app.extensions["llmao"].store
+    store = app_state(app).store
 
     def broken() -> dict:
         raise RuntimeError(f"store exploded near {SECRETS[0]}")

@@ -17,7 +17,7 @@ from flask.testing import FlaskClient
 from ansible_collections.llmao.fleet.plugins.module_utils.fleet import Fleet, load_fleet
 from llmao_server.dashboard.charts import line_chart, nice_ceiling
 from llmao_server.dashboard.fleet_view import CHART_SPAN_S, Observed, build_page
-from llmao_server.state import ServerState
+from llmao_server.state import ServerState, app_state
 from llmao_server.store import LoadSample, ReconcilePass
 from tests.dashboard.sessions import log_in
 from tests.server.fleet_pair import KNOWN, LEGACY, OTHER_KNOWN, write_pair
@@ -61,7 +61,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Fleet:
 
 @pytest.fixture
 def page_html(app: Flask, client: FlaskClient) -> str:
-    with_history(app.extensions["llmao"], time.time())
+    with_history(app_state(app), time.time())
     assert log_in(client).status_code == 302
     answer = client.get("/fleet")
     assert answer.status_code == 200

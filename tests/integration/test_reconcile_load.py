@@ -39,7 +39,7 @@ def ask(box: str, port: int, key: str, words: int) -> None:
     request = urllib.request.Request(f"http://{box}:{port}/v1/chat/completions", data=body,
                                      headers={"Authorization": f"Bearer {key}",
                                               "Content-Type": "application/json"})
-    with contextlib.suppress(OSError), urllib.request.urlopen(  # noqa: S310
+    with contextlib.suppress(OSError), urllib.request.urlopen(
             request, timeout=HOLD_S + 5) as answer:
         answer.read()
 

@@ -209,7 +209,7 @@ def garbage_provider(local: LocalFleet) -> Iterator[str]:
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
     class Garbage(BaseHTTPRequestHandler):
-        def do_GET(self):  # noqa: N802 - http.server's naming
+        def do_GET(self):
             body = b"<html>maintenance</html>"
             self.send_response(200)
             self.send_header("Content-Type", "text/html")

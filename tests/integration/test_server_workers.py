@@ -181,7 +181,7 @@ def test_two_workers_share_fetch_times_and_the_unknown_list(server: Server) -> N
 
 
 def test_a_boot_storm_is_answered_and_recorded_whole(tmp_path: Path) -> None:
-    """DESIGN R1: 1,000 boxes (and 100 strangers) at once; no error, nothing lost."""
+    """A boot storm: 1,000 boxes (and 100 strangers) at once; no error, nothing lost."""
     boxes = [f"10.30.{index // 250}.{index % 250 + 1}" for index in range(1000)]
     strangers = [f"192.0.2.{index}" for index in range(1, 101)]
     running = start(tmp_path, boxes=boxes)

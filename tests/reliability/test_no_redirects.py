@@ -22,7 +22,7 @@ import pytest
 
 from ansible_collections.llmao.fleet.plugins.module_utils import http_json
 from ansible_collections.llmao.fleet.plugins.module_utils.config_file import Provider
-from ansible_collections.llmao.fleet.plugins.module_utils.http_json import ApiError, call_json
+from ansible_collections.llmao.fleet.plugins.module_utils.http_json import HttpCallError, call_json
 from ansible_collections.llmao.fleet.plugins.module_utils.listings import read_listings
 from ansible_collections.llmao.fleet.plugins.module_utils.litellm_client import (
     LiteLLM,
@@ -145,7 +145,7 @@ def listings(url: str) -> None:
                            "runpod": Provider("runpod", api_key=RUNPOD_KEY, url=url)},
                           timeout=5)
     assert set(found.failed) == {"vast", "runpod"}, found.failed
-    raise ApiError("listings", " / ".join(found.failed.values()))
+    raise HttpCallError("listings", " / ".join(found.failed.values()))
 
 
 CLIENTS: dict[str, tuple[Callable[[str], None], type[Exception]]] = {
@@ -153,7 +153,7 @@ CLIENTS: dict[str, tuple[Callable[[str], None], type[Exception]]] = {
     "litellm-post": (litellm_register, LiteLLMError),
     "admin-get": (admin_read, LlmaoAdminError),
     "admin-post": (admin_post, LlmaoAdminError),
-    "listings": (listings, ApiError),
+    "listings": (listings, HttpCallError),
 }
 
 
@@ -202,7 +202,7 @@ def test_https_is_never_sent_on_as_http(tmp_path: Path, recorder: Recorder,
 
 @pytest.mark.parametrize("url", ["file:///etc/hostname", "ftp://127.0.0.1/x"])
 def test_only_http_urls_are_called(url: str):
-    with pytest.raises(ApiError, match="must be http:// or https://"):
+    with pytest.raises(HttpCallError, match="must be http:// or https://"):
         call_json("GET", url, MASTER_KEY, timeout=5)
 
 
@@ -230,7 +230,7 @@ def test_a_hostile_answer_is_an_error_not_a_crash(body: bytes, says: str,
     monkeypatch.setattr(http_json, "MAX_ANSWER_BYTES", 65536)
     server, url = serve(answering(body))
     try:
-        with pytest.raises(ApiError, match=says):
+        with pytest.raises(HttpCallError, match=says):
             call_json("GET", url + "/model/info", MASTER_KEY, timeout=5)
     finally:
         server.shutdown()

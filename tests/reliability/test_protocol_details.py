@@ -4,7 +4,7 @@
   body, and notes no fetch: nothing was handed to a box.
 - Every answer over HTTPS carries ``Strict-Transport-Security``; plain HTTP
   (loopback development) does not.
-- ``X-LLMAO-Host:`` with an empty value counts as present (SPEC §3), so there
+- ``X-LLMAO-Host:`` with an empty value counts as present (docs/box-protocol.md), so there
   is no fallback to ``X-Forwarded-For`` or the peer; no box can have that name,
   so the seed's protocol answers 404 (code ``empty_host``), and it is not
   remembered as an unknown box. The fleet key is still checked first.

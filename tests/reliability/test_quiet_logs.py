@@ -1,4 +1,4 @@
-"""Item 7 of issue 10 (DESIGN R9): bounded, quiet logs under attack and under a store fault.
+"""Item 7 of issue 10: bounded, quiet logs under attack and under a store fault.
 
 - A request without the key, carrying 7 KB headers (a claimed name, an
   ``X-Forwarded-For``, a path), adds less than 1.5 KB to the real server's log.

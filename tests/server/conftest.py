@@ -17,7 +17,7 @@ from flask.testing import FlaskClient
 
 from llmao_server.app import create_app
 from llmao_server.logs import LOG_FORMAT
-from llmao_server.state import ServerState
+from llmao_server.state import ServerState, app_state
 from tests.server.fleet_pair import SECRETS, write_pair
 
 
@@ -63,7 +63,7 @@ def make_app(tmp_path: Path) -> Iterator[Callable[..., Flask]]:
 
     yield make
     for app in apps:
-        app.extensions["llmao"].close()
+        app_state(app).close()
 
 
 @pytest.fixture
@@ -78,4 +78,4 @@ def client(app: Flask) -> FlaskClient:
 
 @pytest.fixture
 def state(app: Flask) -> ServerState:
-    return app.extensions["llmao"]
+    return app_state(app)

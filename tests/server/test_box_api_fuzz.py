@@ -1,4 +1,4 @@
-"""Fuzzed requests to the box API (DESIGN R2): never a 5xx, never a secret without the key.
+"""Fuzzed requests to the box API: never a 5xx, never a secret without the key.
 
 Header values are latin-1 text, as a WSGI server hands them over (PEP 3333),
 and go in raw through the environ, so they may hold what a client library

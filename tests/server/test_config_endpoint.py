@@ -10,7 +10,7 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
-from llmao_server.state import ServerState
+from llmao_server.state import ServerState, app_state
 from tests.server.fleet_pair import (
     FLEET_KEY,
     KNOWN,
@@ -189,10 +189,10 @@ def test_a_name_that_joins_fleet_hosts_leaves_the_unknown_list(
     first = make_app()
     first.test_client().get("/vllm/config", headers=box_headers(host=UNKNOWN))
     first.test_client().get("/vllm/config", headers=box_headers(host="192.0.2.99"))
-    first.extensions["llmao"].close()
+    app_state(first).close()
     hosts = {**config()["fleet"]["hosts"], UNKNOWN: [["gemma", 8001]]}
     second = make_app(config(hosts=hosts), folder="joined")
-    remaining = [u.name for u in second.extensions["llmao"].store.unknown_boxes()]
+    remaining = [u.name for u in app_state(second).store.unknown_boxes()]
     assert remaining == ["192.0.2.99"]
     answer = second.test_client().get("/vllm/config", headers=box_headers(host=UNKNOWN))
     assert answer.status_code == 200
@@ -216,7 +216,7 @@ def test_an_approved_box_is_served_its_models_on_8001_and_8002(
 
 def test_an_approval_is_seen_by_every_app_on_the_same_store(make_app: Callable[..., Flask]) -> None:
     first, second = make_app(), make_app()
-    first.extensions["llmao"].approve(UNKNOWN, ["gemma"], "admin", time.time())
+    app_state(first).approve(UNKNOWN, ["gemma"], "admin", time.time())
     answer = second.test_client().get("/vllm/config", headers=box_headers(host=UNKNOWN))
     assert answer.status_code == 200
     assert [s["port"] for s in json.loads(answer.get_data())["servers"]] == [8001]

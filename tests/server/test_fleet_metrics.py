@@ -16,7 +16,7 @@ from flask import Flask
 from flask.testing import FlaskClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from llmao_server.state import ServerState
+from llmao_server.state import ServerState, app_state
 from llmao_server.store import UnknownBox
 from tests.server.fleet_pair import CONFIG, FLEET_KEY, KNOWN, OTHER_KNOWN, UNKNOWN
 from tests.server.loaded_pass import a_pass
@@ -115,7 +115,7 @@ def test_a_pass_shows_states_loads_verdicts_and_costs(client: FlaskClient,
 def test_every_worker_answers_the_same(make_app: Callable[..., Flask]) -> None:
     """Two apps on one store (two workers, or two instances on one database)."""
     first, second = make_app(), make_app()
-    first.extensions["llmao"].store.record_pass(a_pass(time.time()))
+    app_state(first).store.record_pass(a_pass(time.time()))
     answers = [app.test_client().get("/metrics").get_data(as_text=True)
                for app in (first, second)]
     assert answers[0] == answers[1]

@@ -1,4 +1,4 @@
-"""No secret of the fleet in any log line of the server's test run (SPEC §11, DESIGN R4).
+"""No secret of the fleet in any log line of the server's test run.
 
 The session collector (``conftest.session_log``) holds every line the server
 tests logged so far. This test adds a run of its own that tries every way a

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from flask import Blueprint, Flask, Response, current_app, render_template
+from flask import Blueprint, Flask, Response, render_template
 from flask_wtf.csrf import CSRFError
 from werkzeug.exceptions import HTTPException
 
 from ..api_errors import error_answer
+from ..state import app_state
 from . import auth, views
 
 STATIC_PATH = "/dashboard/static"
@@ -45,7 +46,7 @@ def create_blueprint() -> Blueprint:
 
 def init_dashboard(app: Flask) -> None:
     """Sessions, CSRF and the blueprint, on an app whose ``llmao`` state is set."""
-    auth.configure_sessions(app, app.extensions["llmao"])
+    auth.configure_sessions(app, app_state(app))
     app.add_template_filter(utc_time, "utc")
     app.add_template_filter(known, "known")
     app.register_blueprint(create_blueprint())
@@ -67,7 +68,7 @@ def error_page(exc: Exception) -> tuple[str, int]:
     elif isinstance(exc, HTTPException) and exc.code is not None and exc.code < 500:
         status, message = exc.code, exc.description or exc.name
     else:
-        status, _ = error_answer(exc, current_app.extensions["llmao"].redact)
+        status, _ = error_answer(exc, app_state().redact)
         message = "Internal error; the server log has the details."
     return render_template("dashboard/error.html", status=status, message=message), status
 

@@ -52,7 +52,7 @@ from ansible_collections.llmao.fleet.plugins.module_utils.bearer import is_place
 
 from ..admin_attempts import AttemptRefused, admin_token_matches
 from ..audit import audit as write_audit
-from ..state import ServerState
+from ..state import ServerState, app_state
 
 SESSION_COOKIE = "llmao_admin"
 SIGNING_KEY_NAME = "dashboard-session-signing-key"
@@ -92,13 +92,9 @@ def configure_sessions(app: Flask, state: ServerState) -> None:
 
 def token_check() -> str:
     """What ties a session to the admin token in force, without storing the token."""
-    token = (llmao().fleet.settings.admin_token or "").encode("utf-8")
+    token = (app_state().fleet.settings.admin_token or "").encode("utf-8")
     return hmac.new(current_app.secret_key, TOKEN_CHECK_LABEL + token,
                     hashlib.sha256).hexdigest()
-
-
-def llmao() -> ServerState:
-    return current_app.extensions["llmao"]
 
 
 def current_admin() -> str | None:
@@ -106,7 +102,7 @@ def current_admin() -> str | None:
     if "admin" not in g:
         name, session_id = session.get("admin"), session.get("sid")
         still_open = (isinstance(name, str) and isinstance(session_id, str) and token_configured()
-                      and llmao().store.session_open(session_id, token_check(), time.time()))
+                      and app_state().store.session_open(session_id, token_check(), time.time()))
         g.admin = name if still_open else None
     return g.admin
 
@@ -123,7 +119,7 @@ def action_name() -> str:
 def audit(action: str, outcome: str, **details: Any) -> None:
     """One audit line for a dashboard action, by the session's admin (or ``who``)."""
     who = current_admin() or details.pop("who", None) or "-"
-    write_audit(llmao().redact, action, outcome, who, client_address(), **details)
+    write_audit(app_state().redact, action, outcome, who, client_address(), **details)
 
 
 def gate() -> Response | None:
@@ -140,7 +136,7 @@ def gate() -> Response | None:
 
 
 def token_configured() -> bool:
-    return not is_placeholder(llmao().fleet.settings.admin_token)
+    return not is_placeholder(app_state().fleet.settings.admin_token)
 
 
 def display_name(raw: str) -> str:
@@ -160,7 +156,7 @@ def login() -> Response | str | tuple[str, int] | tuple[str, int, dict[str, str]
         return render_login(), 403
     name = display_name(request.form.get("name", ""))
     try:
-        right = admin_token_matches(llmao(), request.form.get("token", ""), client_address(),
+        right = admin_token_matches(app_state(), request.form.get("token", ""), client_address(),
                                     "login", name)
     except AttemptRefused as refused:
         flash(f"{refused.message[0].upper()}{refused.message[1:]}.", "error")
@@ -171,8 +167,8 @@ def login() -> Response | str | tuple[str, int] | tuple[str, int, dict[str, str]
     session.clear()
     session.permanent = True
     session_id, now = secrets.token_urlsafe(32), time.time()
-    llmao().store.open_session(session_id, token_check(), now,
-                               now + llmao().fleet.settings.session_lifetime_s)
+    app_state().store.open_session(session_id, token_check(), now,
+                               now + app_state().fleet.settings.session_lifetime_s)
     session["sid"], session["admin"], g.admin = session_id, name, name
     audit("login", "ok")
     return redirect(url_for("dashboard.fleet"))
@@ -184,7 +180,7 @@ def render_login() -> str:
 
 def logout() -> Response:
     audit("logout", "ok")
-    llmao().store.end_session(session["sid"])
+    app_state().store.end_session(session["sid"])
     session.clear()
     g.admin = None
     flash("Logged out.", "info")

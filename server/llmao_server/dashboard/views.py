@@ -9,8 +9,9 @@ from flask import Response, flash, redirect, render_template, request, url_for
 from ansible_collections.llmao.fleet.plugins.module_utils.config_file import LISTEN_PORTS
 from ansible_collections.llmao.fleet.plugins.module_utils.fleet import ApprovalError
 
+from ..state import app_state
 from ..store import StateStore
-from .auth import audit, current_admin, llmao
+from .auth import audit, current_admin
 from .fleet_view import CHART_SPAN_S, Observed, build_page
 
 QUERY_LENGTH = 100
@@ -38,7 +39,7 @@ def index() -> Response:
 
 
 def fleet() -> str:
-    state = llmao()
+    state = app_state()
     query = request.args.get("q", "").strip()[:QUERY_LENGTH]
     now = time.time()
     page = build_page(state.fleet, observe(state.store, now), now, query)
@@ -55,7 +56,7 @@ def approve() -> Response:
     try:
         if len(box) > BOX_NAME_LENGTH:
             raise ApprovalError(f"a box name has at most {BOX_NAME_LENGTH} characters")
-        assignment = llmao().approve(box, models, current_admin() or "admin", time.time())
+        assignment = app_state().approve(box, models, current_admin() or "admin", time.time())
     except ApprovalError as refused:
         audit("approve", "refused", box=box[:BOX_NAME_LENGTH], models=models, why=str(refused))
         flash(f"Not approved: {refused}.", "error")

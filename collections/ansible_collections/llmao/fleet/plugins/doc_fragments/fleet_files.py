@@ -4,16 +4,9 @@
 
 from __future__ import annotations
 
-
-class ModuleDocFragment:
-    """``llmao.fleet.fleet_files``, plus ``llmao.fleet.fleet_files.required`` where both are.
-
-    The files are optional only where a plugin has another source (``vllm_api_key``
-    takes a salt instead); everywhere else both are required, and the ``required``
-    part says so without repeating the descriptions.
-    """
-
-    DOCUMENTATION = r"""
+# The options, once: the plain fragment leaves both optional, its ``required`` part marks them
+# required (``extends_documentation_fragment: [llmao.fleet.fleet_files.required]`` alone).
+_OPTIONS = r"""
 options:
   config:
     description:
@@ -23,11 +16,13 @@ options:
         files as its inventory.
       - A relative path is taken from the working directory of the C(ansible-playbook) process.
     type: path
+    required: {required}
   models:
     description:
       - Path of llmao's C(models.yaml) on the controller, the companion of O(config).
       - The inventory plugin sets the group variable C(llmao_models_file).
     type: path
+    required: {required}
 notes:
   - Both files are loaded and validated together, exactly as the config server loads them; any
     problem fails the task with a message naming the file, the key path and the row, never a
@@ -36,10 +31,13 @@ requirements:
   - PyYAML on the controller (ansible-core's own dependency).
 """
 
-    REQUIRED = r"""
-options:
-  config:
-    required: true
-  models:
-    required: true
-"""
+
+class ModuleDocFragment:
+    """``llmao.fleet.fleet_files``, or ``llmao.fleet.fleet_files.required`` where both are.
+
+    The files are optional only where a plugin has another source (``vllm_api_key``
+    takes a salt instead); everywhere else both are required.
+    """
+
+    DOCUMENTATION = _OPTIONS.replace("{required}", "false")
+    REQUIRED = _OPTIONS.replace("{required}", "true")

@@ -29,7 +29,6 @@ description:
     field that holds no secret, such as C(revision).
   - Runs on the controller only, like every lookup, so the salt never leaves it.
 extends_documentation_fragment:
-  - llmao.fleet.fleet_files
   - llmao.fleet.fleet_files.required
 options:
   _terms:

@@ -48,7 +48,7 @@ class HostRow:
 
 @dataclass(frozen=True)
 class Lifecycle:
-    """Knobs of the server lifecycle (SPEC §7), with the documented defaults."""
+    """Knobs of the server lifecycle, with the defaults docs/configuration.md documents."""
 
     health_grace_s: float = 900.0
     health_fail_threshold: int = 3

@@ -28,7 +28,7 @@ MAX_ANSWER_BYTES = 64 * 2**20
 SCHEMES = ("http", "https")
 
 
-class ApiError(RuntimeError):
+class HttpCallError(RuntimeError):
     """The other side could not be reached or refused.
 
     ``status`` is None when it was unreachable; ``kind`` is the ``error.type`` of a
@@ -74,7 +74,7 @@ def call_json(method: str, url: str, bearer: str | None, body: Any = None,
     """Send ``body`` as JSON (when given) and decode the JSON answer (None when empty)."""
     request_name = f"{method} {shown_url(url)}"
     if urllib.parse.urlsplit(url).scheme not in SCHEMES:
-        raise ApiError(request_name, "the URL must be http:// or https://")
+        raise HttpCallError(request_name, "the URL must be http:// or https://")
     headers = {"Accept": "application/json"}
     if bearer:
         headers["Authorization"] = f"Bearer {bearer}"
@@ -93,28 +93,45 @@ def call_json(method: str, url: str, bearer: str | None, body: Any = None,
             message, kind = _error_detail(exc)
         if bearer:
             message = message.replace(bearer, "***")
-        raise ApiError(request_name, f"HTTP {exc.code}{message}", exc.code, kind) from None
+        raise HttpCallError(request_name, f"HTTP {exc.code}{message}", exc.code, kind) from None
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
-        raise ApiError(request_name, f"unreachable ({reason})") from None
+        raise HttpCallError(request_name, f"unreachable ({reason})") from None
     if len(raw) > MAX_ANSWER_BYTES:
-        raise ApiError(request_name, f"the answer is over {MAX_ANSWER_BYTES} bytes")
+        raise HttpCallError(request_name, f"the answer is over {MAX_ANSWER_BYTES} bytes")
     if not raw.strip():
         return None
     try:
         return json.loads(raw)
     except ValueError:
-        raise ApiError(request_name, "the answer is not JSON") from None
+        raise HttpCallError(request_name, "the answer is not JSON") from None
     except RecursionError:
-        raise ApiError(request_name, "the answer is nested too deeply to be read") from None
+        raise HttpCallError(request_name, "the answer is nested too deeply to be read") from None
 
 
-def _redirect_error(request_name: str, exc: urllib.error.HTTPError) -> ApiError:
+class JsonService:
+    """A JSON API at ``url`` that takes one bearer: what LiteLLM's and llmao's clients share.
+
+    Each client turns :class:`HttpCallError` into its own error, since only it can
+    tell the operator which credential to check.
+    """
+
+    def __init__(self, url: str, bearer: str, timeout: float = 15.0):
+        self.url = url.rstrip("/")
+        self._bearer = bearer
+        self.timeout = timeout
+
+    def call(self, method: str, path: str, body: Any = None) -> Any:
+        """:func:`call_json` on ``path`` of this service, with its bearer and timeout."""
+        return call_json(method, self.url + path, self._bearer, body, self.timeout)
+
+
+def _redirect_error(request_name: str, exc: urllib.error.HTTPError) -> HttpCallError:
     location = exc.headers.get("Location") if exc.headers else None
     target = f" to {shown_url(location)}" if location else ""
-    return ApiError(request_name, f"HTTP {exc.code} redirect{target} not followed: the "
+    return HttpCallError(request_name, f"HTTP {exc.code} redirect{target} not followed: the "
                                   "credential is never sent on; configure the final URL",
-                    exc.code)
+                         exc.code)
 
 
 def _error_detail(exc: urllib.error.HTTPError) -> tuple[str, str | None]:

@@ -3,7 +3,8 @@
 """The lifecycle of one intended server: observations in, a state and an action out.
 
 Pure and deterministic, so every boundary is a table-driven test. The rules
-(SPEC §7) are written to fail safe: one bad probe below the threshold keeps a
+(each state is explained for operators in docs/troubleshooting.md, the knobs
+in docs/configuration.md) are written to fail safe: one bad probe below the threshold keeps a
 deployment, a listing that could not be read never makes a box "unlisted",
 and only a server that is serving and is ours is ever registered.
 """

@@ -24,7 +24,7 @@ from typing import Any
 
 from .config_file import Provider
 from .hostnames import normalize_host
-from .http_json import ApiError, call_json
+from .http_json import HttpCallError, call_json
 from .lifecycle import Listed
 
 # Vast's instance list as its OpenAPI document describes it (GET /api/v1/instances/, pages of
@@ -34,8 +34,6 @@ VAST_DEFAULT_URL = "https://console.vast.ai/api/v1"
 RUNPOD_DEFAULT_URL = "https://api.runpod.io/v2"
 VAST_MAX_PAGES = 400
 SSH_PORT = 22
-LOCAL_PROVIDER = "local"
-UNLISTED_PROVIDER = "unlisted"
 
 
 class ListingError(RuntimeError):
@@ -154,6 +152,11 @@ class Listings:
         if not self.configured:
             return Endpoint(box, listen_port, "local: public equals listen")
         return Endpoint(box, listen_port, "not listed: listen port")
+
+
+# What a box is shown under when no listing names it: a fleet without listings, or not (yet).
+LOCAL_PROVIDER = "local"
+UNLISTED_PROVIDER = "unlisted"
 
 
 def provider_of(providers: Collection[str], named_by: str | None = None) -> str:
@@ -340,7 +343,7 @@ def _get_json(url: str, api_key: str, timeout: float) -> Any:
     """The provider's answer, through the one HTTP call that never follows a redirect."""
     try:
         return call_json("GET", url, api_key, timeout=timeout)
-    except ApiError as exc:
+    except HttpCallError as exc:
         raise ListingError(str(exc)) from None
 
 

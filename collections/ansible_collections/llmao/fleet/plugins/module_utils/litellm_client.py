@@ -16,7 +16,7 @@ from typing import Any
 
 from .bearer import is_placeholder
 from .config_file import Settings
-from .http_json import ApiError, call_json
+from .http_json import HttpCallError, JsonService
 from .litellm_routes import Route, parse_model_info
 
 KEY_REFUSED_STATUSES = (401, 403)
@@ -33,13 +33,11 @@ class LiteLLMError(RuntimeError):
         self.key_refused = key_refused
 
 
-class LiteLLM:
-    """The proxy at ``url``, administered with its master key."""
+class LiteLLM(JsonService):
+    """The proxy at ``url``, administered with its master key (the bearer).
 
-    def __init__(self, url: str, master_key: str, timeout: float = 15.0):
-        self.url = url.rstrip("/")
-        self._master_key = master_key
-        self.timeout = timeout
+    ``LiteLLM(url, master_key, timeout)``.
+    """
 
     @classmethod
     def from_settings(cls, settings: Settings, timeout: float = 15.0) -> LiteLLM:
@@ -61,7 +59,7 @@ class LiteLLM:
         try:
             routes = self._routes(f"/model/info?{query}", f"reading deployment {deployment_id}")
         except LiteLLMError as exc:
-            if isinstance(exc.__cause__, ApiError) and _unknown_id(exc.__cause__):
+            if isinstance(exc.__cause__, HttpCallError) and _unknown_id(exc.__cause__):
                 return None
             raise
         return next((route for route in routes if route.id == deployment_id), None)
@@ -83,11 +81,11 @@ class LiteLLM:
 
     def _call(self, method: str, path: str, body: Any, doing: str) -> Any:
         try:
-            return call_json(method, self.url + path, self._master_key, body, self.timeout)
-        except ApiError as exc:
+            return self.call(method, path, body)
+        except HttpCallError as exc:
             raise self._failure(exc, doing) from exc
 
-    def _failure(self, exc: ApiError, doing: str) -> LiteLLMError:
+    def _failure(self, exc: HttpCallError, doing: str) -> LiteLLMError:
         if exc.status is None:
             return LiteLLMError(f"LiteLLM at {self.url} {exc.reason} while {doing}",
                                 unreachable=True)
@@ -98,6 +96,6 @@ class LiteLLM:
         return LiteLLMError(f"LiteLLM at {self.url}: {doing} failed: {exc}")
 
 
-def _unknown_id(exc: ApiError) -> bool:
+def _unknown_id(exc: HttpCallError) -> bool:
     """LiteLLM's 400 for an id it does not know (its shape differs from a refused key's)."""
     return exc.status == 400 and exc.kind is None and UNKNOWN_ID_TEXT in str(exc)

@@ -16,7 +16,7 @@ from typing import Any
 
 from .bearer import is_placeholder
 from .config_file import Settings
-from .http_json import ApiError, call_json
+from .http_json import HttpCallError, JsonService
 from .lifecycle import Change, Memory
 
 OBSERVATIONS_PATH = "/admin/api/observations"
@@ -56,13 +56,8 @@ class PassLeaseState:
     now: float
 
 
-class LlmaoAdmin:
-    """llmao at ``url``, with the admin token as bearer."""
-
-    def __init__(self, url: str, token: str, timeout: float = 15.0):
-        self.url = url.rstrip("/")
-        self._token = token
-        self.timeout = timeout
+class LlmaoAdmin(JsonService):
+    """llmao at ``url``, with the admin token as bearer: ``LlmaoAdmin(url, token, timeout)``."""
 
     @classmethod
     def from_settings(cls, settings: Settings, timeout: float = 15.0) -> LlmaoAdmin:
@@ -97,8 +92,8 @@ class LlmaoAdmin:
 
     def _call(self, method: str, path: str, body: Any) -> Any:
         try:
-            return call_json(method, self.url + path, self._token, body, self.timeout)
-        except ApiError as exc:
+            return self.call(method, path, body)
+        except HttpCallError as exc:
             if exc.status is None:
                 raise LlmaoAdminError(f"llmao at {self.url} {exc.reason}") from None
             if exc.status in (401, 403):

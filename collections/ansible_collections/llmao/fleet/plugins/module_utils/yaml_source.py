@@ -78,7 +78,7 @@ def read_yaml(path: str) -> Any:
         raise ConfigError([f"{path}: cannot be read: PyYAML is not installed"])
     try:
         with open(path, encoding="utf-8") as stream:
-            document = yaml.load(stream, Loader=_strict_loader())  # noqa: S506 - a safe loader
+            document = yaml.load(stream, Loader=_strict_loader())  # a safe loader
     except OSError as exc:
         raise ConfigError([f"{path}: cannot be read: {exc.strerror}"]) from None
     except UnicodeDecodeError:

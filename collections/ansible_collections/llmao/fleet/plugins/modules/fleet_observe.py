@@ -29,10 +29,9 @@ description:
     changed, and the message says so.
   - It only reads, so it reports C(changed=false) and runs the same in check mode.
 extends_documentation_fragment:
-  - llmao.fleet.fleet_files
   - llmao.fleet.fleet_files.required
-  - ansible.builtin.action_common_attributes
   - llmao.fleet.controller
+  - llmao.fleet.reconcile
 options:
   timeout:
     description:
@@ -40,11 +39,7 @@ options:
     type: float
     default: 15
 notes:
-  - "Runs on the controller (C(hosts: localhost)); the credentials it uses come from
-    O(config) and never appear in its result."
-seealso:
-  - module: llmao.fleet.vllm_probe
-  - module: llmao.fleet.fleet_plan
+  - The credentials it uses come from O(config) and never appear in its result.
 """
 
 EXAMPLES = r"""
@@ -131,7 +126,6 @@ from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_module impor
 )
 from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_records import Observations
 
-OPTIONS: dict[str, dict[str, Any]] = {"timeout": {"type": "float", "default": 15.0}}
 NOTHING_CHANGED = "nothing was changed"
 
 
@@ -165,7 +159,7 @@ def observe_result(observations: Observations) -> dict[str, Any]:
 
 
 def main() -> None:
-    module = AnsibleModule(**module_args(OPTIONS))
+    module = AnsibleModule(**module_args({"timeout": {"type": "float", "default": 15.0}}))
     fleet = load_reconcile_fleet(module)
     try:
         observations = observe(fleet, module.params["timeout"])

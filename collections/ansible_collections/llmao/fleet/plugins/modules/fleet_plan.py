@@ -29,10 +29,9 @@ description:
     M(llmao.fleet.litellm_deployment) applies RV(changes); M(llmao.fleet.fleet_verdicts) records
     the verdicts.
 extends_documentation_fragment:
-  - llmao.fleet.fleet_files
   - llmao.fleet.fleet_files.required
-  - ansible.builtin.action_common_attributes
   - llmao.fleet.controller
+  - llmao.fleet.reconcile
 options:
   observations:
     description:
@@ -48,12 +47,7 @@ options:
     type: dict
     required: true
 notes:
-  - "Runs on the controller (C(hosts: localhost)). Its result holds no secret."
-seealso:
-  - module: llmao.fleet.fleet_observe
-  - module: llmao.fleet.vllm_probe
-  - module: llmao.fleet.litellm_deployment
-  - module: llmao.fleet.fleet_verdicts
+  - Its result holds no secret.
 """
 
 EXAMPLES = r"""
@@ -213,12 +207,6 @@ from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_records impo
     probes_from_record,
 )
 
-OPTIONS: dict[str, dict[str, Any]] = {
-    "observations": {"type": "dict", "required": True},
-    "probes": {"type": "dict", "required": True},
-}
-
-
 DEPLOYMENT_KEYS = ("state", "box", "listen_port", "name", "public_host", "public_port")
 
 
@@ -353,7 +341,10 @@ def plan_result(plan: Plan, observations: Observations) -> dict[str, Any]:
 
 
 def main() -> None:
-    module = AnsibleModule(**module_args(OPTIONS))
+    module = AnsibleModule(**module_args({
+        "observations": {"type": "dict", "required": True},
+        "probes": {"type": "dict", "required": True},
+    }))
     try:
         observations = Observations.from_record(module.params["observations"])
     except RecordError as exc:

@@ -22,10 +22,9 @@ description:
     so a pass in which nothing happened reports no change.
   - In check mode nothing is posted, so a checked pass leaves the lifecycle memory as it was.
 extends_documentation_fragment:
-  - llmao.fleet.fleet_files
   - llmao.fleet.fleet_files.required
-  - ansible.builtin.action_common_attributes
   - llmao.fleet.controller
+  - llmao.fleet.reconcile
 options:
   plan:
     description:
@@ -38,11 +37,7 @@ options:
     type: float
     default: 15
 notes:
-  - "Runs on the controller (C(hosts: localhost))."
   - Run it after the plan's changes were applied, so the recorded LiteLLM presence is true.
-seealso:
-  - module: llmao.fleet.fleet_plan
-  - module: llmao.fleet.fleet_observe
 """
 
 EXAMPLES = r"""
@@ -81,10 +76,6 @@ from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_module impor
     load_reconcile_fleet,
 )
 
-OPTIONS: dict[str, dict[str, Any]] = {
-    "plan": {"type": "dict", "required": True},
-    "timeout": {"type": "float", "default": 15.0},
-}
 PLAN_KEYS = ("now", "servers", "memories", "drift")
 
 
@@ -107,7 +98,10 @@ def transitions(plan: Mapping[str, Any]) -> list[str]:
 
 
 def main() -> None:
-    module = AnsibleModule(**module_args(OPTIONS))
+    module = AnsibleModule(**module_args({
+        "plan": {"type": "dict", "required": True},
+        "timeout": {"type": "float", "default": 15.0},
+    }))
     fleet = load_reconcile_fleet(module)
     plan = module.params["plan"]
     try:

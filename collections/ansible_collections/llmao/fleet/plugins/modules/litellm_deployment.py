@@ -28,11 +28,10 @@ description:
     C(litellm.master_key). Neither appears in the result, the diff or the audit log.
   - Every change (not in check mode) appends one JSON line to O(audit_log) as soon as it is made.
 extends_documentation_fragment:
-  - llmao.fleet.fleet_files
   - llmao.fleet.fleet_files.required
   - llmao.fleet.approved_boxes
-  - ansible.builtin.action_common_attributes
   - llmao.fleet.controller
+  - llmao.fleet.reconcile
 attributes:
   diff_mode:
     support: full
@@ -132,10 +131,6 @@ options:
       - Seconds to wait for each LiteLLM answer.
     type: float
     default: 15
-notes:
-  - "Runs on the controller (C(hosts: localhost))."
-seealso:
-  - module: llmao.fleet.fleet_plan
 """
 
 EXAMPLES = r"""

@@ -26,7 +26,6 @@ description:
   - It changes nothing, so it reports C(changed=false) and behaves the same in check mode.
 extends_documentation_fragment:
   - llmao.fleet.fleet_files
-  - ansible.builtin.action_common_attributes
   - llmao.fleet.controller
 options:
   host:
@@ -114,12 +113,6 @@ from ansible_collections.llmao.fleet.plugins.module_utils.fleet_files import (
 )
 from ansible_collections.llmao.fleet.plugins.module_utils.hostnames import normalize_host
 
-OPTIONS: dict[str, dict[str, Any]] = {
-    "host": {"type": "str", "required": True},
-    "port": {"type": "int"},
-    "salt": {"type": "str", "no_log": True},
-}
-
 
 def configured_keys(module: AnsibleModule, fleet: Fleet, host: str,
                     port: int | None) -> dict[int, str]:
@@ -147,7 +140,9 @@ def salted_key(module: AnsibleModule, salt: str, host: str, port: int) -> dict[i
 
 def main() -> None:
     module = AnsibleModule(**module_args(
-        OPTIONS,
+        {"host": {"type": "str", "required": True},
+         "port": {"type": "int"},
+         "salt": {"type": "str", "no_log": True}},
         files_required=False,
         required_one_of=[("config", "salt")],
         mutually_exclusive=[("salt", "config"), ("salt", "models")],

@@ -27,11 +27,10 @@ description:
     variables and never appear in the result.
   - It only reads, so it reports C(changed=false) and runs the same in check mode.
 extends_documentation_fragment:
-  - llmao.fleet.fleet_files
   - llmao.fleet.fleet_files.required
   - llmao.fleet.approved_boxes
-  - ansible.builtin.action_common_attributes
   - llmao.fleet.controller
+  - llmao.fleet.reconcile
 options:
   boxes:
     description:
@@ -63,11 +62,6 @@ options:
       - Read each answering server's C(/metrics) too. C(false) probes only.
     type: bool
     default: true
-notes:
-  - "Runs on the controller (C(hosts: localhost))."
-seealso:
-  - module: llmao.fleet.fleet_observe
-  - module: llmao.fleet.fleet_plan
 """
 
 EXAMPLES = r"""
@@ -161,15 +155,6 @@ from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_records impo
     probe_record,
 )
 
-OPTIONS: dict[str, dict[str, Any]] = {
-    "boxes": {"type": "list", "elements": "str"},
-    "listings": {"type": "dict"},
-    "connect_timeout": {"type": "float"},
-    "timeout": {"type": "float"},
-    "concurrency": {"type": "int", "default": DEFAULT_CONCURRENCY},
-    "scrape": {"type": "bool", "default": True},
-}
-
 
 def unknown_boxes(fleet: Fleet, boxes: Collection[str]) -> list[str]:
     return [box for box in boxes if fleet.assignment(box) is None]
@@ -203,7 +188,14 @@ def probe_counts(probes: dict[str, dict[str, Any]]) -> dict[str, int]:
 
 
 def main() -> None:
-    module = AnsibleModule(**module_args(OPTIONS, approved=True))
+    module = AnsibleModule(**module_args({
+        "boxes": {"type": "list", "elements": "str"},
+        "listings": {"type": "dict"},
+        "connect_timeout": {"type": "float"},
+        "timeout": {"type": "float"},
+        "concurrency": {"type": "int", "default": DEFAULT_CONCURRENCY},
+        "scrape": {"type": "bool", "default": True},
+    }, approved=True))
     fleet = load_reconcile_fleet(module)
     params = module.params
     knobs = fleet.settings.lifecycle

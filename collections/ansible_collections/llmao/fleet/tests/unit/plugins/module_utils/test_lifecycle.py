@@ -1,4 +1,7 @@
-"""The lifecycle classifier, table-driven over every state and boundary (SPEC §7)."""
+"""The lifecycle classifier, table-driven over every state and boundary.
+
+The states as operators meet them: docs/troubleshooting.md.
+"""
 
 from __future__ import annotations
 
