@@ -130,8 +130,7 @@ def _redirect_error(request_name: str, exc: urllib.error.HTTPError) -> HttpCallE
     location = exc.headers.get("Location") if exc.headers else None
     target = f" to {shown_url(location)}" if location else ""
     return HttpCallError(request_name, f"HTTP {exc.code} redirect{target} not followed: the "
-                                  "credential is never sent on; configure the final URL",
-                         exc.code)
+                         "credential is never sent on; configure the final URL", exc.code)
 
 
 def _error_detail(exc: urllib.error.HTTPError) -> tuple[str, str | None]:
