@@ -9,6 +9,9 @@ pass needs) and the server's clock, so that reconcile measures ages against
 the clock the fetch times were taken with. ``POST /admin/api/verdicts`` replaces
 the stored pass with a new one, its per model and per box loads included, and
 adds its load sample to the history; the dashboard and ``/metrics`` show them.
+``/admin/api/pass-lease`` keeps one reconcile pass at a time, fleet-wide: a
+pass takes (``POST``), renews and releases an expiring lease in the store; any
+other pass is told who holds it (``GET`` reads it without taking it).
 Its numbers are checked before anything is kept: JSON's ``NaN`` and ``Infinity`` and overflowing
 literals are refused, ``pass_at`` must be near the server's clock (reconcile
 takes it from ``now`` in the observations), and each verdict's memory, which
@@ -25,6 +28,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import time
 from typing import Any, NoReturn
 
@@ -44,7 +48,7 @@ from .admin_attempts import AttemptRefused, admin_token_matches
 from .api_errors import JSON, RequestRefused
 from .bearer_header import presented_bearer
 from .state import ServerState, app_state
-from .store import AppliedReport, ReconcilePass
+from .store import AppliedReport, PassLease, ReconcilePass
 
 bp = Blueprint("admin_api", __name__, url_prefix="/admin/api")
 
@@ -60,6 +64,11 @@ PASS_MAX_AGE_S = 6 * 3600
 CLOCK_SKEW_S = 300
 MEMORY_COUNTERS = ("consecutive_failures", "rejected_passes")
 MAX_COUNTER = 10**9
+# A pass lease lasts this long unless renewed; the holder is a hostname and pid.
+PASS_LEASE_MIN_S = 1
+PASS_LEASE_MAX_S = 3600
+LEASE_ID = re.compile(r"[A-Za-z0-9_-]{16,64}")
+MAX_HOLDER = 200
 
 
 @bp.before_request
@@ -125,6 +134,65 @@ def record_verdicts() -> Response:
     record = read_pass(read_json_body(), time.time())
     app_state().store.record_pass(record)
     return json_answer({"recorded": len(record.verdicts), "pass_at": record.pass_at})
+
+
+# ------------------------------------------------ the fleet-wide reconcile pass lease
+
+
+@bp.get("/pass-lease")
+def read_pass_lease() -> Response:
+    """Who holds the pass lease now, if anyone (what a checked pass reports)."""
+    now = time.time()
+    return json_answer(lease_answer(app_state().store.pass_lease(now), None, now))
+
+
+@bp.post("/pass-lease")
+def claim_pass_lease() -> Response:
+    """Take or renew the lease: ``{"lease_id", "holder", "ttl_s"}``. The answer says whether
+    it is this pass's now and, when it is not, who holds it and until when."""
+    lease_id, holder, ttl_s = read_lease_claim(read_json_body())
+    now = time.time()
+    lease = app_state().store.claim_pass_lease(lease_id, holder, now, ttl_s)
+    return json_answer(lease_answer(lease, lease_id, now))
+
+
+@bp.post("/pass-lease/release")
+def release_pass_lease() -> Response:
+    """Give the lease back at the end of a pass: ``{"lease_id"}``; another pass's is left."""
+    doc = read_json_body()
+    lease_id = read_lease_id(doc.get("lease_id") if isinstance(doc, dict) else None)
+    return json_answer({"released": app_state().store.release_pass_lease(lease_id)})
+
+
+def read_lease_claim(doc: Any) -> tuple[str, str, float]:
+    if not isinstance(doc, dict):
+        bad_lease("the body must be a JSON object with lease_id, holder and ttl_s")
+    lease_id, holder, ttl_s = read_lease_id(doc.get("lease_id")), doc.get("holder"), \
+        doc.get("ttl_s")
+    if not isinstance(holder, str) or not 0 < len(holder) <= MAX_HOLDER \
+            or not holder.isprintable():
+        bad_lease(f"holder must be 1 to {MAX_HOLDER} printable characters (hostname and pid)")
+    if not is_number(ttl_s) or not PASS_LEASE_MIN_S <= ttl_s <= PASS_LEASE_MAX_S:
+        bad_lease(f"ttl_s must be from {PASS_LEASE_MIN_S} to {PASS_LEASE_MAX_S} seconds")
+    return lease_id, holder, float(ttl_s)
+
+
+def read_lease_id(lease_id: Any) -> str:
+    if not isinstance(lease_id, str) or not LEASE_ID.fullmatch(lease_id):
+        bad_lease("lease_id must be 16 to 64 letters, digits, '-' or '_'")
+    return lease_id
+
+
+def lease_answer(lease: PassLease | None, lease_id: str | None, now: float) -> dict[str, Any]:
+    """The lease as the admin API shows it: never its id, which only its pass knows."""
+    return {"now": now, "granted": lease is not None and lease.lease_id == lease_id,
+            "holder": lease.holder if lease else None,
+            "taken_at": lease.taken_at if lease else None,
+            "expires_at": lease.expires_at if lease else None}
+
+
+def bad_lease(message: str) -> NoReturn:
+    raise RequestRefused(400, "bad_lease", message)
 
 
 def read_json_body() -> Any:

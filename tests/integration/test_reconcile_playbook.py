@@ -7,6 +7,7 @@ runs the same play against container boxes and the real proxy.
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -269,3 +270,89 @@ def test_an_address_two_vast_instances_share_is_flagged_and_never_dialled(
     assert f"{silent_box} {MODEL}-8001" in done.output  # the other box: no listing names it
     # Its vLLM answers at the shared address, but which instance that is cannot be known.
     assert not [r.id for r in litellm.routes() if first_box in r.id]
+
+
+# --- one pass at a time, fleet-wide ------------------------------------------------------------
+
+OTHER_PASS = "other-controller pid 4242"
+
+
+def lease_admin(local: LocalFleet, server: LlmaoServer) -> LlmaoAdmin:
+    return LlmaoAdmin(server.url, local.admin_token)
+
+
+def test_a_pass_finding_the_lease_held_names_the_holder_and_writes_nothing(
+        local, serving, server, litellm):
+    first_box, _ = boxes_of(local)
+    admin = lease_admin(local, server)
+    assert admin.claim_pass_lease("o" * 32, OTHER_PASS, 120).granted
+    run = reconcile(local)
+    assert run.returncode == 0, run.output
+    assert f"the pass lease is held by {OTHER_PASS} for" in run.output
+    assert "this pass ends without writing" in run.output
+    assert "Observe llmao" not in run.output
+    assert not any(first_box in route.id for route in litellm.routes())
+    assert not (local.folder / "llmao-audit.jsonl").exists()
+    assert admin.observations().pass_at is None
+    assert admin.pass_lease().holder == OTHER_PASS
+
+
+def test_a_lease_whose_pass_died_is_taken_over_once_expired_and_given_back(
+        local, serving, server, litellm):
+    first_box, _ = boxes_of(local)
+    admin = lease_admin(local, server)
+    assert admin.claim_pass_lease("d" * 32, OTHER_PASS, 1).granted
+    time.sleep(1.2)
+    run = reconcile(local)
+    assert run.returncode == 0, run.output
+    assert "the pass lease is held by this pass" in run.output
+    assert [r.id for r in litellm.routes() if first_box in r.id] == \
+        [f"llmao:{first_box}:8001:{MODEL}-8001"]
+    assert admin.pass_lease().holder is None
+
+
+def test_a_checked_pass_does_not_take_the_lease(local, serving, server, litellm):
+    admin = lease_admin(local, server)
+    checked = reconcile(local, "--check")
+    assert checked.returncode == 0, checked.output
+    assert "the pass lease is free" in checked.output
+    assert admin.pass_lease().holder is None
+    assert admin.claim_pass_lease("o" * 32, OTHER_PASS, 120).granted
+    held = reconcile(local, "--check")
+    assert f"the pass lease is held by {OTHER_PASS}" in held.output
+    assert admin.pass_lease().holder == OTHER_PASS
+
+
+def test_two_passes_at_once_one_acts_the_other_names_it_and_changes_nothing(
+        local, server, litellm):
+    """The first pass is slowed (its server answers after 1.5 s), so the second starts while the
+    first holds the lease: the second must end without a write and name the first."""
+    fleet = local.load()
+    first_box = next(iter(fleet.assignments))
+    only_first = LocalFleet(local.folder / "first", {first_box: local.hosts[first_box]},
+                            salt=local.salt)
+    stubs = start_stubs(only_first.write(), {first_box: {"*": {"answer_delay_s": 1.5}}})
+    admin = lease_admin(local, server)
+    try:
+        runs: dict[str, PlaybookRun] = {}
+        acting = threading.Thread(target=lambda: runs.setdefault("first", reconcile(local)))
+        acting.start()
+        deadline = time.monotonic() + 120
+        while admin.pass_lease().holder is None:
+            assert acting.is_alive() and time.monotonic() < deadline, runs
+            time.sleep(0.1)
+        holder = admin.pass_lease().holder
+        second = reconcile(local)
+        acting.join(300)
+    finally:
+        stop_stubs(stubs)
+    first = runs["first"]
+    assert first.returncode == 0, first.output
+    assert second.returncode == 0, second.output
+    assert "=> register: Healthy, not in LiteLLM" in first.output
+    assert f"the pass lease is held by {holder} for" in second.output
+    assert "Observe llmao" not in second.output
+    assert holder.split(" pid ")[1].isdigit()
+    audit = (local.folder / "llmao-audit.jsonl").read_text().splitlines()
+    assert len(audit) == 1
+    assert admin.pass_lease().holder is None

@@ -63,16 +63,17 @@ def approved_boxes(server: LlmaoServer) -> dict[str, list[str]]:
 
 
 def hang_up_and_wait(server: LlmaoServer, reloads_before: int) -> None:
-    """SIGHUP to the arbiter; back once the log shows the reload's outcome and a full set
-    of new workers booted."""
+    """SIGHUP to the arbiter; back once the log shows the reload's outcome, a full set of
+    new workers booted and every old one gone (a gevent worker leaves only after its
+    graceful wait, and answers until then)."""
     os.kill(server.process.pid, signal.SIGHUP)
     deadline = time.monotonic() + RELOAD_TIMEOUT_S
     while time.monotonic() < deadline:
         log = server.log()
         outcomes = log.count("llmao_server.reload")
         after = log.split("Hang up")[-1] if log.count("Hang up") > reloads_before else ""
-        if outcomes > reloads_before and after.count("Booting worker") >= WORKERS:
-            time.sleep(1.0)  # the old workers finish their requests and leave
+        if (outcomes > reloads_before and after.count("Booting worker") >= WORKERS
+                and after.count("Worker exiting") >= WORKERS):
             return
         time.sleep(0.1)
     pytest.fail(f"no reload seen in the log:\n{server.log()[-3000:]}")

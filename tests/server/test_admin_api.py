@@ -198,3 +198,74 @@ def test_an_address_counts_against_its_peer_budget(address: str | None, scope: s
     """An IPv6 host usually holds a whole /64: counting each address apart would let it
     try without limit."""
     assert peer_scope(address) == scope
+
+
+# --- the pass lease ----------------------------------------------------------------------------
+
+LEASE = "/admin/api/pass-lease"
+MINE, THEIRS = "m" * 32, "t" * 32
+
+
+def claim(client: FlaskClient, lease_id: str, holder: str = "ctl-1 pid 10",
+          ttl_s: float = 60) -> dict:
+    answer = client.post(LEASE, json={"lease_id": lease_id, "holder": holder, "ttl_s": ttl_s},
+                         headers=admin())
+    assert answer.status_code == 200, answer.get_data(as_text=True)
+    return answer.json
+
+
+def test_a_pass_takes_the_lease_and_another_is_told_who_holds_it(client: FlaskClient) -> None:
+    mine = claim(client, MINE)
+    assert (mine["granted"], mine["holder"]) == (True, "ctl-1 pid 10")
+    assert mine["expires_at"] - mine["now"] == pytest.approx(60, abs=1)
+    theirs = client.post(LEASE, json={"lease_id": THEIRS, "holder": "ctl-2 pid 20",
+                                      "ttl_s": 60}, headers=admin())
+    assert (theirs.json["granted"], theirs.json["holder"]) == (False, "ctl-1 pid 10")
+    assert MINE not in theirs.get_data(as_text=True)
+    read = client.get(LEASE, headers=admin()).json
+    assert (read["granted"], read["holder"]) == (False, "ctl-1 pid 10")
+    assert MINE not in json.dumps(read)
+
+
+def test_a_released_lease_is_free_for_the_next_pass(client: FlaskClient) -> None:
+    claim(client, MINE)
+    refused = client.post(f"{LEASE}/release", json={"lease_id": THEIRS}, headers=admin())
+    assert refused.json == {"released": False}
+    released = client.post(f"{LEASE}/release", json={"lease_id": MINE}, headers=admin())
+    assert released.json == {"released": True}
+    assert client.get(LEASE, headers=admin()).json["holder"] is None
+    assert claim(client, THEIRS, "ctl-2 pid 20")["granted"] is True
+
+
+def test_an_expired_lease_is_taken_over(client: FlaskClient) -> None:
+    claim(client, MINE, ttl_s=1)
+    time.sleep(1.1)
+    taken = claim(client, THEIRS, "ctl-2 pid 20")
+    assert (taken["granted"], taken["holder"]) == (True, "ctl-2 pid 20")
+    assert claim(client, MINE)["granted"] is False
+
+
+@pytest.mark.parametrize("body", [
+    [], {"holder": "h", "ttl_s": 60}, {"lease_id": "short", "holder": "h", "ttl_s": 60},
+    {"lease_id": MINE, "holder": "", "ttl_s": 60},
+    {"lease_id": MINE, "holder": "h\nforged log line", "ttl_s": 60},
+    {"lease_id": MINE, "holder": "h" * 201, "ttl_s": 60},
+    {"lease_id": MINE, "holder": "h", "ttl_s": 0}, {"lease_id": MINE, "holder": "h", "ttl_s": 1e6},
+    {"lease_id": MINE, "holder": "h", "ttl_s": True},
+], ids=["not-object", "no-id", "short-id", "empty-holder", "newline", "long-holder", "ttl-0",
+        "ttl-huge", "ttl-bool"])
+def test_a_malformed_claim_is_400_and_takes_nothing(client: FlaskClient, body: object) -> None:
+    answer = client.post(LEASE, json=body, headers=admin())
+    assert answer.status_code == 400
+    assert answer.json["error"]["code"] == "bad_lease"
+    assert client.get(LEASE, headers=admin()).json["holder"] is None
+
+
+@pytest.mark.parametrize(("method", "path"), [("GET", LEASE), ("POST", LEASE),
+                                              ("POST", f"{LEASE}/release")])
+def test_the_lease_needs_the_admin_token(client: FlaskClient, method: str, path: str) -> None:
+    answer = client.open(path, method=method, json={"lease_id": MINE, "holder": "h",
+                                                    "ttl_s": 60},
+                         headers=admin("wrong-token"))
+    assert answer.status_code == 403
+    assert client.get(LEASE, headers=admin()).json["holder"] is None

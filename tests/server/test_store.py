@@ -240,3 +240,67 @@ def test_a_store_in_a_missing_folder_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(StoreError, match="cannot open the state store"):
         SqliteStore(str(tmp_path / "missing" / "state.sqlite3"))
 
+
+
+# --- the fleet-wide reconcile pass lease ---------------------------------------------------------
+
+FIRST, SECOND = "a" * 32, "b" * 32
+
+
+def test_a_free_lease_is_taken_and_read_back(store: StateStore) -> None:
+    assert store.pass_lease(100.0) is None
+    lease = store.claim_pass_lease(FIRST, "ctl-1 pid 10", 100.0, 60.0)
+    assert (lease.lease_id, lease.holder, lease.taken_at, lease.expires_at) == \
+        (FIRST, "ctl-1 pid 10", 100.0, 160.0)
+    assert store.pass_lease(159.0) == lease
+    assert store.pass_lease(160.0) is None
+
+
+def test_a_held_lease_is_refused_to_another_pass_and_names_its_holder(
+        store: StateStore) -> None:
+    store.claim_pass_lease(FIRST, "ctl-1 pid 10", 100.0, 60.0)
+    answer = store.claim_pass_lease(SECOND, "ctl-2 pid 20", 150.0, 60.0)
+    assert (answer.lease_id, answer.holder, answer.expires_at) == (FIRST, "ctl-1 pid 10", 160.0)
+
+
+def test_a_renewal_extends_the_lease_and_keeps_holder_and_since(store: StateStore) -> None:
+    store.claim_pass_lease(FIRST, "ctl-1 pid 10", 100.0, 60.0)
+    renewed = store.claim_pass_lease(FIRST, "ctl-1 pid 11", 150.0, 60.0)
+    assert (renewed.holder, renewed.taken_at, renewed.expires_at) == \
+        ("ctl-1 pid 10", 100.0, 210.0)
+    assert store.claim_pass_lease(SECOND, "ctl-2 pid 20", 200.0, 60.0).lease_id == FIRST
+
+
+def test_an_expired_lease_is_taken_over_and_its_old_pass_cannot_renew_it(
+        store: StateStore) -> None:
+    store.claim_pass_lease(FIRST, "ctl-1 pid 10", 100.0, 60.0)
+    taken = store.claim_pass_lease(SECOND, "ctl-2 pid 20", 160.0, 60.0)
+    assert (taken.lease_id, taken.holder, taken.taken_at) == (SECOND, "ctl-2 pid 20", 160.0)
+    assert store.claim_pass_lease(FIRST, "ctl-1 pid 10", 170.0, 60.0).lease_id == SECOND
+
+
+def test_only_the_holder_releases_the_lease(store: StateStore) -> None:
+    store.claim_pass_lease(FIRST, "ctl-1 pid 10", 100.0, 60.0)
+    assert store.release_pass_lease(SECOND) is False
+    assert store.pass_lease(110.0) is not None
+    assert store.release_pass_lease(FIRST) is True
+    assert store.pass_lease(110.0) is None
+    assert store.claim_pass_lease(SECOND, "ctl-2 pid 20", 111.0, 60.0).lease_id == SECOND
+
+
+def claim_in_a_child(location: str, lease_id: str) -> None:
+    """Claim from a fresh process (its own connection); exit 0 when this pass got it, else 3."""
+    opened = open_store(location)
+    try:
+        won = opened.claim_pass_lease(lease_id, f"ctl pid {lease_id[-2:]}", 100.0, 60.0)
+    finally:
+        opened.close()
+    raise SystemExit(0 if won.lease_id == lease_id else 3)
+
+
+def test_passes_claiming_at_once_from_processes_get_one_lease(location: str) -> None:
+    """Every pass its own process and connection, as two controllers' passes reach two workers:
+    exactly one gets the lease."""
+    codes = run_forked(claim_in_a_child, [(location, f"{index:032x}") for index in range(6)],
+                       timeout=60)
+    assert sorted(codes) == [0, 3, 3, 3, 3, 3]

@@ -14,6 +14,7 @@ from .base import (
     AppliedServer,
     Approval,
     LoadSample,
+    PassLease,
     ReconcilePass,
     StateStore,
     StoreError,
@@ -23,7 +24,7 @@ from .sqlite import SqliteStore
 
 __all__ = ["ATTEMPT_PEER_LIMIT", "HISTORY_BUCKET_S", "HISTORY_FULL_S", "HISTORY_KEEP_S",
            "HISTORY_LIMIT", "OVERALL_SCOPE", "UNKNOWN_LIMIT", "AppliedReport",
-           "AppliedServer", "Approval", "LoadSample", "ReconcilePass", "SqliteStore",
+           "AppliedServer", "Approval", "LoadSample", "PassLease", "ReconcilePass", "SqliteStore",
            "StateStore", "StoreError", "UnknownBox", "open_store"]
 
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")

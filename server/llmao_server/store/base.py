@@ -97,6 +97,17 @@ class LoadSample:
     models: Mapping[str, Mapping[str, float | None]]
 
 
+@dataclass(frozen=True)
+class PassLease:
+    """The fleet-wide reconcile pass lease: which pass holds it (its ``lease_id``, known only
+    to that pass and the store), who that is (hostname and pid, no secret), since and until."""
+
+    lease_id: str
+    holder: str
+    taken_at: float
+    expires_at: float
+
+
 class StateStore(ABC):
     """The fleet's observed state. Times are seconds since the epoch (``time.time()``)."""
 
@@ -192,6 +203,21 @@ class StateStore(ABC):
     @abstractmethod
     def end_session(self, session_id: str) -> None:
         """Forget a session (its admin logged out): its cookie opens nothing after."""
+
+    @abstractmethod
+    def claim_pass_lease(self, lease_id: str, holder: str, now: float,
+                         ttl_s: float) -> PassLease:
+        """Take the pass lease for ``lease_id`` until ``now + ttl_s`` when it is free, expired
+        or already this pass's (a renewal, which keeps the holder and since), by one atomic
+        write; return the lease in force afterwards, whoever holds it."""
+
+    @abstractmethod
+    def pass_lease(self, now: float) -> PassLease | None:
+        """The pass lease in force at ``now``, or None when free or expired."""
+
+    @abstractmethod
+    def release_pass_lease(self, lease_id: str) -> bool:
+        """Give the lease back if ``lease_id`` holds it; whether it did."""
 
     @abstractmethod
     def close(self) -> None:

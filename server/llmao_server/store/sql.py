@@ -27,6 +27,7 @@ from .base import (
     AppliedServer,
     Approval,
     LoadSample,
+    PassLease,
     ReconcilePass,
     StateStore,
     StoreError,
@@ -89,6 +90,13 @@ SCHEMA = (
         id TEXT PRIMARY KEY,
         token_check TEXT NOT NULL,
         opened_at DOUBLE PRECISION NOT NULL,
+        expires_at DOUBLE PRECISION NOT NULL)""",
+    # The fleet-wide reconcile pass lease: one row at most (slot 1).
+    """CREATE TABLE IF NOT EXISTS pass_lease (
+        slot INTEGER PRIMARY KEY,
+        lease_id TEXT NOT NULL,
+        holder TEXT NOT NULL,
+        taken_at DOUBLE PRECISION NOT NULL,
         expires_at DOUBLE PRECISION NOT NULL)""",
     # What counted failed logins only, before every attempt was counted.
     "DROP TABLE IF EXISTS login_failures",
@@ -177,6 +185,21 @@ GIVE_BACK_ATTEMPT = f"""
     WHERE scope = '{OVERALL_SCOPE}' AND attempts > 0"""
 
 
+# Taken when expired (or never taken), renewed by its own pass; otherwise left as it is. The
+# holder and since of a renewal stay those of the take.
+CLAIM_PASS_LEASE = """
+    INSERT INTO pass_lease (slot, lease_id, holder, taken_at, expires_at) VALUES (1, ?, ?, ?, ?)
+    ON CONFLICT (slot) DO UPDATE SET
+        holder = CASE WHEN pass_lease.lease_id = excluded.lease_id THEN pass_lease.holder
+                      ELSE excluded.holder END,
+        taken_at = CASE WHEN pass_lease.lease_id = excluded.lease_id THEN pass_lease.taken_at
+                        ELSE excluded.taken_at END,
+        lease_id = excluded.lease_id,
+        expires_at = excluded.expires_at
+    WHERE pass_lease.lease_id = excluded.lease_id OR pass_lease.expires_at <= excluded.taken_at"""
+
+PASS_LEASE_COLUMNS = "lease_id, holder, taken_at, expires_at"
+
 KEEP_FIRST_SECRET = """
     INSERT INTO server_secrets (name, value) VALUES (?, ?) ON CONFLICT (name) DO NOTHING"""
 
@@ -242,6 +265,19 @@ class SqlStore(StateStore):
                     (thin, [(thin_before, thin_before)]), (expire, [(keep_after,)]),
                     (cap, [()]))
 
+    def claim_pass_lease(self, lease_id: str, holder: str, now: float,
+                         ttl_s: float) -> PassLease:
+        with self._store_errors("take the pass lease"), self._transaction() as cursor:
+            cursor.execute(self._sql(CLAIM_PASS_LEASE), (lease_id, holder, now, now + ttl_s))
+            cursor.execute(f"SELECT {PASS_LEASE_COLUMNS} FROM pass_lease WHERE slot = 1")
+            return PassLease(*cursor.fetchone())
+
+    def release_pass_lease(self, lease_id: str) -> bool:
+        with self._store_errors("release the pass lease"), self._transaction() as cursor:
+            cursor.execute(self._sql("DELETE FROM pass_lease WHERE slot = 1 AND lease_id = ?"),
+                           (lease_id,))
+            return cursor.rowcount == 1
+
     def clear_approvals(self) -> None:
         self._write(("DELETE FROM approvals", [()]))
 
@@ -272,6 +308,11 @@ class SqlStore(StateStore):
         self._write(("DELETE FROM admin_sessions WHERE id = ?", [(session_id,)]))
 
     # ------------------------------------------------------------------- reads
+
+    def pass_lease(self, now: float) -> PassLease | None:
+        rows = self._query(f"SELECT {PASS_LEASE_COLUMNS} FROM pass_lease "
+                           "WHERE slot = 1 AND expires_at > ?", (now,))
+        return PassLease(*rows[0]) if rows else None
 
     def session_open(self, session_id: str, token_check: str, now: float) -> bool:
         return bool(self._query("SELECT 1 FROM admin_sessions WHERE id = ? AND token_check = ? "

@@ -21,6 +21,7 @@ from .lifecycle import Change, Memory
 
 OBSERVATIONS_PATH = "/admin/api/observations"
 VERDICTS_PATH = "/admin/api/verdicts"
+PASS_LEASE_PATH = "/admin/api/pass-lease"
 
 
 class LlmaoAdminError(RuntimeError):
@@ -44,6 +45,17 @@ class ServerObservations:
                 for key, verdict in self.verdicts.items()}
 
 
+@dataclass(frozen=True)
+class PassLeaseState:
+    """The fleet-wide pass lease as llmao answers: whether it is the asking pass's, who holds
+    it (None when free) and until when, on llmao's clock (``now``)."""
+
+    granted: bool
+    holder: str | None
+    expires_at: float | None
+    now: float
+
+
 class LlmaoAdmin(JsonService):
     """llmao at ``url``, with the admin token as bearer: ``LlmaoAdmin(url, token, timeout)``."""
 
@@ -63,6 +75,20 @@ class LlmaoAdmin(JsonService):
 
     def post_verdicts(self, document: Mapping[str, Any]) -> None:
         self._call("POST", VERDICTS_PATH, dict(document))
+
+    def claim_pass_lease(self, lease_id: str, holder: str, ttl_s: float) -> PassLeaseState:
+        """Take (or renew, with the same ``lease_id``) the one-pass-at-a-time lease."""
+        return parse_pass_lease(self._call("POST", PASS_LEASE_PATH,
+                                           {"lease_id": lease_id, "holder": holder,
+                                            "ttl_s": ttl_s}))
+
+    def pass_lease(self) -> PassLeaseState:
+        """Who holds the lease, without taking it (a checked pass)."""
+        return parse_pass_lease(self._call("GET", PASS_LEASE_PATH, None))
+
+    def release_pass_lease(self, lease_id: str) -> bool:
+        answer = self._call("POST", PASS_LEASE_PATH + "/release", {"lease_id": lease_id})
+        return isinstance(answer, Mapping) and answer.get("released") is True
 
     def _call(self, method: str, path: str, body: Any) -> Any:
         try:
@@ -122,6 +148,18 @@ def parse_observations(document: Any) -> ServerObservations:
                               {str(k): v for k, v in verdicts.items() if isinstance(v, Mapping)},
                               float(pass_at) if isinstance(pass_at, int | float) else None,
                               _approved(document.get("approved", {})))
+
+
+def parse_pass_lease(document: Any) -> PassLeaseState:
+    """The lease answer, checked: a misread one must not let two passes act at once."""
+    if not isinstance(document, Mapping) or not isinstance(document.get("granted"), bool):
+        raise LlmaoAdminError("llmao's pass lease answer has no 'granted' flag")
+    now, holder, expires = document.get("now"), document.get("holder"), document.get("expires_at")
+    if isinstance(now, bool) or not isinstance(now, int | float):
+        raise LlmaoAdminError("llmao's pass lease answer has no 'now' time")
+    return PassLeaseState(document["granted"], holder if isinstance(holder, str) else None,
+                          float(expires) if isinstance(expires, int | float) else None,
+                          float(now))
 
 
 def _approved(approved: Any) -> dict[str, tuple[str, ...]]:
