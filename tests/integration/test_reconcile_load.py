@@ -1,6 +1,6 @@
 """``playbooks/reconcile.yml`` reads what each vLLM is doing: one server oversized, one saturated
 by a client, one healthy, all stub vLLM servers on loopback telling the truth in vLLM's metric
-names, against the real ``llmao-server`` and the LiteLLM contract fake. What the pass posted
+names, against the real ``llmao-server`` and the real LiteLLM proxy. What the pass posted
 is then read back as an operator sees it: llmao-server's ``/metrics`` and its dashboard."""
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from tests.llmao_process import start_llmao_server
 from tests.reconcile_run import run_reconcile
 from tests.reliability.admin_http import login, request
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.litellm]
 
 # 8 blocks of 16 = 128 tokens of KV cache behind a 4096-token context: vLLM would hang.
 OVERSIZED = {"max_model_len": 4096, "args": ["--num-gpu-blocks-override", "8"]}
@@ -45,7 +45,7 @@ def ask(box: str, port: int, key: str, words: int) -> None:
 
 
 def forget_routes(fleet) -> None:
-    """The session's LiteLLM fake is shared: this test's deployments go with it."""
+    """The session's LiteLLM proxy is shared: this test's deployments go with it."""
     client = LiteLLM.from_settings(fleet.settings)
     ours = tuple(f"llmao:{box}:" for box in fleet.assignments)
     for route in client.routes():
@@ -53,14 +53,14 @@ def forget_routes(fleet) -> None:
             client.delete(route.id)
 
 
-def test_oversized_saturated_and_healthy_in_one_pass(tmp_path: Path, fake_litellm,
+def test_oversized_saturated_and_healthy_in_one_pass(tmp_path: Path, real_litellm,
                                                      litellm_master_key):
     roomy_box, big_box, busy_box = loopback_boxes(3)
     hosts = {roomy_box: [["roomy", 8001]], big_box: [["big", 8001]], busy_box: [["busy", 8001]]}
     local = LocalFleet(tmp_path / "fleet", hosts, models=("roomy", "big", "busy"),
                        recipes={"big": OVERSIZED, "busy": BUSY})
     port = free_port()
-    fleet = local.write(litellm={"url": fake_litellm.url, "master_key": litellm_master_key},
+    fleet = local.write(litellm={"url": real_litellm.url, "master_key": litellm_master_key},
                         server={"url": f"http://127.0.0.1:{port}",
                                 "state": str(tmp_path / "state.sqlite3")},
                         fleet={"cost_per_hour": {busy_box: 0.8}})
@@ -79,10 +79,14 @@ def test_oversized_saturated_and_healthy_in_one_pass(tmp_path: Path, fake_litell
             exposition = request(server, "GET", "/metrics").text  # loopback: no token needed
             cookie = login(server, local.admin_token).cookie() or ""
             dashboard = request(server, "GET", "/fleet", headers={"Cookie": cookie}).text
+            routed = {route.id.split(":")[1] for route in
+                      LiteLLM.from_settings(fleet.settings).routes()
+                      if route.id.startswith("llmao:")}
     finally:
         stop_stubs(stubs)
         forget_routes(fleet)
     assert done.returncode == 0, done.output
+    assert {roomy_box, big_box, busy_box} <= routed, "every Healthy server is routed in LiteLLM"
     assert (f"{big_box} big (big): OVERSIZED: serves max_model_len 4096 but its KV cache "
             "holds 128 tokens, so vLLM accepts a request that needs the space and then hangs on "
             "it; lower max_model_len to at most 128 in models.yaml, or give the model more "
