@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -10,6 +11,8 @@ PLUGINS = [
     ("module", "llmao.fleet.vllm_api_key", {"host", "port", "config", "models", "salt"}),
     ("module", "llmao.fleet.box_program", {"program", "payload", "python", "data_directory",
                                            "supervisor_conf_dir", "vllm_bin", "handover"}),
+    ("module", "llmao.fleet.pass_lease", {"state", "ttl", "holder", "timeout", "config",
+                                          "models"}),
     ("inventory", "llmao.fleet.fleet", {"plugin", "config", "models", "compose", "groups",
                                         "keyed_groups", "strict", "cache"}),
 ]
@@ -41,12 +44,24 @@ def test_plugin_documentation_has_its_options(ansible, kind: str, name: str,
     doc = json.loads(done.stdout)[name]
     assert options <= set(doc["doc"]["options"])
     assert doc["examples"].strip()
+    # A plain line holding ': ' turns into a mapping: ansible-doc renders it, sanity refuses it.
+    assert all(isinstance(line, str) for line in doc["doc"]["description"])
 
 
 def test_module_documents_what_it_returns(ansible) -> None:
     done = ansible("ansible-doc", "--json", "llmao.fleet.vllm_api_key")
     returned = json.loads(done.stdout)["llmao.fleet.vllm_api_key"]["return"]
     assert {"api_key", "api_keys", "host"} <= set(returned)
+
+
+def test_every_plugin_of_the_collection_is_checked_here() -> None:
+    root = Path(__file__).resolve().parents[2]
+    plugins = root / "collections" / "ansible_collections" / "llmao" / "fleet" / "plugins"
+    folders = {"module": "modules", "inventory": "inventory", "lookup": "lookup"}
+    present = {(kind, f"llmao.fleet.{path.stem}") for kind, folder in folders.items()
+               for path in (plugins / folder).glob("*.py") if path.stem != "__init__"}
+    checked = {(kind, name) for kind, name, _ in PLUGINS + FILES_REQUIRED}
+    assert present == checked
 
 
 def test_collection_lists_its_plugins(ansible) -> None:

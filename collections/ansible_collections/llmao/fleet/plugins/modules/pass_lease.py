@@ -22,7 +22,7 @@ description:
     C(granted=false) and says who holds it and until when; the play then ends without writing.
   - With I(state=renewed), a lease that another pass has taken over (this one let it expire)
     fails the task, so the pass stops before it writes more.
-  - Reports no change: the lease is the pass's own bookkeeping, given back at its end.
+  - Reports no change; the lease is the pass's own bookkeeping, given back at its end.
   - In check mode the lease is only read (C(GET /admin/api/pass-lease)), never taken, renewed or
     released; C(granted) then says whether it is free.
 extends_documentation_fragment:
@@ -152,7 +152,7 @@ def playbook_pid() -> int:
     """The pid of the ``ansible-playbook`` this module runs under: the outermost ancestor whose
     command is it (its workers are forks with the same command line), else the parent."""
     found, pid = None, os.getppid()
-    for _ in range(MAX_ANCESTORS):
+    for _step in range(MAX_ANCESTORS):
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as handle:
                 argv = handle.read().split(b"\0")[:2]
