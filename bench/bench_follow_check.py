@@ -23,11 +23,16 @@ import statistics
 import time
 from dataclasses import dataclass
 
-from bench.arguments import bench_parser
+from bench.arguments import run_bench
 from bench.bench_config_endpoint import Server, cpu_seconds, fetch_headers, fleet_server
 
 FLEET_BOXES = 20
 BLOCK = 100
+# The command line: (flag, default, help), each passed to run() by name.
+OPTIONS = (
+    ("--checks", 1000, "requests of each kind per round (1000)"),
+    ("--rounds", 3, "rounds (3)"),
+)
 
 
 @dataclass
@@ -119,12 +124,7 @@ def run(checks: int, rounds: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = bench_parser("bench_follow_check", __doc__, [
-        ("--checks", 1000, "requests of each kind per round (1000)"),
-        ("--rounds", 3, "rounds (3)"),
-    ]).parse_args(argv)
-    run(args.checks, args.rounds)
-    return 0
+    return run_bench("bench_follow_check", __doc__, OPTIONS, run, argv)
 
 
 if __name__ == "__main__":

@@ -19,12 +19,17 @@ import os
 import statistics
 import time
 
-from bench.arguments import bench_parser
+from bench.arguments import run_bench
 from bench.bench_config_endpoint import fetch_headers, fleet_server
 from rig.slow_clients import slow_clients
 
 FLEET_SIZE = 1_000
 SLOW_CLIENTS = 1_000
+# The command line: (flag, default, help), each passed to run() by name.
+OPTIONS = (
+    ("--rounds", 3, "rounds over both legs (3)"),
+    ("--fetches", 400, "keyed fetches per leg and round (400)"),
+)
 
 
 def p99_ms(port: int, headers_of: list[dict[str, str]], fetches: int) -> float:
@@ -65,12 +70,7 @@ def run(rounds: int, fetches: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = bench_parser("bench_slow_clients", __doc__, [
-        ("--rounds", 3, "rounds over both legs (3)"),
-        ("--fetches", 400, "keyed fetches per leg and round (400)"),
-    ]).parse_args(argv)
-    run(args.rounds, args.fetches)
-    return 0
+    return run_bench("bench_slow_clients", __doc__, OPTIONS, run, argv)
 
 
 if __name__ == "__main__":
