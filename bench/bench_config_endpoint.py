@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bench.arguments import bench_parser
 from bench.fleetgen import GeneratedFleet, write_fleet
 
 LARGE_FLEET = 10_000
@@ -153,6 +154,18 @@ def llmao_command(fleet: GeneratedFleet, port: int, state: Path) -> list[str]:
     return [sys.executable, "-m", "llmao_server.cli", "--config", str(fleet.config_path),
             "--models", str(fleet.models_path), "--bind", f"127.0.0.1:{port}",
             "--workers", str(WORKERS), "--state", str(state)]
+
+
+@contextmanager
+def fleet_server(boxes: int) -> Iterator[Server]:
+    """``llmao-server`` on a generated fleet of ``boxes``, all in a folder gone afterwards."""
+    with tempfile.TemporaryDirectory(prefix="llmao-bench-") as tmp:
+        work = Path(tmp)
+        fleet = write_fleet(work / "fleet", boxes)
+        port = free_port()
+        with serving(llmao_command(fleet, port, work / "state.sqlite3"), port, fleet,
+                     work / "llmao.log") as server:
+            yield server
 
 
 def bare_command(fleet: GeneratedFleet, port: int) -> list[str]:
@@ -335,14 +348,11 @@ def run(seconds: int, connections: int, rounds: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.bench_config_endpoint",
-                                     description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--seconds", type=int, default=2,
-                        help="length of one leg in one round, whole seconds (2)")
-    parser.add_argument("--rounds", type=int, default=3, help="rounds over every leg (3)")
-    parser.add_argument("--connections", type=int, default=16,
-                        help="concurrent connections of the throughput legs (16)")
+    parser = bench_parser("bench_config_endpoint", __doc__, [
+        ("--seconds", 2, "length of one leg in one round, whole seconds (2)"),
+        ("--rounds", 3, "rounds over every leg (3)"),
+        ("--connections", 16, "concurrent connections of the throughput legs (16)"),
+    ])
     parser.add_argument("--serve-bare", nargs=3, metavar=("CONFIG", "MODELS", "BIND"),
                         help=argparse.SUPPRESS)
     args = parser.parse_args(argv)

@@ -17,27 +17,22 @@ or any other status stops the run, since its figures would mean nothing.
 
 from __future__ import annotations
 
-import argparse
 import http.client
 import os
 import statistics
-import tempfile
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
-from bench.bench_config_endpoint import (
-    Server,
-    cpu_seconds,
-    fetch_headers,
-    free_port,
-    llmao_command,
-    serving,
-)
-from bench.fleetgen import write_fleet
+from bench.arguments import run_bench
+from bench.bench_config_endpoint import Server, cpu_seconds, fetch_headers, fleet_server
 
 FLEET_BOXES = 20
 BLOCK = 100
+# The command line: (flag, default, help), each passed to run() by name.
+OPTIONS = (
+    ("--checks", 1000, "requests of each kind per round (1000)"),
+    ("--rounds", 3, "rounds (3)"),
+)
 
 
 @dataclass
@@ -107,14 +102,9 @@ def run(checks: int, rounds: int) -> None:
     print(f"bench_follow_check: {checks:,} full fetches and {checks:,} checks answered 304 per "
           f"round, {rounds} rounds, one keep-alive connection, {FLEET_BOXES} boxes; "
           f"load average {os.getloadavg()[0]:.1f}")
-    with tempfile.TemporaryDirectory(prefix="llmao-bench-") as tmp:
-        work = Path(tmp)
-        fleet = write_fleet(work / "fleet", FLEET_BOXES)
-        port = free_port()
-        with serving(llmao_command(fleet, port, work / "state.sqlite3"), port, fleet,
-                     work / "llmao.log") as server:
-            tags = revisions(server)
-            results = [one_round(server, tags, checks) for _ in range(rounds)]
+    with fleet_server(FLEET_BOXES) as server:
+        tags = revisions(server)
+        results = [one_round(server, tags, checks) for _ in range(rounds)]
     ratios = {
         "bytes sent": [nm.wire_bytes / full.wire_bytes for full, nm in results],
         "server CPU": [nm.cpu_s / full.cpu_s if full.cpu_s else float("nan")
@@ -134,15 +124,7 @@ def run(checks: int, rounds: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.bench_follow_check",
-                                     description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--checks", type=int, default=1000,
-                        help="requests of each kind per round (1000)")
-    parser.add_argument("--rounds", type=int, default=3, help="rounds (3)")
-    args = parser.parse_args(argv)
-    run(args.checks, args.rounds)
-    return 0
+    return run_bench("bench_follow_check", __doc__, OPTIONS, run, argv)
 
 
 if __name__ == "__main__":

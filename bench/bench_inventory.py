@@ -13,7 +13,6 @@ here asserts on time: the numbers are printed.
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import subprocess
@@ -32,10 +31,16 @@ from ansible_collections.llmao.fleet.plugins.inventory.fleet import (
     provider_group,
 )
 from ansible_collections.llmao.fleet.plugins.module_utils.fleet import load_fleet
+from bench.arguments import run_bench
 from bench.fleetgen import write_fleet
 
 ROOT = Path(__file__).resolve().parent.parent
 TARGET = 1.5
+# The command line: (flag, default, help), each passed to run() by name.
+OPTIONS = (
+    ("--boxes", 10_000, "fleet size (10000)"),
+    ("--repeats", 1, "runs of each leg (1: the static leg alone takes minutes)"),
+)
 
 
 def fleet_source(folder: Path) -> Path:
@@ -100,14 +105,7 @@ def run(boxes: int, repeats: int) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.bench_inventory", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--boxes", type=int, default=10_000, help="fleet size (10000)")
-    parser.add_argument("--repeats", type=int, default=1,
-                        help="runs of each leg (1: the static leg alone takes minutes)")
-    args = parser.parse_args(argv)
-    run(args.boxes, args.repeats)
-    return 0
+    return run_bench("bench_inventory", __doc__, OPTIONS, run, argv)
 
 
 if __name__ == "__main__":

@@ -14,20 +14,22 @@ clients over the p99 without (target <= 2). Nothing here asserts on time.
 
 from __future__ import annotations
 
-import argparse
 import http.client
 import os
 import statistics
-import tempfile
 import time
-from pathlib import Path
 
-from bench.bench_config_endpoint import fetch_headers, free_port, llmao_command, serving
-from bench.fleetgen import write_fleet
+from bench.arguments import run_bench
+from bench.bench_config_endpoint import fetch_headers, fleet_server
 from rig.slow_clients import slow_clients
 
 FLEET_SIZE = 1_000
 SLOW_CLIENTS = 1_000
+# The command line: (flag, default, help), each passed to run() by name.
+OPTIONS = (
+    ("--rounds", 3, "rounds over both legs (3)"),
+    ("--fetches", 400, "keyed fetches per leg and round (400)"),
+)
 
 
 def p99_ms(port: int, headers_of: list[dict[str, str]], fetches: int) -> float:
@@ -51,20 +53,16 @@ def run(rounds: int, fetches: int) -> None:
     print(f"bench_slow_clients: llmao-server with 2 workers, {FLEET_SIZE:,} boxes; {rounds} "
           f"rounds of {fetches} keyed fetches per leg; {SLOW_CLIENTS:,} slow clients; "
           f"load average {os.getloadavg()[0]:.1f}")
-    with tempfile.TemporaryDirectory(prefix="llmao-bench-") as tmp:
-        work = Path(tmp)
-        fleet = write_fleet(work / "fleet", FLEET_SIZE)
-        port = free_port()
-        headers_of = [fetch_headers(fleet, box) for box in fleet.boxes]
-        command = llmao_command(fleet, port, work / "state.sqlite3")
-        quiet, crowded, held = [], [], []
-        with serving(command, port, fleet, work / "llmao.log"):
-            p99_ms(port, headers_of, fetches)  # warm both workers up
-            for _ in range(rounds):
-                quiet.append(p99_ms(port, headers_of, fetches))
-                with slow_clients("127.0.0.1", port, SLOW_CLIENTS) as clients:
-                    crowded.append(p99_ms(port, headers_of, fetches))
-                    held.append(clients.still_open())
+    quiet, crowded, held = [], [], []
+    with fleet_server(FLEET_SIZE) as server:
+        port = server.port
+        headers_of = [fetch_headers(server.fleet, box) for box in server.fleet.boxes]
+        p99_ms(port, headers_of, fetches)  # warm both workers up
+        for _ in range(rounds):
+            quiet.append(p99_ms(port, headers_of, fetches))
+            with slow_clients("127.0.0.1", port, SLOW_CLIENTS) as clients:
+                crowded.append(p99_ms(port, headers_of, fetches))
+                held.append(clients.still_open())
     none_open, many_open = statistics.median(quiet), statistics.median(crowded)
     print(f"  P6 keyed fetch p99: {none_open:.2f} ms with none open, {many_open:.2f} ms with "
           f"{SLOW_CLIENTS:,} slow clients (still open at the end: {min(held):,}), "
@@ -72,15 +70,7 @@ def run(rounds: int, fetches: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.bench_slow_clients",
-                                     description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rounds", type=int, default=3, help="rounds over both legs (3)")
-    parser.add_argument("--fetches", type=int, default=400,
-                        help="keyed fetches per leg and round (400)")
-    args = parser.parse_args(argv)
-    run(args.rounds, args.fetches)
-    return 0
+    return run_bench("bench_slow_clients", __doc__, OPTIONS, run, argv)
 
 
 if __name__ == "__main__":

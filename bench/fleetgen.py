@@ -11,12 +11,12 @@ can be mistaken for a real key.
 
 from __future__ import annotations
 
-import argparse
 import ipaddress
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bench.arguments import bench_parser
 from rig.fleet_files import FleetFolder, FleetSecrets, fleet_section, recipe, route
 from rig.fleet_files import write_fleet as write_files
 
@@ -74,10 +74,8 @@ def write_fleet(folder: Path, boxes: int) -> GeneratedFleet:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.fleetgen", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = bench_parser("fleetgen", __doc__, [("--boxes", 10_000, "how many boxes (10000)")])
     parser.add_argument("folder", type=Path, help="where config.yaml and models.yaml go")
-    parser.add_argument("--boxes", type=int, default=10_000, help="how many boxes (10000)")
     args = parser.parse_args(argv)
     fleet = write_fleet(args.folder, args.boxes)
     print(f"wrote {len(fleet.boxes)} boxes: {fleet.config_path} and {fleet.models_path}")

@@ -12,14 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from llmao_server import store as state_store
 from llmao_server.store import (
-    ATTEMPT_PEER_LIMIT,
-    HISTORY_BUCKET_S,
-    HISTORY_FULL_S,
-    HISTORY_KEEP_S,
-    HISTORY_LIMIT,
-    OVERALL_SCOPE,
-    UNKNOWN_LIMIT,
     AppliedReport,
     AppliedServer,
     Approval,
@@ -62,18 +56,18 @@ def test_sightings_of_one_name_merge(store: StateStore) -> None:
 
 
 def test_the_unknown_list_is_bounded_to_the_most_recently_seen(store: StateStore) -> None:
-    for index in range(UNKNOWN_LIMIT + 15):
+    for index in range(state_store.UNKNOWN_LIMIT + 15):
         store.note_unknown([UnknownBox(f"n{index}", index, index, 1)])
     store.note_unknown([UnknownBox("n0", 1000.0, 1000.0, 1)])  # seen again: newest now
     names = [u.name for u in store.unknown_boxes()]
-    assert len(names) == UNKNOWN_LIMIT
+    assert len(names) == state_store.UNKNOWN_LIMIT
     assert names[0] == "n0"
-    assert names[-1] == f"n{UNKNOWN_LIMIT + 15 - UNKNOWN_LIMIT + 1}"
+    assert names[-1] == f"n{state_store.UNKNOWN_LIMIT + 15 - state_store.UNKNOWN_LIMIT + 1}"
 
 
 def test_one_batch_larger_than_the_limit_is_bounded_too(store: StateStore) -> None:
-    store.note_unknown([UnknownBox(f"n{i}", i, i, 1) for i in range(3 * UNKNOWN_LIMIT)])
-    assert len(store.unknown_boxes()) == UNKNOWN_LIMIT
+    store.note_unknown([UnknownBox(f"n{i}", i, i, 1) for i in range(3 * state_store.UNKNOWN_LIMIT)])
+    assert len(store.unknown_boxes()) == state_store.UNKNOWN_LIMIT
 
 
 def test_forgotten_names_leave_the_list(store: StateStore) -> None:
@@ -155,44 +149,46 @@ def test_the_history_is_thinned_as_it_ages_and_ends(store: StateStore) -> None:
         at += step
     kept = [sample.pass_at for sample in store.load_history(0.0)]
     assert kept == sorted(kept) and kept[-1] == at - step
-    assert min(kept) >= kept[-1] - HISTORY_KEEP_S
-    recent = [t for t in kept if t >= kept[-1] - HISTORY_FULL_S]
-    assert len(recent) == int(HISTORY_FULL_S // step) + 1  # every pass of the last two hours
-    older = [t for t in kept if t < kept[-1] - HISTORY_FULL_S - HISTORY_BUCKET_S]
+    assert min(kept) >= kept[-1] - state_store.HISTORY_KEEP_S
+    recent = [t for t in kept if t >= kept[-1] - state_store.HISTORY_FULL_S]
+    # every pass of the last two hours
+    assert len(recent) == int(state_store.HISTORY_FULL_S // step) + 1
+    thinned_from = kept[-1] - state_store.HISTORY_FULL_S - state_store.HISTORY_BUCKET_S
+    older = [t for t in kept if t < thinned_from]
     gaps = [later - earlier for earlier, later in zip(older, older[1:], strict=False)]
-    assert gaps and min(gaps) >= HISTORY_BUCKET_S - step  # at most one per ten minutes
-    assert len(kept) < (HISTORY_KEEP_S / HISTORY_BUCKET_S) + len(recent) + 2
+    assert gaps and min(gaps) >= state_store.HISTORY_BUCKET_S - step  # at most one per ten minutes
+    assert len(kept) < (state_store.HISTORY_KEEP_S / state_store.HISTORY_BUCKET_S) + len(recent) + 2
 
 
 def test_the_history_never_exceeds_its_limit(store: StateStore) -> None:
-    for second in range(HISTORY_LIMIT + 20):
+    for second in range(state_store.HISTORY_LIMIT + 20):
         store.record_pass(loaded_pass(5000.0 + second))
     kept = store.load_history(0.0)
-    assert len(kept) == HISTORY_LIMIT
-    assert kept[-1].pass_at == 5000.0 + HISTORY_LIMIT + 19
+    assert len(kept) == state_store.HISTORY_LIMIT
+    assert kept[-1].pass_at == 5000.0 + state_store.HISTORY_LIMIT + 19
 
 
 def test_admin_attempts_are_counted_per_scope_within_a_window(store: StateStore) -> None:
     assert [store.claim_attempt("10.0.0.1", 100.0 + i, 60.0) for i in range(3)] == [
         (1, 100.0), (2, 100.0), (3, 100.0)]
     for at in (100.0, 101.0):
-        store.claim_attempt(OVERALL_SCOPE, at, 60.0)
+        store.claim_attempt(state_store.OVERALL_SCOPE, at, 60.0)
     assert store.claim_attempt("10.0.0.2", 101.0, 60.0) == (1, 101.0)
     assert store.claim_attempt("10.0.0.1", 161.0, 60.0) == (1, 161.0)  # a new window
-    assert store.claim_attempt(OVERALL_SCOPE, 102.0, 60.0) == (3, 100.0)
+    assert store.claim_attempt(state_store.OVERALL_SCOPE, 102.0, 60.0) == (3, 100.0)
     store.release_attempt("10.0.0.1")  # the right token: the peer forgotten, its attempt back
     assert store.claim_attempt("10.0.0.1", 162.0, 60.0) == (1, 162.0)
-    assert store.claim_attempt(OVERALL_SCOPE, 103.0, 60.0) == (3, 100.0)
+    assert store.claim_attempt(state_store.OVERALL_SCOPE, 103.0, 60.0) == (3, 100.0)
 
 
 def test_admin_attempts_are_kept_for_a_bounded_number_of_peers(store: StateStore) -> None:
-    store.claim_attempt(OVERALL_SCOPE, 0.0, 1e6)
-    for index in range(ATTEMPT_PEER_LIMIT + 5):
+    store.claim_attempt(state_store.OVERALL_SCOPE, 0.0, 1e6)
+    for index in range(state_store.ATTEMPT_PEER_LIMIT + 5):
         store.claim_attempt(f"peer{index}", float(index + 1), 1e6)
     assert store.claim_attempt("peer0", 2e3, 1e6)[0] == 1  # the oldest were dropped
-    assert store.claim_attempt(f"peer{ATTEMPT_PEER_LIMIT + 4}", 2e3, 1e6)[0] == 2
+    assert store.claim_attempt(f"peer{state_store.ATTEMPT_PEER_LIMIT + 4}", 2e3, 1e6)[0] == 2
     assert store.claim_attempt("peer6", 2e3, 1e6)[0] == 2
-    assert store.claim_attempt(OVERALL_SCOPE, 2e3, 1e6) == (2, 0.0)  # never trimmed
+    assert store.claim_attempt(state_store.OVERALL_SCOPE, 2e3, 1e6) == (2, 0.0)  # never trimmed
 
 
 def test_a_server_secret_is_the_first_one_offered(location: str) -> None:

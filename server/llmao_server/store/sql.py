@@ -15,24 +15,7 @@ from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, ClassVar
 
-from .base import (
-    ATTEMPT_PEER_LIMIT,
-    HISTORY_BUCKET_S,
-    HISTORY_FULL_S,
-    HISTORY_KEEP_S,
-    HISTORY_LIMIT,
-    OVERALL_SCOPE,
-    UNKNOWN_LIMIT,
-    AppliedReport,
-    AppliedServer,
-    Approval,
-    LoadSample,
-    PassLease,
-    ReconcilePass,
-    StateStore,
-    StoreError,
-    UnknownBox,
-)
+from . import base
 from .history import load_sample
 
 SCHEMA = (
@@ -119,7 +102,7 @@ NOTE_UNKNOWN = """
 # Deleting on insert keeps the table at the limit whatever a caller sends.
 TRIM_UNKNOWN = f"""
     DELETE FROM unknown_boxes WHERE name NOT IN (
-        SELECT name FROM unknown_boxes ORDER BY last_seen DESC, name LIMIT {UNKNOWN_LIMIT})"""
+        SELECT name FROM unknown_boxes ORDER BY last_seen DESC, name LIMIT {base.UNKNOWN_LIMIT})"""
 
 FORGET_UNKNOWN = "DELETE FROM unknown_boxes WHERE name = ?"
 
@@ -152,11 +135,11 @@ RECORD_SAMPLE = """
 THIN_HISTORY = (f"""
     DELETE FROM load_samples WHERE pass_at < ? AND pass_at NOT IN (
         SELECT MIN(pass_at) FROM load_samples WHERE pass_at < ?
-        GROUP BY CAST(pass_at / {HISTORY_BUCKET_S} AS BIGINT))""",
+        GROUP BY CAST(pass_at / {base.HISTORY_BUCKET_S} AS BIGINT))""",
                 "DELETE FROM load_samples WHERE pass_at < ?",
                 f"""
     DELETE FROM load_samples WHERE pass_at NOT IN (
-        SELECT pass_at FROM load_samples ORDER BY pass_at DESC LIMIT {HISTORY_LIMIT})""")
+        SELECT pass_at FROM load_samples ORDER BY pass_at DESC LIMIT {base.HISTORY_LIMIT})""")
 
 APPROVE = """
     INSERT INTO approvals (box, models, approved_by, approved_at) VALUES (?, ?, ?, ?)
@@ -176,13 +159,13 @@ CLAIM_ATTEMPT = """
     RETURNING attempts, window_start"""
 
 TRIM_ATTEMPTS = f"""
-    DELETE FROM admin_attempts WHERE scope <> '{OVERALL_SCOPE}' AND scope NOT IN (
-        SELECT scope FROM admin_attempts WHERE scope <> '{OVERALL_SCOPE}'
-        ORDER BY window_start DESC, scope LIMIT {ATTEMPT_PEER_LIMIT})"""
+    DELETE FROM admin_attempts WHERE scope <> '{base.OVERALL_SCOPE}' AND scope NOT IN (
+        SELECT scope FROM admin_attempts WHERE scope <> '{base.OVERALL_SCOPE}'
+        ORDER BY window_start DESC, scope LIMIT {base.ATTEMPT_PEER_LIMIT})"""
 
 GIVE_BACK_ATTEMPT = f"""
     UPDATE admin_attempts SET attempts = attempts - 1
-    WHERE scope = '{OVERALL_SCOPE}' AND attempts > 0"""
+    WHERE scope = '{base.OVERALL_SCOPE}' AND attempts > 0"""
 
 
 # Taken when expired (or never taken), renewed by its own pass; otherwise left as it is. The
@@ -207,8 +190,8 @@ OPEN_SESSION = """
     INSERT INTO admin_sessions (id, token_check, opened_at, expires_at) VALUES (?, ?, ?, ?)"""
 
 
-class SqlStore(StateStore):
-    """:class:`StateStore` over a DB-API 2 connection; subclasses supply the connection."""
+class SqlStore(base.StateStore):
+    """:class:`~.base.StateStore` over a DB-API 2 connection; subclasses supply the connection."""
 
     placeholder = "?"
     # What the driver raises when a statement fails (the database is read-only, down…).
@@ -232,7 +215,7 @@ class SqlStore(StateStore):
         if fetches:
             self._write((NOTE_FETCH, list(fetches.items())))
 
-    def note_unknown(self, sightings: Iterable[UnknownBox]) -> None:
+    def note_unknown(self, sightings: Iterable[base.UnknownBox]) -> None:
         rows = [(s.name, s.first_seen, s.last_seen, s.count) for s in sightings]
         if rows:
             self._write((NOTE_UNKNOWN, rows), (TRIM_UNKNOWN, [()]))
@@ -241,18 +224,18 @@ class SqlStore(StateStore):
         if names:
             self._write((FORGET_UNKNOWN, [(name,) for name in names]))
 
-    def record_applied(self, report: AppliedReport) -> None:
+    def record_applied(self, report: base.AppliedReport) -> None:
         servers = json.dumps([[s.name, s.port, s.served_model_name] for s in report.servers])
         self._write((RECORD_APPLIED, [(report.box, report.revision, report.applied_at,
                                        servers, report.reported_at)]))
 
-    def approve(self, approval: Approval) -> None:
+    def approve(self, approval: base.Approval) -> None:
         self._write((APPROVE, [(approval.box, json.dumps(list(approval.models)),
                                 approval.approved_by, approval.approved_at)]))
 
-    def record_pass(self, record: ReconcilePass) -> None:
-        thin_before, keep_after = record.recorded_at - HISTORY_FULL_S, \
-            record.recorded_at - HISTORY_KEEP_S
+    def record_pass(self, record: base.ReconcilePass) -> None:
+        thin_before, keep_after = record.recorded_at - base.HISTORY_FULL_S, \
+            record.recorded_at - base.HISTORY_KEEP_S
         thin, expire, cap = THIN_HISTORY
         sample = load_sample(record)
         self._write((RECORD_PASS, [(record.pass_at, record.recorded_at,
@@ -266,11 +249,11 @@ class SqlStore(StateStore):
                     (cap, [()]))
 
     def claim_pass_lease(self, lease_id: str, holder: str, now: float,
-                         ttl_s: float) -> PassLease:
+                         ttl_s: float) -> base.PassLease:
         with self._store_errors("take the pass lease"), self._transaction() as cursor:
             cursor.execute(self._sql(CLAIM_PASS_LEASE), (lease_id, holder, now, now + ttl_s))
             cursor.execute(f"SELECT {PASS_LEASE_COLUMNS} FROM pass_lease WHERE slot = 1")
-            return PassLease(*cursor.fetchone())
+            return base.PassLease(*cursor.fetchone())
 
     def release_pass_lease(self, lease_id: str) -> bool:
         with self._store_errors("release the pass lease"), self._transaction() as cursor:
@@ -287,7 +270,7 @@ class SqlStore(StateStore):
             with self._transaction() as cursor:
                 cursor.execute(self._sql(CLAIM_ATTEMPT), (scope, now, cutoff, cutoff))
                 attempts, since = cursor.fetchone()
-            if attempts == 1 and scope != OVERALL_SCOPE:  # a new peer window: stay bounded
+            if attempts == 1 and scope != base.OVERALL_SCOPE:  # a new peer window: stay bounded
                 self._write((TRIM_ATTEMPTS, [()]))
         return attempts, since
 
@@ -309,53 +292,53 @@ class SqlStore(StateStore):
 
     # ------------------------------------------------------------------- reads
 
-    def pass_lease(self, now: float) -> PassLease | None:
+    def pass_lease(self, now: float) -> base.PassLease | None:
         rows = self._query(f"SELECT {PASS_LEASE_COLUMNS} FROM pass_lease "
                            "WHERE slot = 1 AND expires_at > ?", (now,))
-        return PassLease(*rows[0]) if rows else None
+        return base.PassLease(*rows[0]) if rows else None
 
     def session_open(self, session_id: str, token_check: str, now: float) -> bool:
         return bool(self._query("SELECT 1 FROM admin_sessions WHERE id = ? AND token_check = ? "
                                 "AND expires_at > ?", (session_id, token_check, now)))
 
-    def approval(self, box: str) -> Approval | None:
+    def approval(self, box: str) -> base.Approval | None:
         rows = self._query(f"SELECT {APPROVAL_COLUMNS} FROM approvals WHERE box = ?", (box,))
         return _approval(rows[0]) if rows else None
 
-    def approvals(self) -> list[Approval]:
+    def approvals(self) -> list[base.Approval]:
         rows = self._query(f"SELECT {APPROVAL_COLUMNS} FROM approvals ORDER BY approved_at, box")
         return [_approval(row) for row in rows]
 
     def fetch_times(self) -> dict[str, float]:
         return dict(self._query("SELECT box, fetched_at FROM box_fetches"))
 
-    def unknown_boxes(self) -> list[UnknownBox]:
+    def unknown_boxes(self) -> list[base.UnknownBox]:
         rows = self._query("SELECT name, first_seen, last_seen, seen_count FROM unknown_boxes "
                            "ORDER BY last_seen DESC, name")
-        return [UnknownBox(*row) for row in rows]
+        return [base.UnknownBox(*row) for row in rows]
 
-    def last_pass(self) -> ReconcilePass | None:
+    def last_pass(self) -> base.ReconcilePass | None:
         rows = self._query("SELECT pass_at, recorded_at, verdicts, drift, models, boxes "
                            "FROM reconcile_pass LEFT JOIN pass_loads "
                            "ON pass_loads.slot = reconcile_pass.slot WHERE reconcile_pass.slot = 1")
         if not rows:
             return None
         pass_at, recorded_at, verdicts, drift, models, boxes = rows[0]
-        return ReconcilePass(pass_at, json.loads(verdicts), tuple(json.loads(drift)),
+        return base.ReconcilePass(pass_at, json.loads(verdicts), tuple(json.loads(drift)),
                              recorded_at, json.loads(models or "{}"), json.loads(boxes or "{}"))
 
-    def load_history(self, since: float, servers: bool = True) -> list[LoadSample]:
+    def load_history(self, since: float, servers: bool = True) -> list[base.LoadSample]:
         columns = "servers, models" if servers else "'{}', models"
         rows = self._query(f"SELECT pass_at, {columns} FROM load_samples WHERE pass_at >= ? "
                            "ORDER BY pass_at", (since,))
-        return [LoadSample(pass_at, json.loads(per_server), json.loads(per_model))
+        return [base.LoadSample(pass_at, json.loads(per_server), json.loads(per_model))
                 for pass_at, per_server, per_model in rows]
 
-    def applied_reports(self) -> dict[str, AppliedReport]:
+    def applied_reports(self) -> dict[str, base.AppliedReport]:
         rows = self._query("SELECT box, revision, applied_at, servers, reported_at "
                            "FROM applied_reports")
-        return {box: AppliedReport(box, revision, applied_at,
-                                   tuple(AppliedServer(*s) for s in json.loads(servers)),
+        return {box: base.AppliedReport(box, revision, applied_at,
+                                   tuple(base.AppliedServer(*s) for s in json.loads(servers)),
                                    reported_at)
                 for box, revision, applied_at, servers, reported_at in rows}
 
@@ -366,11 +349,12 @@ class SqlStore(StateStore):
 
     @contextmanager
     def _store_errors(self, doing: str) -> Iterator[None]:
-        """The driver's errors as :class:`StoreError`, naming what failed and nothing else."""
+        """The driver's errors as :class:`base.StoreError`, naming what failed and nothing else."""
         try:
             yield
         except self.driver_errors as exc:
-            raise StoreError(f"the state store cannot {doing} ({type(exc).__name__})") from None
+            raise base.StoreError(
+                f"the state store cannot {doing} ({type(exc).__name__})") from None
 
     @contextmanager
     def _transaction(self) -> Iterator[Any]:
@@ -399,6 +383,6 @@ class SqlStore(StateStore):
             return rows
 
 
-def _approval(row: Sequence[Any]) -> Approval:
+def _approval(row: Sequence[Any]) -> base.Approval:
     box, models, approved_by, approved_at = row
-    return Approval(box, tuple(json.loads(models)), approved_by, approved_at)
+    return base.Approval(box, tuple(json.loads(models)), approved_by, approved_at)

@@ -6,10 +6,19 @@ from __future__ import annotations
 
 
 class ModuleDocFragment:
-    """``llmao.fleet.reconcile``: where a module stands in ``playbooks/reconcile.yml``."""
+    """``llmao.fleet.reconcile``: where a module stands in ``playbooks/reconcile.yml``.
+
+    Every step reads both fleet files, so this also marks the options of
+    ``llmao.fleet.fleet_files`` required, as ``llmao.fleet.fleet_files.required`` does
+    for a plugin outside the chain.
+    """
 
     DOCUMENTATION = r"""
-options: {}
+options:
+  config:
+    required: true
+  models:
+    required: true
 notes:
   - "One step of a reconcile pass (C(playbooks/reconcile.yml)), whose steps are:
     M(llmao.fleet.fleet_observe) reads what llmao, the listings and LiteLLM know,

@@ -30,7 +30,6 @@ description:
     the verdicts.
 extends_documentation_fragment:
   - llmao.fleet.fleet_files
-  - llmao.fleet.fleet_files.required
   - llmao.fleet.controller
   - llmao.fleet.reconcile
 options:

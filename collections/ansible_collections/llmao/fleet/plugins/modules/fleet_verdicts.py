@@ -23,8 +23,8 @@ description:
   - In check mode nothing is posted, so a checked pass leaves the lifecycle memory as it was.
 extends_documentation_fragment:
   - llmao.fleet.fleet_files
-  - llmao.fleet.fleet_files.required
   - llmao.fleet.controller
+  - llmao.fleet.llmao_timeout
   - llmao.fleet.reconcile
 options:
   plan:
@@ -32,11 +32,6 @@ options:
       - The result of M(llmao.fleet.fleet_plan) for this pass.
     type: dict
     required: true
-  timeout:
-    description:
-      - Seconds to wait for llmao's answer.
-    type: float
-    default: 15
 notes:
   - Run it after the plan's changes were applied, so the recorded LiteLLM presence is true.
 """

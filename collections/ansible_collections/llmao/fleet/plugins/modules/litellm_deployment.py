@@ -29,7 +29,6 @@ description:
   - Every change (not in check mode) appends one JSON line to O(audit_log) as soon as it is made.
 extends_documentation_fragment:
   - llmao.fleet.fleet_files
-  - llmao.fleet.fleet_files.required
   - llmao.fleet.approved_boxes
   - llmao.fleet.controller
   - llmao.fleet.reconcile

@@ -30,6 +30,7 @@ extends_documentation_fragment:
   - llmao.fleet.fleet_files.required
   - ansible.builtin.action_common_attributes
   - llmao.fleet.controller
+  - llmao.fleet.llmao_timeout
 options:
   state:
     description:
@@ -53,11 +54,6 @@ options:
       - Who the pass is, shown to a pass that finds the lease taken. No secret.
       - Defaults to the controller's hostname and the pid of its C(ansible-playbook).
     type: str
-  timeout:
-    description:
-      - Seconds to wait for llmao's answer.
-    type: float
-    default: 15
 notes:
   - "Runs on the controller (C(hosts: localhost))."
 seealso:

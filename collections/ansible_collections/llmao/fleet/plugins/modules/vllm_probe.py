@@ -28,7 +28,6 @@ description:
   - It only reads, so it reports C(changed=false) and runs the same in check mode.
 extends_documentation_fragment:
   - llmao.fleet.fleet_files
-  - llmao.fleet.fleet_files.required
   - llmao.fleet.approved_boxes
   - llmao.fleet.controller
   - llmao.fleet.reconcile

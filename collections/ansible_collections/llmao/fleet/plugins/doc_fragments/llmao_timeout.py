@@ -1,0 +1,18 @@
+# Copyright: llmao fleet contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The ``timeout`` option of a module that makes one call to llmao's admin API."""
+
+from __future__ import annotations
+
+
+class ModuleDocFragment:
+    """``llmao.fleet.llmao_timeout``: how long to wait for llmao, 15 seconds by default."""
+
+    DOCUMENTATION = r"""
+options:
+  timeout:
+    description:
+      - Seconds to wait for llmao's answer.
+    type: float
+    default: 15
+"""
