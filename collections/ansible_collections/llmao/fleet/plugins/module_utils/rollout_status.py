@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Any
 
 from .fleet import Fleet
 from .intent import BoxAssignment
@@ -51,6 +52,13 @@ class ModelRollout:
         """A box is behind or changing, or the rollout is paused (all Healthy: nothing to say)."""
         return self.paused is not None or any(
             self.boxes(stage) for stage in Stage if stage is not Stage.HEALTHY)
+
+    def record(self) -> dict[str, Any]:
+        """The row as JSON: boxes per stage, and the pausing turn's box, revision and why."""
+        paused = self.paused
+        return {"model": self.model, **{stage.value: list(self.boxes(stage)) for stage in Stage},
+                "paused": {"box": paused.box, "revision": paused.revision, "why": paused.why}
+                if paused else None}
 
     def line(self) -> str:
         """``gemma: draining 203.0.113.11; waiting 203.0.113.12`` and why it is paused."""
