@@ -112,14 +112,18 @@ def fetch_config(state: ServerState, request: BoxRequest) -> Answer:
 
     The revision is the ``ETag``. A box that already holds it says so with
     ``If-None-Match`` and gets ``304`` and no body: a following box re-checks
-    often, and the check should cost less than a fetch. A 304 is still a config
-    check by the box, so its time is noted as a 200's is. ``HEAD`` answers the
-    same (the body is dropped on the way out) but notes no fetch: nothing was
-    handed to a box, so no Loading window starts.
+    often, and the check should cost less than a fetch. A GET with
+    ``If-None-Match`` is such a follow check, whatever it answers: its time is
+    noted as the box's last check, not as a fetch, because a fetch starts its
+    servers' Loading window and a check every few seconds would keep a failing
+    server Loading forever (a following box fetches again, without the header,
+    when it applies). ``HEAD`` answers the same (the body is dropped on the way
+    out) but notes nothing: nothing was handed to a box.
     """
     assignment = resolve_box(state, request)
     if request.method == "GET":
-        state.note_fetch(assignment.box, time.time())
+        note = state.note_check if request.if_none_match else state.note_fetch
+        note(assignment.box, time.time())
     etag = f'"{assignment.revision}"'
     if names_etag(request.if_none_match, etag):
         return 304, b"", [("ETag", etag)]
