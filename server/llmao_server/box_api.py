@@ -1,4 +1,5 @@
-"""The box API: ``GET /vllm/config`` (the seed's protocol) and ``POST /vllm/applied``.
+"""The box API: ``GET /vllm/config`` (the seed's protocol), ``POST /vllm/applied`` and
+``POST /vllm/turn`` (a following box asks for its turn to change, :mod:`.turns`).
 
 The fleet key is the gate, checked in constant time; the box is who the
 request claims to be (``X-LLMAO-Host``, else the leftmost ``X-Forwarded-For``,
@@ -35,6 +36,7 @@ from .bearer_header import presented_bearer
 from .logs import RequestLog
 from .redaction import clipped
 from .state import ServerState
+from .turns import ask_turn, read_ask
 
 PREFIX = "/vllm/"
 STATUS_LINES = {status.value: f"{status.value} {status.phrase}" for status in HTTPStatus}
@@ -148,9 +150,19 @@ def report_applied(state: ServerState, request: BoxRequest) -> Answer:
                             "current": report.revision == assignment.revision}).encode("utf-8"), []
 
 
+def request_turn(state: ServerState, request: BoxRequest) -> Answer:
+    """``POST /vllm/turn``: ``{"revision", "servers": [names]}``; asking again is polling."""
+    assignment = resolve_box(state, request)
+    _, revision, names = read_ask(request.json_body(), with_box=False)
+    decided = ask_turn(state, assignment.box, assignment.revision, revision, names,
+                       f"box {assignment.box}", request.peer)
+    return 200, json.dumps(decided).encode("utf-8"), []
+
+
 ROUTES: dict[str, tuple[tuple[str, ...], Callable[[ServerState, BoxRequest], Answer]]] = {
     "/vllm/config": (("GET", "HEAD"), fetch_config),
     "/vllm/applied": (("POST",), report_applied),
+    "/vllm/turn": (("POST",), request_turn),
 }
 
 

@@ -387,3 +387,11 @@ def test_boxes_asking_at_once_from_processes_get_one_turn(location: str) -> None
     reader = open_store(location)
     assert len(reader.turns()) == 1
     reader.close()
+
+
+def test_a_wait_is_new_once_per_box_and_revision(store: StateStore) -> None:
+    assert store.note_wait("b1", "r1") is True
+    assert store.note_wait("b1", "r1") is False
+    assert store.note_wait("b2", "r1") is True
+    assert store.note_wait("b1", "r2") is True
+    assert store.note_wait("b1", "r2") is False

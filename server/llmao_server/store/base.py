@@ -141,6 +141,11 @@ class StateStore(ABC):
         may not move so."""
 
     @abstractmethod
+    def note_wait(self, box: str, revision: str) -> bool:
+        """Remember that ``box`` was told to wait for ``revision``; whether that is the first
+        time for this revision (the refusal is then audited), by one atomic write."""
+
+    @abstractmethod
     def turns(self) -> list[Turn]:
         """Every box's latest turn, by box name."""
 

@@ -91,6 +91,10 @@ SCHEMA = (
     """CREATE TABLE IF NOT EXISTS rollout_turns (
         box TEXT PRIMARY KEY,
         turn TEXT NOT NULL)""",
+    # The revision each box was last told to wait for: a refusal is audited once per revision.
+    """CREATE TABLE IF NOT EXISTS turn_waits (
+        box TEXT PRIMARY KEY,
+        revision TEXT NOT NULL)""",
     # What counted failed logins only, before every attempt was counted.
     "DROP TABLE IF EXISTS login_failures",
 )
@@ -108,6 +112,11 @@ NOTE_CHECK = """
 KEEP_TURN = """
     INSERT INTO rollout_turns (box, turn) VALUES (?, ?)
     ON CONFLICT (box) DO UPDATE SET turn = excluded.turn"""
+
+NOTE_WAIT = """
+    INSERT INTO turn_waits (box, revision) VALUES (?, ?)
+    ON CONFLICT (box) DO UPDATE SET revision = excluded.revision
+    WHERE turn_waits.revision <> excluded.revision"""
 
 NOTE_UNKNOWN = """
     INSERT INTO unknown_boxes (name, first_seen, last_seen, seen_count) VALUES (?, ?, ?, ?)
@@ -264,6 +273,11 @@ class SqlStore(base.StateStore):
             moved = held.moved(phase, why, now)
             cursor.execute(self._sql(KEEP_TURN), (box, json.dumps(moved.record())))
             return moved
+
+    def note_wait(self, box: str, revision: str) -> bool:
+        with self._store_errors("note a wait"), self._transaction() as cursor:
+            cursor.execute(self._sql(NOTE_WAIT), (box, revision))
+            return cursor.rowcount == 1
 
     def note_unknown(self, sightings: Iterable[base.UnknownBox]) -> None:
         rows = [(s.name, s.first_seen, s.last_seen, s.count) for s in sightings]
