@@ -11,7 +11,7 @@ from ansible_collections.llmao.fleet.plugins.module_utils.litellm_routes import 
 from ansible_collections.llmao.fleet.plugins.module_utils.rollout import Phase, Turn
 from ansible_collections.llmao.fleet.plugins.module_utils.rollout_status import Stage
 from llmao_server.dashboard.fleet_view import Observed, build_page
-from tests.server.fleet_pair import KNOWN, LEGACY, OTHER_KNOWN, write_pair
+from tests.server.fleet_pair import CONFIG, KNOWN, LEGACY, OTHER_KNOWN, write_pair
 
 NOW = 1_800_000_000.0
 QWEN_K = deployment_id(KNOWN, 8002, "qwen")
@@ -78,3 +78,17 @@ def test_a_failed_turn_of_a_superseded_revision_pauses_nothing(fleet) -> None:
                   why="old trouble")
     page = build_page(fleet, observed(fleet, [failed], {}), NOW)
     assert (page.rollout, [p.kind for p in page.problems if p.kind == "paused"]) == ((), [])
+
+
+def test_a_box_behind_is_drift_unless_boxes_follow_and_the_panel_has_it(
+        fleet, tmp_path_factory) -> None:
+    behind = {OTHER_KNOWN: "old"}
+    kinds = {problem.kind for problem in build_page(fleet, observed(fleet, [], behind),
+                                                    NOW).problems}
+    assert "revision" in kinds
+    following = load_fleet(*write_pair(tmp_path_factory.mktemp("following"),
+                                       {**CONFIG, "rollout": {"follow_s": 30}}))
+    page = build_page(following, observed(following, [], behind), NOW)
+    assert "revision" not in {problem.kind for problem in page.problems}
+    assert [(row.model, row.boxes(Stage.WAITING)) for row in page.rollout] == \
+        [("qwen", (OTHER_KNOWN,))]

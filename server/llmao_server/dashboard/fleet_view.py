@@ -361,12 +361,22 @@ def state_problems(rows: Sequence[Row]) -> list[Problem]:
             for state, advice in PROBLEM_STATES.items() if troubled[state.value]]
 
 
-def revision_problem(served: Served, applied_revisions: Mapping[str, str]) -> Problem | None:
-    """Boxes whose reported revision is not the intended one (read live, not from a pass)."""
+def rolling_boxes(fleet: Fleet, rows: Sequence[ModelRollout]) -> set[str]:
+    """The boxes the rollout panel accounts for, when boxes follow their assignment: being
+    behind is their way to their turn, not drift (a paused model has its own item)."""
+    if not fleet.settings.rollout.following:
+        return set()
+    return {box for row in rows for stage in Stage for box in row.boxes(stage)}
+
+
+def revision_problem(served: Served, applied_revisions: Mapping[str, str],
+                     rolling: set[str]) -> Problem | None:
+    """Boxes whose reported revision is not the intended one (read live, not from a pass),
+    except those on their way in a rollout."""
     entries = []
     for assignment, _ in served:
         applied = applied_revisions.get(assignment.box)
-        if applied and applied != assignment.revision:
+        if applied and applied != assignment.revision and assignment.box not in rolling:
             entries.append((assignment.box, f"applied rev {short(applied)}, "
                                             f"intended rev {short(assignment.revision)}"))
     if not entries:
@@ -451,7 +461,8 @@ def build_page(fleet: Fleet, observed: Observed, now: float, query: str = "") ->
     rolling = rollout(fleet, observed)
     problems = [secrets_problem(fleet), paused_problem(rolling), oversized_problem(rows),
                 saturated_problem(model_loads), *state_problems(rows),
-                revision_problem(served, observed.applied), *drift_problems(observed.drift),
+                revision_problem(served, observed.applied, rolling_boxes(fleet, rolling)),
+                *drift_problems(observed.drift),
                 approved_problem(served, now)]
     counts: dict[str, int] = {}
     for row in rows:
