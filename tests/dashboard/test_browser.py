@@ -14,10 +14,11 @@ from collections.abc import Callable
 import pytest
 from playwright.sync_api import Page, expect
 
+from ansible_collections.llmao.fleet.plugins.module_utils.http_json import JsonService
 from tests.dashboard.browsing import log_in, reload_until, server_rows, stranger
 from tests.dashboard.live_server import fetch_config
 from tests.llmao_process import LlmaoServer
-from tests.server.fleet_pair import KNOWN, UNKNOWN
+from tests.server.fleet_pair import ADMIN_TOKEN, KNOWN, UNKNOWN
 
 pytestmark = pytest.mark.browser
 
@@ -109,3 +110,22 @@ def test_logged_out_the_page_and_every_action_are_refused(
             answer = current.request.post(f"{server.url}{path}", form=form)
             assert answer.status == 403, path
     assert fetch_config(server, UNKNOWN)[0] == 404
+
+
+def test_a_failed_turn_shows_the_rollout_panel_and_the_paused_item(signed_in: SignedIn) -> None:
+    """The push path's ask (``/admin/api/turns/take``) and reconcile's move to failed, through
+    the admin API; the page shows the model paused, with the box and why."""
+    server, page = signed_in
+    admin = JsonService(server.url, ADMIN_TOKEN)
+    revision = json.loads(fetch_config(server, KNOWN)[1])["revision"]
+    taken = admin.call("POST", "/admin/api/turns/take",
+                       {"box": KNOWN, "revision": revision, "servers": ["qwen"]})
+    assert taken["phase"] == "draining"
+    admin.call("POST", "/admin/api/turns", {"updates": [
+        {"box": KNOWN, "revision": revision, "phase": "failed",
+         "why": f"llmao:{KNOWN}:8002:qwen is Stalled: not answering"}]})
+    page.reload()
+    row = page.locator('table.rollout tr[data-model="qwen"]')
+    expect(row).to_contain_text(f"{KNOWN} llmao:{KNOWN}:8002:qwen is Stalled: not answering")
+    expect(page.locator("article.problem.paused")).to_contain_text(
+        f"box {KNOWN}, rev {revision[:8]}: llmao:{KNOWN}:8002:qwen is Stalled")
