@@ -32,9 +32,31 @@ Steps
              restarts rewritten ones and drops removed ones, and starts nothing
              else (a program stopped by hand stays stopped: restarts are
              Supervisor's). The push role hands over through this same step. Only
-             files whose first line is the marker are ever touched.
-  5. record  ``$DATA_DIRECTORY/llmao/applied.json`` (no secret) and, when fetched,
-             ``POST $LLMAO_URL/vllm/applied``; a failed report is only a warning.
+             files whose first line is the marker are ever touched. A fetched
+             assignment that carries ``rollout`` also gets the follow program,
+             ``llmao-follow.conf`` (below); ``--payload`` never does.
+  5. record  ``$DATA_DIRECTORY/llmao/applied.json`` (no secret; ``rollout`` too when
+             the assignment has it) and, when fetched, ``POST $LLMAO_URL/vllm/applied``;
+             a failed report is only a warning.
+
+Following (``--follow``, run by the follow program)
+  When llmao's config sets ``rollout.follow_s``, the payload carries ``rollout``
+  (``follow_s``, ``drain_s``) and the box keeps following it. The follow program is
+  ``<python3> <this file> --follow`` under Supervisor (autorestart), with this run's
+  environment (FLEET_KEY included, so the file is 0600) and its log in
+  ``$DATA_DIRECTORY/llmao/follow.log``, one UTC-stamped line per step. Its text does
+  not depend on the revision, so applying one never restarts it. The loop:
+  every ``follow_s`` x uniform(0.8, 1.2) s a check, ``GET /vllm/config`` with
+  ``If-None-Match: "<applied revision>"``; 304 is current. Another revision: the
+  apply's own planning says which servers' programs change or go; none: applied at
+  once; else ``POST /vllm/turn`` with them, asked again every ``follow_s`` while
+  not granted, polled every min(follow_s, 2) s once granted, until llmao says
+  ``apply`` (409: llmao intends another revision, start over). Then a real fetch
+  (no If-None-Match) and, if it is still that revision, steps 2 to 5 exactly as at
+  boot; a change to the follow program itself is handed over last, after the
+  report (handing it over stops this very process). Errors are one line each and
+  the next check backs off (the period doubled per error, up to 900 s); never a
+  traceback.
 
 Environment
   LLMAO_URL            llmao's base URL, https (http only to a loopback address)
@@ -49,6 +71,7 @@ Environment
   LLMAO_FETCH_ATTEMPTS     attempts per request (default 8)
   LLMAO_FETCH_BACKOFF_S    first retry delay, doubled each time up to 60 s (default 2)
   LLMAO_FETCH_TIMEOUT_S    timeout of one request (default 30)
+  SSL_CERT_FILE, SSL_CERT_DIR, PATH    only passed on to the follow program
 
 Exit codes
   0  done, or nothing to change
