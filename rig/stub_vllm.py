@@ -18,7 +18,11 @@ Faults and slowness come from a JSON file (env STUB_VLLM_BEHAVIOUR, default
 - answer_delay_s: sleep before every answer;
 - generation_delay_s: how long each chat request runs once scheduled, holding its KV blocks
   (only chat answers wait for it, so probes and /metrics stay quick);
-- token_delay_s: the pace of a streamed answer, one server-sent event every so many seconds.
+- token_delay_s: the pace of a streamed answer, one server-sent event every so many seconds;
+- refuse_args: command-line arguments the stub refuses to start with, as vLLM exits at once on
+  a bad argument or value: each entry is a flag (`"--enforce-eager"`, refused whatever its
+  value) or a flag and a value (`"--max-model-len=4096"`, given as `--max-model-len 4096` or
+  `--max-model-len=4096`). A test makes one revision of a config fail to start with it.
 
 Like vLLM, `/v1/chat/completions` and `/v1/completions` answer whole or, with `"stream": true`,
 as server-sent events token by token (`data: <chunk JSON>` lines, `data: [DONE]` last). The
@@ -72,6 +76,7 @@ class Behaviour:
     answer_delay_s: float = 0.0
     generation_delay_s: float = 0.0
     token_delay_s: float = 0.0
+    refuse_args: tuple[str, ...] = ()
 
 
 def load_behaviour(path: str, port: int) -> Behaviour:
@@ -92,7 +97,37 @@ def load_behaviour(path: str, port: int) -> Behaviour:
         raise SystemExit(f"stub-vllm: {path}: unknown key(s) {unknown}; known: {sorted(known)}")
     if merged.get("fail") not in FAILURE_MODES:
         raise SystemExit(f"stub-vllm: {path}: fail must be one of {list(FAILURE_MODES)}")
-    return Behaviour(**merged)
+    refused = merged.get("refuse_args", [])
+    if not isinstance(refused, list) or not all(
+            isinstance(entry, str) and entry.startswith("--") for entry in refused):
+        raise SystemExit(f'stub-vllm: {path}: refuse_args must be a list of "--flag" or '
+                         '"--flag=value" strings')
+    return Behaviour(**{**merged, "refuse_args": tuple(refused)})
+
+
+def given_arguments(argv: list[str]) -> list[tuple[str, str | None]]:
+    """Each `--flag` of the command line with its value (`--flag=value`, or the next word when
+    that is not a flag), None for a bare flag."""
+    given = []
+    for index, word in enumerate(argv):
+        if not word.startswith("--"):
+            continue
+        flag, equals, value = word.partition("=")
+        if not equals:
+            following = argv[index + 1] if index + 1 < len(argv) else None
+            value = None if following is None or following.startswith("--") else following
+        given.append((flag, value))
+    return given
+
+
+def refused_argument(argv: list[str], refused: tuple[str, ...]) -> str | None:
+    """The first argument of the command line the behaviour refuses, as `--flag[=value]`."""
+    for flag, value in given_arguments(argv):
+        shown = flag if value is None else f"{flag}={value}"
+        for entry in refused:
+            if entry in (flag, shown):
+                return shown
+    return None
 
 
 def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
@@ -551,6 +586,10 @@ def serve(argv: list[str]) -> int:
     if behaviour.fail == "exit":
         say("failing at start, as the behaviour file says (fail=exit)")
         return 1
+    refused = refused_argument(argv, behaviour.refuse_args)
+    if refused is not None:
+        say(f"error: argument {refused} refused (refuse_args in the behaviour file)")
+        return 2
     stub = Stub(args, behaviour)
     say(f"loading {stub.model} (takes {behaviour.load_delay_s} s)")
     time.sleep(behaviour.load_delay_s)

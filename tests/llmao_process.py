@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import ssl
 import subprocess
 import sys
@@ -19,6 +21,7 @@ from rig.processes import ChildService
 SERVER = Path(sys.executable).with_name("llmao-server")
 START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 30.0
+RELOAD_TIMEOUT_S = 30.0
 
 
 @dataclass
@@ -32,6 +35,7 @@ class LlmaoServer(ChildService):
     process: subprocess.Popen[bytes]
     log_path: Path
     context: ssl.SSLContext | None = field(default=None, repr=False)
+    workers: int = 2
     _stopped: bool = field(default=False, repr=False)
 
     def answers(self) -> bool:
@@ -42,6 +46,23 @@ class LlmaoServer(ChildService):
         except (urllib.error.URLError, OSError):
             return False
 
+    def reload(self, timeout: float = RELOAD_TIMEOUT_S) -> None:
+        """SIGHUP to gunicorn's arbiter; back once the log shows the reload's outcome, a full
+        set of new workers booted and every old one gone (a gevent worker leaves only after its
+        graceful wait, and answers until then): from then on every answer is the new files'."""
+        before = self.log()
+        reloads, hang_ups = before.count("llmao_server.reload"), before.count("Hang up")
+        os.kill(self.process.pid, signal.SIGHUP)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            log = self.log()
+            after = log.split("Hang up")[-1] if log.count("Hang up") > hang_ups else ""
+            if (log.count("llmao_server.reload") > reloads
+                    and after.count("Booting worker") >= self.workers
+                    and after.count("Worker exiting") >= self.workers):
+                return
+            time.sleep(0.1)
+        raise RuntimeError(f"no reload seen in llmao-server's log:\n{self.log()[-3000:]}")
 
 
 def start_llmao_server(config: Path, models: Path, log_dir: Path, *, host: str = "127.0.0.1",
@@ -66,7 +87,7 @@ def start_llmao_server(config: Path, models: Path, log_dir: Path, *, host: str =
         process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log,
                                    stderr=subprocess.STDOUT)
     scheme = "https" if tls else "http"
-    server = LlmaoServer(f"{scheme}://{host}:{port}", process, log_path, context)
+    server = LlmaoServer(f"{scheme}://{host}:{port}", process, log_path, context, workers)
     deadline = time.monotonic() + START_TIMEOUT_S
     while not server.answers():
         if process.poll() is not None or time.monotonic() > deadline:

@@ -9,6 +9,10 @@ pass needs) and the server's clock, so that reconcile measures ages against
 the clock the fetch times were taken with. ``POST /admin/api/verdicts`` replaces
 the stored pass with a new one, its per model and per box loads included, and
 adds its load sample to the history; the dashboard and ``/metrics`` show them.
+The observations carry every box's latest rollout turn (``turns``);
+``POST /admin/api/turns`` moves turns as reconcile sees them progress, and
+``POST /admin/api/turns/take`` asks for a box's turn for the push path, by the
+same rules as a box's own ``POST /vllm/turn`` (:mod:`.turns`).
 ``/admin/api/pass-lease`` keeps one reconcile pass at a time, fleet-wide: a
 pass takes (``POST``), renews and releases an expiring lease in the store; any
 other pass is told who holds it (``GET`` reads it without taking it).
@@ -47,8 +51,10 @@ from ansible_collections.llmao.fleet.plugins.module_utils.vllm_metrics import (
 from .admin_attempts import AttemptRefused, admin_token_matches
 from .api_errors import JSON, RequestRefused
 from .bearer_header import presented_bearer
+from .redaction import clipped
 from .state import ServerState, app_state
 from .store import AppliedReport, PassLease, ReconcilePass
+from .turns import apply_updates, ask_turn, read_ask, read_updates
 
 bp = Blueprint("admin_api", __name__, url_prefix="/admin/api")
 
@@ -107,7 +113,7 @@ def observations() -> Response:
     approved = approvals_in_force(state)
     served = [*state.fleet.assignments, *approved]
     last = state.store.last_pass()
-    return json_answer(observations_document(
+    document = observations_document(
         time.time(),
         {box: fetches.get(box) for box in served},
         {box: applied_record(report) for box, report in reports.items()},
@@ -115,7 +121,9 @@ def observations() -> Response:
         last.verdicts if last else {},
         last.drift if last else (),
         last.pass_at if last else None,
-    ))
+    )
+    document["turns"] = [turn.record() for turn in state.store.turns()]
+    return json_answer(document)
 
 
 def applied_record(report: AppliedReport) -> dict[str, Any]:
@@ -134,6 +142,30 @@ def record_verdicts() -> Response:
     record = read_pass(read_json_body(), time.time())
     app_state().store.record_pass(record)
     return json_answer({"recorded": len(record.verdicts), "pass_at": record.pass_at})
+
+
+# ------------------------------------------------------------------ rollout turns
+
+
+@bp.post("/turns")
+def update_turns() -> Response:
+    """Reconcile's progress: ``{"updates": [{"box", "revision", "phase", "why"}]}``. Answers
+    every turn after, and the updates refused (a move the turn may not make)."""
+    updates = read_updates(read_json_body())
+    return json_answer(apply_updates(app_state(), updates, "admin-api", request.remote_addr))
+
+
+@bp.post("/turns/take")
+def take_turn() -> Response:
+    """The push path asks for a box's turn: ``{"box", "revision", "servers": [names]}``,
+    answered as ``POST /vllm/turn`` answers the box."""
+    state = app_state()
+    box, revision, names = read_ask(read_json_body(), with_box=True)
+    assignment = state.served_assignment(box or "")
+    if assignment is None:
+        raise RequestRefused(404, "unknown_host", f"box {clipped(box or '')!r} is not served")
+    return json_answer(ask_turn(state, assignment.box, assignment.revision, revision, names,
+                                "admin-api", request.remote_addr))
 
 
 # ------------------------------------------------ the fleet-wide reconcile pass lease

@@ -1,4 +1,5 @@
-"""The box API: ``GET /vllm/config`` (the seed's protocol) and ``POST /vllm/applied``.
+"""The box API: ``GET /vllm/config`` (the seed's protocol), ``POST /vllm/applied`` and
+``POST /vllm/turn`` (a following box asks for its turn to change, :mod:`.turns`).
 
 The fleet key is the gate, checked in constant time; the box is who the
 request claims to be (``X-LLMAO-Host``, else the leftmost ``X-Forwarded-For``,
@@ -35,6 +36,7 @@ from .bearer_header import presented_bearer
 from .logs import RequestLog
 from .redaction import clipped
 from .state import ServerState
+from .turns import ask_turn, read_ask
 
 PREFIX = "/vllm/"
 STATUS_LINES = {status.value: f"{status.value} {status.phrase}" for status in HTTPStatus}
@@ -112,14 +114,18 @@ def fetch_config(state: ServerState, request: BoxRequest) -> Answer:
 
     The revision is the ``ETag``. A box that already holds it says so with
     ``If-None-Match`` and gets ``304`` and no body: a following box re-checks
-    often, and the check should cost less than a fetch. A 304 is still a config
-    check by the box, so its time is noted as a 200's is. ``HEAD`` answers the
-    same (the body is dropped on the way out) but notes no fetch: nothing was
-    handed to a box, so no Loading window starts.
+    often, and the check should cost less than a fetch. A GET with
+    ``If-None-Match`` is such a follow check, whatever it answers: its time is
+    noted as the box's last check, not as a fetch, because a fetch starts its
+    servers' Loading window and a check every few seconds would keep a failing
+    server Loading forever (a following box fetches again, without the header,
+    when it applies). ``HEAD`` answers the same (the body is dropped on the way
+    out) but notes nothing: nothing was handed to a box.
     """
     assignment = resolve_box(state, request)
     if request.method == "GET":
-        state.note_fetch(assignment.box, time.time())
+        note = state.note_check if request.if_none_match else state.note_fetch
+        note(assignment.box, time.time())
     etag = f'"{assignment.revision}"'
     if names_etag(request.if_none_match, etag):
         return 304, b"", [("ETag", etag)]
@@ -144,9 +150,19 @@ def report_applied(state: ServerState, request: BoxRequest) -> Answer:
                             "current": report.revision == assignment.revision}).encode("utf-8"), []
 
 
+def request_turn(state: ServerState, request: BoxRequest) -> Answer:
+    """``POST /vllm/turn``: ``{"revision", "servers": [names]}``; asking again is polling."""
+    assignment = resolve_box(state, request)
+    _, revision, names = read_ask(request.json_body(), with_box=False)
+    decided = ask_turn(state, assignment.box, assignment.revision, revision, names,
+                       f"box {assignment.box}", request.peer)
+    return 200, json.dumps(decided).encode("utf-8"), []
+
+
 ROUTES: dict[str, tuple[tuple[str, ...], Callable[[ServerState, BoxRequest], Answer]]] = {
     "/vllm/config": (("GET", "HEAD"), fetch_config),
     "/vllm/applied": (("POST",), report_applied),
+    "/vllm/turn": (("POST",), request_turn),
 }
 
 

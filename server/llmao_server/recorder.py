@@ -1,4 +1,4 @@
-"""Fetch times and unknown sightings, gathered in memory and written to the store in batches.
+"""Fetch and check times and unknown sightings, kept in memory, written to the store in batches.
 
 Writing each fetch as its own SQLite transaction serialises every worker on the
 database's write lock: under a boot storm that lock, not the answer, sets the
@@ -32,7 +32,8 @@ log = logging.getLogger(__name__)
 
 
 class FetchRecorder:
-    """Per-process buffer in front of :meth:`StateStore.note_fetches` / ``note_unknown``."""
+    """Per-process buffer in front of :meth:`StateStore.note_fetches` / ``note_checks`` /
+    ``note_unknown``."""
 
     def __init__(self, store: StateStore, interval_s: float = FLUSH_INTERVAL_S,
                  redact: Callable[[str], str] = str):
@@ -42,13 +43,20 @@ class FetchRecorder:
         self.failures = 0  # consecutive failed flushes: the current failure streak
         self._lock = threading.Lock()
         self._fetches: dict[str, float] = {}
+        self._checks: dict[str, float] = {}
         self._unknown: dict[str, UnknownBox] = {}
         self._flusher_pid: int | None = None
         self._stop = threading.Event()
 
     def note_fetch(self, box: str, when: float) -> None:
         with self._lock:
-            self._merge_fetches({box: when})
+            _merge_times(self._fetches, {box: when})
+        self._ensure_flusher()
+
+    def note_check(self, box: str, when: float) -> None:
+        """A follow check: kept apart from fetches, which start a server's Loading window."""
+        with self._lock:
+            _merge_times(self._checks, {box: when})
         self._ensure_flusher()
 
     def note_unknown(self, name: str, when: float) -> None:
@@ -59,18 +67,20 @@ class FetchRecorder:
     def flush(self) -> None:
         """Write what this process holds in one go; on failure keep it for the next try."""
         with self._lock:
-            fetches, unknown = self._fetches, list(self._unknown.values())
-            self._fetches, self._unknown = {}, {}
-        if not fetches and not unknown:
+            fetches, checks, unknown = self._fetches, self._checks, list(self._unknown.values())
+            self._fetches, self._checks, self._unknown = {}, {}, {}
+        if not fetches and not checks and not unknown:
             return
         try:
             self.store.note_fetches(fetches)
+            self.store.note_checks(checks)
             self.store.note_unknown(unknown)
         except Exception as exc:  # any fault: the next flush retries; the log says why
             with self._lock:
-                self._merge_fetches(fetches)
+                _merge_times(self._fetches, fetches)
+                _merge_times(self._checks, checks)
                 self._merge_unknown(unknown)
-            self._note_failure(exc, len(fetches), len(unknown))
+            self._note_failure(exc, len(fetches) + len(checks), len(unknown))
             return
         if self.failures:
             log.warning("the state store takes writes again after %d failed flush(es); "
@@ -89,8 +99,8 @@ class FetchRecorder:
             return
         reason = str(exc) if isinstance(exc, StoreError) else type(exc).__name__
         log.warning("%s", self.redact(
-            f"cannot write {fetches} fetch time(s) and {unknown} unknown sighting(s) to the "
-            f"state store ({reason}); keeping them in memory and retrying with back-off, "
+            f"cannot write {fetches} fetch or check time(s) and {unknown} unknown sighting(s) "
+            f"to the state store ({reason}); keeping them in memory and retrying with back-off, "
             f"up to every {MAX_RETRY_INTERVAL_S:g} s; one line follows when it works again"))
 
     def close(self) -> None:
@@ -98,11 +108,6 @@ class FetchRecorder:
         self._stop.set()
         atexit.unregister(self.close)
         self.flush()
-
-    def _merge_fetches(self, fetches: dict[str, float]) -> None:
-        for box, when in fetches.items():
-            if when > self._fetches.get(box, 0.0):
-                self._fetches[box] = when
 
     def _merge_unknown(self, sightings: list[UnknownBox]) -> None:
         """Fold sightings in; only the most recently seen names are kept."""
@@ -132,3 +137,10 @@ class FetchRecorder:
     def _run(self) -> None:
         while not self._stop.wait(self.next_wait_s()):
             self.flush()
+
+
+def _merge_times(held: dict[str, float], times: dict[str, float]) -> None:
+    """Keep the latest time per box."""
+    for box, when in times.items():
+        if when > held.get(box, 0.0):
+            held[box] = when

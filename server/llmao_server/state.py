@@ -69,6 +69,9 @@ class ServerState:
     def note_fetch(self, box: str, now: float) -> None:
         self.recorder.note_fetch(box, now)
 
+    def note_check(self, box: str, now: float) -> None:
+        self.recorder.note_check(box, now)
+
     def note_unknown(self, box: str, now: float) -> None:
         self.recorder.note_unknown(box, now)
 

@@ -32,20 +32,17 @@ from tests.box.probes import (
     assert_serves,
     wait_for,
 )
+from tests.box.template_boot import BOX_DIR, boot, template_env
 from tests.llmao_process import LlmaoServer, start_llmao_server
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
-ROOT = Path(__file__).resolve().parents[2]
-FILES = ROOT / "roles" / "vllm_box" / "files"
 ROWS = {
     "pull-box-a": [["tiny-chat", 8001], ["tiny-code", 8002]],
     "pull-box-b": [["tiny-chat", 8001, "tiny-chat-b"]],
 }
 PROGRAMS = [(box, row[2] if len(row) > 2 else row[0]) for box, rows in ROWS.items()
             for row in rows]
-BOX_DIR = "/opt/llmao"
-CA_IN_BOX = "/etc/llmao-test/ca.pem"
 CONF_DIR = "/etc/supervisor/conf.d"
 RECORD = "/data/llmao/applied.json"
 
@@ -67,15 +64,6 @@ class Pulled:
         return next(s for s in self.fleet.fleet.assignment(box).servers if s.name == name)
 
 
-def boot(box: Box, ca_file: Path) -> subprocess.CompletedProcess[bytes]:
-    """What Vast does at boot: the CA in the image, then the template's PROVISIONING_SCRIPT."""
-    box.put_file(CA_IN_BOX, ca_file.read_bytes())
-    box.put_file(f"{BOX_DIR}/provision.sh", (FILES / "provision" / "vast" / "provision.sh")
-                 .read_bytes(), 0o755)
-    box.put_file(f"{BOX_DIR}/install_set.py", (FILES / "install_set.py").read_bytes(), 0o755)
-    return box.exec(["bash", f"{BOX_DIR}/provision.sh"], check=False)
-
-
 @pytest.fixture(scope="module")
 def pulled(box_image: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pulled]:
     folder = tmp_path_factory.mktemp("pull")
@@ -88,9 +76,8 @@ def pulled(box_image: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator
     boxes: dict[str, Box] = {}
     try:
         for name in ROWS:
-            boxes[name] = start_box(name, image=box_image, env={
-                "FLEET_KEY": FLEET_KEY, "LLMAO_URL": server.url, "PUBLIC_IPADDR": name,
-                "SSL_CERT_FILE": CA_IN_BOX})
+            boxes[name] = start_box(name, image=box_image,
+                                    env=template_env(FLEET_KEY, server.url, name))
         boots = {name: boot(box, tls.ca_file) for name, box in boxes.items()}
         yield Pulled(fleet, server, boxes, boots)
     finally:

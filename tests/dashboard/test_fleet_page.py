@@ -11,6 +11,7 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
+from ansible_collections.llmao.fleet.plugins.module_utils.rollout import Phase, Turn
 from llmao_server.state import app_state
 from llmao_server.store import AppliedReport, UnknownBox
 from tests.dashboard.sessions import approve, csrf_token, flashes, log_in
@@ -251,3 +252,23 @@ def test_the_box_api_still_answers_json(client: FlaskClient) -> None:
     answer = client.get("/vllm/config")
     assert answer.status_code == 403
     assert json.loads(answer.get_data())["error"]["code"] == "fleet_key_required"
+
+
+def test_a_failed_turn_shows_the_rollout_panel_and_a_paused_item(app: Flask,
+                                                                 admin: FlaskClient) -> None:
+    state = app_state(app)
+    assert "Rollout" not in page_of(admin)
+    revision = state.fleet.assignment(KNOWN).revision
+    qwen = f"llmao:{KNOWN}:8002:qwen"
+    now = time.time()
+    state.store.grant_turn(lambda turns: Turn(KNOWN, revision, (qwen,), Phase.DRAINING,
+                                              now, now + 600))
+    state.store.update_turn(KNOWN, revision, Phase.FAILED, f"{qwen} is Stalled: <silent>", now)
+    state.store.record_applied(AppliedReport(OTHER_KNOWN, "0123456789abcdef",
+                                             "2026-01-01T00:00:00Z", (), now))
+    html = page_of(admin)
+    (row,) = re.findall(r'<tr data-model="qwen" class="paused">.*?</tr>', html, flags=re.S)
+    assert f'<td class="waiting">{OTHER_KNOWN}</td>' in row
+    assert f"{qwen} is Stalled: &lt;silent&gt;" in row
+    assert "Rollout paused" in html
+    assert f"box {KNOWN}, rev {revision[:8]}: {qwen} is Stalled: &lt;silent&gt;" in html

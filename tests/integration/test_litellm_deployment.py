@@ -14,6 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from ansible_collections.llmao.fleet.plugins.module_utils.audit_log import append_audit
 from ansible_collections.llmao.fleet.plugins.module_utils.fleet import Fleet
 from ansible_collections.llmao.fleet.plugins.module_utils.litellm_client import LiteLLM
 from ansible_collections.llmao.fleet.plugins.module_utils.litellm_routes import (
@@ -24,7 +25,6 @@ from ansible_collections.llmao.fleet.plugins.modules.litellm_deployment import (
     MASKED,
     ApplyError,
     Outcome,
-    append_audit,
     apply_all,
     audit_entry,
 )

@@ -8,6 +8,7 @@ Which worker answered a request is read from the pid in its log line.
 from __future__ import annotations
 
 import http.client
+import json
 import os
 import re
 import signal
@@ -15,6 +16,7 @@ import socket
 import ssl
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -24,7 +26,14 @@ from pathlib import Path
 import pytest
 
 from llmao_server.store import Approval, SqliteStore
-from tests.server.fleet_pair import SECRETS, UNKNOWN, box_headers, config, write_pair
+from tests.server.fleet_pair import (
+    ADMIN_TOKEN,
+    SECRETS,
+    UNKNOWN,
+    box_headers,
+    config,
+    write_pair,
+)
 
 SERVER = Path(sys.executable).with_name("llmao-server")
 START_TIMEOUT_S = 30.0
@@ -72,10 +81,14 @@ def free_port() -> int:
 
 
 def start(tmp_path: Path, tls: tuple[Path, Path, Path] | None = None,
-          boxes: list[str] = KNOWN_BOXES) -> Server:
-    """Run llmao-server for ``boxes`` with HOME in ``tmp_path`` (and no XDG runtime dir)."""
+          boxes: list[str] = KNOWN_BOXES, rollout: dict | None = None) -> Server:
+    """Run llmao-server for ``boxes`` with HOME in ``tmp_path`` (and no XDG runtime dir),
+    with config.yaml's ``rollout`` section when given."""
     hosts = {box: [["gemma", 8001], ["qwen", 8002]] for box in boxes}
-    config_path, models_path = write_pair(tmp_path / "fleet", config(hosts=hosts))
+    document = config(hosts=hosts)
+    if rollout is not None:
+        document["rollout"] = rollout
+    config_path, models_path = write_pair(tmp_path / "fleet", document)
     port, state, log = free_port(), tmp_path / "state.sqlite3", tmp_path / "server.log"
     environment = {key: value for key, value in os.environ.items() if key != "XDG_RUNTIME_DIR"}
     environment["HOME"] = str(tmp_path / "home")
@@ -272,3 +285,90 @@ def start_once(files: tuple[str, str], bind: str) -> subprocess.CompletedProcess
 def listening(port: int) -> bool:
     with socket.socket() as probe:
         return probe.connect_ex(("127.0.0.1", port)) == 0
+
+
+TURN_LINE = re.compile(r"\[(?P<pid>\d+)\] INFO llmao_server\.box_api: POST /vllm/turn 200 ")
+
+
+def revision_of(server: Server, box: str) -> str:
+    """The box's intended revision, from the ETag of one fetch."""
+    connection = server.connect()
+    try:
+        connection.request("GET", "/vllm/config", headers=box_headers(host=box))
+        answer = connection.getresponse()
+        answer.read()
+        return answer.headers["ETag"].strip('"')
+    finally:
+        connection.close()
+
+
+def ask_turn(connection: http.client.HTTPConnection, box: str, revision: str,
+             start_together: threading.Barrier) -> dict:
+    """Ask on a connection already open (accepted by whichever worker took it), all at once."""
+    start_together.wait(30)
+    connection.request("POST", "/vllm/turn", headers={
+        **box_headers(host=box), "Content-Type": "application/json"},
+        body=json.dumps({"revision": revision, "servers": ["gemma"]}))
+    answer = connection.getresponse()
+    assert answer.status == 200
+    return json.loads(answer.read())
+
+
+def ask_round(server: Server, revisions: dict[str, str]) -> list[dict]:
+    """Every box opens its connection, then all ask at once; their answers."""
+    connections = {box: server.connect() for box in revisions}
+    for connection in connections.values():
+        connection.connect()
+    start_together = threading.Barrier(len(revisions))
+    try:
+        with ThreadPoolExecutor(max_workers=len(revisions)) as pool:
+            return list(pool.map(lambda box: ask_turn(connections[box], box, revisions[box],
+                                                      start_together), revisions))
+    finally:
+        for connection in connections.values():
+            connection.close()
+
+
+def end_turn(server: Server, box: str, revision: str) -> None:
+    """Reconcile's part, through the admin API: the turn drains, then is done."""
+    for phase in ("drained", "done"):
+        connection = server.connect()
+        try:
+            connection.request("POST", "/admin/api/turns", headers={
+                "Authorization": f"Bearer {ADMIN_TOKEN}", "Content-Type": "application/json"},
+                body=json.dumps({"updates": [{"box": box, "revision": revision,
+                                              "phase": phase, "why": ""}]}))
+            answer = connection.getresponse()
+            assert answer.status == 200 and json.loads(answer.read())["refused"] == []
+        finally:
+            connection.close()
+
+
+def test_boxes_asking_at_once_across_workers_get_one_turn(tmp_path: Path) -> None:
+    """Every box of one model asks for a turn at the same moment, max_unavailable 1: the two
+    workers decide in the store's one transaction, so exactly one box is granted. Each round
+    ends the granted turn, so the next is a race again; rounds go on until both workers
+    answered within one (at most ten)."""
+    fleet = [f"10.40.{index // 250}.{index % 250 + 1}" for index in range(1000)]
+    running = start(tmp_path, boxes=fleet,
+                    rollout={"follow_s": 10, "max_unavailable": 1, "drain_s": 5})
+    try:
+        # A large fleet: deciding takes a few milliseconds, the window a lock must close.
+        boxes = fleet[:32]
+        revisions = {box: revision_of(running, box) for box in boxes}
+        for _ in range(10):
+            answers = ask_round(running, revisions)
+            granted = [answer["host"] for answer in answers if answer["granted"]]
+            assert len(granted) == 1, answers
+            assert all("already changing, max_unavailable is 1" in answer["why"]
+                       for answer in answers if not answer["granted"])
+            (turn,) = [t for t in SqliteStore(str(running.state)).turns() if t.active]
+            assert (turn.box, turn.revision) == (granted[0], revisions[granted[0]])
+            end_turn(running, turn.box, turn.revision)
+            pids = [match["pid"] for match in TURN_LINE.finditer(running.log_text())]
+            if len(set(pids[-len(boxes):])) == 2:
+                break
+        else:
+            pytest.fail("one worker answered every round")
+    finally:
+        running.stop()

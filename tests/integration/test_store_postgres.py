@@ -10,13 +10,19 @@ database behave as one server for boxes (the dashboard's side of it is in
 
 from __future__ import annotations
 
+import copy
+import json
+import threading
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
 
+from ansible_collections.llmao.fleet.plugins.module_utils.rollout import Phase
 from llmao_server.store import Approval, StoreError, UnknownBox, open_store
 from llmao_server.store.postgres import PostgresStore, shown_url
 from rig.boxes import free_port
@@ -24,7 +30,7 @@ from rig.postgres import PostgresCluster, session_cluster
 from rig.processes import run_forked
 from tests.dashboard.live_server import fetch_config, start_server
 from tests.llmao_process import LlmaoServer
-from tests.server.fleet_pair import KNOWN, SECRETS, UNKNOWN
+from tests.server.fleet_pair import CONFIG, KNOWN, SECRETS, UNKNOWN, box_headers
 
 
 @pytest.fixture
@@ -140,3 +146,51 @@ def test_two_instances_on_one_database_serve_as_one(
         assert fetch_config(second, UNKNOWN)[0] == 200
     finally:
         store.close()
+
+
+def ask_turn(server: LlmaoServer, box: str, revision: str,
+             start_together: threading.Barrier) -> dict:
+    """``POST /vllm/turn`` as a following box makes it, once every asker is ready."""
+    request = urllib.request.Request(
+        f"{server.url}/vllm/turn", method="POST",
+        data=json.dumps({"revision": revision, "servers": ["gemma"]}).encode(),
+        headers={**box_headers(host=box), "Content-Type": "application/json"})
+    start_together.wait(30)
+    with urllib.request.urlopen(request, timeout=30) as answer:
+        return json.loads(answer.read())
+
+
+def ask_round(servers: list[LlmaoServer], revisions: dict[str, str]) -> list[dict]:
+    """Every box asks at once, each to the next instance in turn; their answers."""
+    start_together = threading.Barrier(len(revisions))
+    with ThreadPoolExecutor(max_workers=len(revisions)) as pool:
+        return list(pool.map(ask_turn, [servers[i % 2] for i in range(len(revisions))],
+                             revisions, revisions.values(),
+                             [start_together] * len(revisions)))
+
+
+@pytest.mark.slow
+def test_boxes_asking_two_instances_at_once_get_one_turn(tmp_path: Path, database: str) -> None:
+    """Boxes of one model ask two instances (two workers each) at the same moment, with
+    max_unavailable 1: exactly one is granted, round after round (each round's turn is
+    ended before the next). A large fleet makes each decision take a few milliseconds."""
+    boxes = [f"10.40.{index // 250}.{index % 250 + 1}" for index in range(1000)]
+    document = copy.deepcopy(CONFIG)
+    document["fleet"]["hosts"] = {box: [["gemma", 8001]] for box in boxes}
+    document["rollout"] = {"follow_s": 10, "max_unavailable": 1}
+    servers = [start_server(tmp_path, name, document, database) for name in ("one", "two")]
+    store = open_store(database)
+    try:
+        askers = boxes[:32]
+        revisions = {box: fetch_config(servers[0], box)[1] for box in askers}
+        revisions = {box: json.loads(body)["revision"] for box, body in revisions.items()}
+        for _ in range(3):
+            answers = ask_round(servers, revisions)
+            granted = [answer["host"] for answer in answers if answer["granted"]]
+            assert len(granted) == 1, [answer["why"] for answer in answers]
+            store.update_turn(granted[0], revisions[granted[0]], Phase.DRAINED, "", time.time())
+            store.update_turn(granted[0], revisions[granted[0]], Phase.DONE, "", time.time())
+    finally:
+        store.close()
+        for server in servers:
+            server.stop()

@@ -142,7 +142,7 @@ def test_the_recorder_backs_off_and_logs_once_per_streak(
     assert waits[0] == 2 * FLUSH_INTERVAL_S and waits[-1] == MAX_RETRY_INTERVAL_S
     lines = [record.getMessage() for record in caplog.records]
     assert len(lines) == 2, lines
-    assert "cannot write 1 fetch time(s)" in lines[0] and "Traceback" not in caplog.text
+    assert "cannot write 1 fetch or check time(s)" in lines[0] and "Traceback" not in caplog.text
     assert "takes writes again after 15 failed flush(es)" in lines[1]
     recorder.close()
 

@@ -11,7 +11,7 @@ import pytest
 
 from rig import web
 from rig.boxes import free_port
-from rig.stub_vllm import Behaviour, load_behaviour, parse_args
+from rig.stub_vllm import Behaviour, load_behaviour, parse_args, refused_argument
 
 KEY = "sk-vllm-test-bearer-0123456789"
 
@@ -195,14 +195,52 @@ def test_behaviour_file_missing_means_defaults(tmp_path):
 
 @pytest.mark.parametrize(
     "table",
-    [{"*": {"load_delay": 1}}, {"8001": {"fail": "crash"}}, ["not", "an", "object"]],
-    ids=["unknown-key", "unknown-failure", "not-an-object"],
+    [{"*": {"load_delay": 1}}, {"8001": {"fail": "crash"}}, ["not", "an", "object"],
+     {"*": {"refuse_args": "--enforce-eager"}}, {"*": {"refuse_args": ["enforce-eager"]}}],
+    ids=["unknown-key", "unknown-failure", "not-an-object", "refuse-not-a-list",
+         "refuse-not-a-flag"],
 )
 def test_behaviour_file_mistakes_are_refused(tmp_path, table):
     path = tmp_path / "vllm.json"
     path.write_text(json.dumps(table))
     with pytest.raises(SystemExit, match="stub-vllm"):
         load_behaviour(str(path), 8001)
+
+
+@pytest.mark.parametrize(
+    ("argv", "refused", "found"),
+    [
+        (["--max-model-len", "4096"], ("--max-model-len=4096",), "--max-model-len=4096"),
+        (["--max-model-len=4096"], ("--max-model-len=4096",), "--max-model-len=4096"),
+        (["--max-model-len", "2048"], ("--max-model-len=4096",), None),
+        (["--max-model-len", "2048"], ("--max-model-len",), "--max-model-len=2048"),
+        (["--enforce-eager", "--port", "8001"], ("--enforce-eager",), "--enforce-eager"),
+        (["--enforce-eager"], ("--enforce-eager=1",), None),
+        (["--port", "8001"], (), None),
+    ],
+    ids=["spaced-value", "equals-value", "other-value", "any-value", "bare-flag",
+         "bare-flag-not-the-value", "nothing-refused"],
+)
+def test_refused_argument_matches_a_flag_or_its_value(argv, refused, found):
+    assert refused_argument(["serve", "m", *argv], refused) == found
+
+
+def test_a_refused_argument_exits_2_without_listening_and_says_which(local_stub_factory):
+    stub = local_stub_factory(
+        served_name="m", model="m", api_key=KEY, wait=False,
+        behaviour={"*": {"refuse_args": ["--max-model-len=4096"]}},
+        args=["--max-model-len", "4096"])
+    assert stub.process.wait(10) == 2
+    assert "argument --max-model-len=4096 refused" in stub.log()
+
+
+def test_the_same_flag_with_another_value_serves(local_stub_factory):
+    stub = local_stub_factory(
+        served_name="m", model="m", api_key=KEY,
+        behaviour={"*": {"refuse_args": ["--max-model-len=4096"]}},
+        args=["--max-model-len", "2048"])
+    status, body = call(f"{stub.url}/v1/models", key=KEY)
+    assert status == 200 and json.loads(body)["data"][0]["max_model_len"] == 2048
 
 
 # --- streaming and /v1/completions --------------------------------------------------------------

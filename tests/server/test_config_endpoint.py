@@ -306,10 +306,25 @@ def test_no_fleet_key_is_503_before_a_304(make_app: Callable[..., Flask]) -> Non
     assert answer.status_code == 503
 
 
-def test_a_304_notes_the_fetch_time_as_a_200_does(client: FlaskClient,
-                                                  state: ServerState) -> None:
-    headers = {**box_headers(), "If-None-Match": f'"{revision_of(state)}"'}
+@pytest.mark.parametrize(("if_none_match", "status"),
+                         [('"{rev}"', 304), ('"0123456789abcdef"', 200)],
+                         ids=["answered-304", "answered-200"])
+def test_a_follow_check_notes_a_check_not_a_fetch(client: FlaskClient, state: ServerState,
+                                                   if_none_match: str, status: int) -> None:
+    headers = {**box_headers(), "If-None-Match": if_none_match.format(rev=revision_of(state))}
     before = time.time()
-    assert client.get("/vllm/config", headers=headers).status_code == 304
+    assert client.get("/vllm/config", headers=headers).status_code == status
     state.recorder.flush()
-    assert before <= state.store.fetch_times()[KNOWN] <= time.time()
+    assert before <= state.store.check_times()[KNOWN] <= time.time()
+    assert state.store.fetch_times() == {}
+
+
+def test_a_fetch_after_checks_is_noted_as_a_fetch(client: FlaskClient,
+                                                  state: ServerState) -> None:
+    check = {**box_headers(), "If-None-Match": f'"{revision_of(state)}"'}
+    client.get("/vllm/config", headers=check)
+    before = time.time()
+    client.get("/vllm/config", headers=box_headers())
+    state.recorder.flush()
+    assert before <= state.store.fetch_times()[KNOWN]
+    assert state.store.check_times()[KNOWN] < before

@@ -91,3 +91,13 @@ def test_the_background_thread_writes_within_the_interval(store: ObservedStore) 
         time.sleep(0.02)
     assert store.fetch_times() == {"a": 1.0}
     recorder.close()
+
+
+def test_checks_are_kept_apart_from_fetches(store: ObservedStore) -> None:
+    recorder = FetchRecorder(store, interval_s=3600)
+    recorder.note_check("a", 2.0)
+    recorder.note_check("a", 1.0)
+    recorder.note_fetch("b", 3.0)
+    recorder.flush()
+    assert store.check_times() == {"a": 2.0}
+    assert store.fetch_times() == {"b": 3.0}

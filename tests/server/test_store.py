@@ -7,11 +7,13 @@ database per test.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from ansible_collections.llmao.fleet.plugins.module_utils.rollout import Phase, Turn, TurnError
 from llmao_server import store as state_store
 from llmao_server.store import (
     AppliedReport,
@@ -300,3 +302,96 @@ def test_passes_claiming_at_once_from_processes_get_one_lease(location: str) -> 
     codes = run_forked(claim_in_a_child, [(location, f"{index:032x}") for index in range(6)],
                        timeout=60)
     assert sorted(codes) == [0, 3, 3, 3, 3, 3]
+
+
+# --- follow checks and rollout turns ------------------------------------------------------------
+
+
+def test_a_check_time_only_moves_forward_and_is_not_a_fetch(store: StateStore) -> None:
+    store.note_checks({"a": 10.0})
+    store.note_checks({"a": 5.0, "b": 7.0})
+    assert store.check_times() == {"a": 10.0, "b": 7.0}
+    assert store.fetch_times() == {}
+
+
+def turn_of(box: str, revision: str = "r1", phase: Phase = Phase.DRAINING) -> Turn:
+    return Turn(box, revision, (f"llmao:{box}:8001:gemma",), phase, 100.0, 900.0)
+
+
+def grant_when_none_active(box: str, revision: str = "r1", pause_s: float = 0.0):
+    """A decision as decide_turn makes one, reduced to one rule: one active turn at a time."""
+    def decide(turns: list[Turn]) -> Turn | str:
+        time.sleep(pause_s)  # widens the window between the read and the write
+        if any(turn.active and turn.box != box for turn in turns):
+            return "another box is changing"
+        return turn_of(box, revision)
+    return decide
+
+
+def test_a_granted_turn_is_kept_as_its_box_latest(store: StateStore) -> None:
+    assert store.turns() == []
+    assert store.grant_turn(grant_when_none_active("b1")) == turn_of("b1")
+    assert store.grant_turn(grant_when_none_active("b2")) == "another box is changing"
+    assert store.turns() == [turn_of("b1")]
+    store.update_turn("b1", "r1", Phase.DRAINED, "", 110.0)
+    store.update_turn("b1", "r1", Phase.DONE, "", 120.0)
+    assert store.grant_turn(grant_when_none_active("b2")) == turn_of("b2")
+    # A new revision's turn replaces the box's row.
+    assert store.grant_turn(grant_when_none_active("b1", "r2")) == "another box is changing"
+    store.update_turn("b2", "r1", Phase.FAILED, "gemma Stalled", 130.0)
+    store.grant_turn(grant_when_none_active("b1", "r2"))
+    assert [(t.box, t.revision, t.phase) for t in store.turns()] == [
+        ("b1", "r2", Phase.DRAINING), ("b2", "r1", Phase.FAILED)]
+    assert store.turns()[1].why == "gemma Stalled"
+
+
+def test_a_decision_that_raises_writes_nothing(store: StateStore) -> None:
+    def stale(turns: list[Turn]) -> Turn:
+        raise ValueError("stale revision")
+    with pytest.raises(ValueError, match="stale revision"):
+        store.grant_turn(stale)
+    assert store.turns() == []
+    assert store.grant_turn(grant_when_none_active("b1")) == turn_of("b1")
+
+
+def test_a_turn_moves_only_as_the_rules_allow(store: StateStore) -> None:
+    store.grant_turn(grant_when_none_active("b1"))
+    with pytest.raises(TurnError, match="is draining; it cannot become done"):
+        store.update_turn("b1", "r1", Phase.DONE, "", 110.0)
+    with pytest.raises(TurnError, match="b1 has no turn for revision r0"):
+        store.update_turn("b1", "r0", Phase.DRAINED, "", 110.0)
+    with pytest.raises(TurnError, match="b9 has no turn"):
+        store.update_turn("b9", "r1", Phase.DRAINED, "", 110.0)
+    drained = store.update_turn("b1", "r1", Phase.DRAINED, "", 110.0)
+    assert (drained.phase, drained.drained_at) == (Phase.DRAINED, 110.0)
+    assert store.turns() == [drained]
+
+
+def grant_in_a_child(location: str, box: str) -> None:
+    """Ask for a turn from a fresh process (its own connection); exit 0 when granted, else 3."""
+    opened = open_store(location)
+    try:
+        decision = opened.grant_turn(grant_when_none_active(box, pause_s=0.3))
+    finally:
+        opened.close()
+    raise SystemExit(0 if isinstance(decision, Turn) else 3)
+
+
+def test_boxes_asking_at_once_from_processes_get_one_turn(location: str) -> None:
+    """Each ask its own process and connection, as boxes reach several workers and instances:
+    the read and the write are one step, so exactly one is granted."""
+    open_store(location).close()
+    codes = run_forked(grant_in_a_child, [(location, f"b{index}") for index in range(4)],
+                       timeout=60)
+    assert sorted(codes) == [0, 3, 3, 3]
+    reader = open_store(location)
+    assert len(reader.turns()) == 1
+    reader.close()
+
+
+def test_a_wait_is_new_once_per_box_and_revision(store: StateStore) -> None:
+    assert store.note_wait("b1", "r1") is True
+    assert store.note_wait("b1", "r1") is False
+    assert store.note_wait("b2", "r1") is True
+    assert store.note_wait("b1", "r2") is True
+    assert store.note_wait("b1", "r2") is False

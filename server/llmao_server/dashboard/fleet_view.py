@@ -27,6 +27,12 @@ from ansible_collections.llmao.fleet.plugins.module_utils.intent import (
 from ansible_collections.llmao.fleet.plugins.module_utils.lifecycle import Drift, State
 from ansible_collections.llmao.fleet.plugins.module_utils.listings import provider_of
 from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_plan import server_key
+from ansible_collections.llmao.fleet.plugins.module_utils.rollout import Turn
+from ansible_collections.llmao.fleet.plugins.module_utils.rollout_status import (
+    ModelRollout,
+    Stage,
+    rollout_rows,
+)
 from ansible_collections.llmao.fleet.plugins.module_utils.vllm_metrics import (
     MetricsRecordError,
 )
@@ -78,6 +84,14 @@ OVERSIZED_ADVICE = ("vLLM accepts a request that needs the whole context and the
                     "or a higher gpu_memory_utilization).")
 SATURATED_ADVICE = ("Requests keep waiting, or the KV cache is nearly full: the model needs "
                     "another box. Add one for it to fleet.hosts (or approve one).")
+# The rollout panel's columns, in the order a box goes through them.
+ROLLOUT_COLUMNS = ((Stage.WAITING, "Waiting"), (Stage.DRAINING, "Draining"),
+                   (Stage.RESTARTING, "Restarting"), (Stage.HEALTHY, "Healthy on new revision"))
+PAUSED_ADVICE = ("A server did not come up Healthy on the new revision, so no other box of the "
+                 "model gets a turn: the others keep serving the old revision. Read the failed "
+                 "server's vLLM log, fix models.yaml or fleet.hosts and restart llmao-server: "
+                 "the fixed config is a new revision, and the rollout resumes with it "
+                 "(docs/troubleshooting.md).")
 ROUTE_DRIFT = (Drift.ORPHAN_ROUTE, Drift.UNMANAGED_ROUTE)
 
 
@@ -94,6 +108,7 @@ class Observed:
     approvals: Sequence[Approval] = ()
     models: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     history: Sequence[LoadSample] = ()
+    turns: Sequence[Turn] = ()
 
 
 @dataclass(frozen=True)
@@ -181,10 +196,11 @@ class Page:
     box_count: int
     server_count: int
     models: tuple[ModelPanel, ...] = ()
+    rollout: tuple[ModelRollout, ...] = ()
 
     def table(self) -> dict[str, Any]:
         """The page's data as plain JSON values (the benchmark's baseline): the servers'
-        table, and each model's load with the samples its chart draws."""
+        table, each model's load with the samples its chart draws, and the rollout."""
         return {
             "servers": [{**vars(row), "last_fetch": vars(row.last_fetch),
                          "load": row.load.record() if row.load else None}
@@ -193,6 +209,7 @@ class Page:
                                     "chart": {line.name: line.segments
                                               for line in panel.chart.lines}}
                        for panel in self.models},
+            "rollout": [row.record() for row in self.rollout],
         }
 
 
@@ -232,14 +249,17 @@ def unprobed_state(fetched_at: float | None, now: float, approval: Approval | No
 Served = list[tuple[BoxAssignment, Approval | None]]
 
 
-def intended(fleet: Fleet, approvals: Iterable[Approval]) -> Served:
-    """Every box llmao serves: ``fleet.hosts`` first, then boxes an admin approved.
+def served_fleet(fleet: Fleet, approvals: Iterable[Approval]) -> Fleet:
+    """The fleet llmao serves: the core's ``with_approvals`` decides which approvals are
+    served (the same rule reconcile follows)."""
+    return fleet.with_approvals({approval.box: approval.models for approval in approvals})
 
-    The core's ``with_approvals`` decides which approvals are served (the same
-    rule reconcile follows); each approved box keeps its approval for the tag.
-    """
+
+def intended(fleet: Fleet, approvals: Iterable[Approval]) -> Served:
+    """Every box llmao serves: ``fleet.hosts`` first, then boxes an admin approved, each
+    approved box with its approval for the tag."""
     by_box = {approval.box: approval for approval in approvals}
-    served = fleet.with_approvals({box: a.models for box, a in by_box.items()})
+    served = served_fleet(fleet, by_box.values())
     return [(assignment, None if box in fleet.assignments else by_box.get(box))
             for box, assignment in served.assignments.items()]
 
@@ -370,6 +390,24 @@ def drift_problems(drift: Sequence[Mapping[str, Any]]) -> list[Problem]:
     return problems
 
 
+def rollout(fleet: Fleet, observed: Observed) -> tuple[ModelRollout, ...]:
+    """Each model under way, from the stored turns, the applied revisions and the last pass's
+    states: the rows reconcile prints too."""
+    states = {key: str(verdict.get("state")) for key, verdict in observed.verdicts.items()}
+    return rollout_rows(served_fleet(fleet, observed.approvals), observed.turns,
+                        observed.applied, states)
+
+
+def paused_problem(rows: Sequence[ModelRollout]) -> Problem | None:
+    """One entry per paused model: the box whose turn failed, the revision, and why."""
+    entries = tuple((row.model, f"box {row.paused.box}, rev {short(row.paused.revision)}: "
+                                f"{row.paused.why or 'its turn failed'}")
+                    for row in rows if row.paused is not None)
+    if not entries:
+        return None
+    return Problem("paused", "Rollout paused", PAUSED_ADVICE, entries)
+
+
 def approved_problem(served: Served, now: float) -> Problem | None:
     """Approved boxes, each with the ``fleet.hosts`` entry that would keep it."""
     entries = []
@@ -410,8 +448,9 @@ def build_page(fleet: Fleet, observed: Observed, now: float, query: str = "") ->
     served = intended(fleet, observed.approvals)
     server_loads, model_loads = read_loads(observed)
     rows = build_rows(fleet, served, observed, now, server_loads)
-    problems = [secrets_problem(fleet), oversized_problem(rows), saturated_problem(model_loads),
-                *state_problems(rows),
+    rolling = rollout(fleet, observed)
+    problems = [secrets_problem(fleet), paused_problem(rolling), oversized_problem(rows),
+                saturated_problem(model_loads), *state_problems(rows),
                 revision_problem(served, observed.applied), *drift_problems(observed.drift),
                 approved_problem(served, now)]
     counts: dict[str, int] = {}
@@ -428,4 +467,5 @@ def build_page(fleet: Fleet, observed: Observed, now: float, query: str = "") ->
         box_count=len({row.box for row in rows}),
         server_count=len(rows),
         models=model_panels(model_loads, observed.history, now),
+        rollout=rolling,
     )

@@ -12,7 +12,7 @@ from ansible_collections.llmao.fleet.plugins.module_utils.fleet import ApprovalE
 from ..state import app_state
 from ..store import StateStore
 from .auth import audit, current_admin
-from .fleet_view import CHART_SPAN_S, Observed, build_page
+from .fleet_view import CHART_SPAN_S, ROLLOUT_COLUMNS, Observed, build_page
 
 QUERY_LENGTH = 100
 BOX_NAME_LENGTH = 253  # a DNS name's limit; addresses and pod ids are far shorter
@@ -31,6 +31,7 @@ def observe(store: StateStore, now: float) -> Observed:
         approvals=store.approvals(),
         models=last_pass.models if last_pass else {},
         history=store.load_history(now - CHART_SPAN_S, servers=False),
+        turns=store.turns(),
     )
 
 
@@ -46,6 +47,7 @@ def fleet() -> str:
     models = [name for name, entry in state.fleet.models.items() if entry.self_hosted]
     return render_template("dashboard/fleet.html", page=page, query=query, models=models,
                            ports=LISTEN_PORTS, admin=current_admin(),
+                           rollout_columns=ROLLOUT_COLUMNS,
                            chart_hours=int(CHART_SPAN_S // 3600))
 
 

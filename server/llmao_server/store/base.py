@@ -11,9 +11,11 @@ one without the callers knowing.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from ansible_collections.llmao.fleet.plugins.module_utils.rollout import Phase, Turn
 
 UNKNOWN_LIMIT = 50
 # Peers whose admin credential attempts are counted; the oldest windows go first.
@@ -114,6 +116,38 @@ class StateStore(ABC):
     @abstractmethod
     def note_fetches(self, fetches: Mapping[str, float]) -> None:
         """Remember the latest config fetch of each box (box name → time)."""
+
+    @abstractmethod
+    def note_checks(self, checks: Mapping[str, float]) -> None:
+        """Remember the latest follow check of each box (box name → time): a ``GET
+        /vllm/config`` with ``If-None-Match``, which is not a fetch (it starts no Loading)."""
+
+    @abstractmethod
+    def check_times(self) -> dict[str, float]:
+        """Box name → time of its latest follow check."""
+
+    @abstractmethod
+    def grant_turn(self, decide: Callable[[list[Turn]], Turn | str]) -> Turn | str:
+        """Read every turn, ``decide`` (:func:`rollout.decide_turn` bound to a box's ask)
+        and keep a granted turn as its box's latest, all in one transaction that no other
+        grant or update interleaves with: two workers or instances never both grant past
+        the limit. Returns the decision; what ``decide`` raises rolls back and propagates."""
+
+    @abstractmethod
+    def update_turn(self, box: str, revision: str, phase: Phase, why: str,
+                    now: float) -> Turn:
+        """Move the latest turn of ``box`` for ``revision`` to ``phase`` (atomically, as
+        :meth:`Turn.moved` allows); raises ``TurnError`` when there is no such turn or it
+        may not move so."""
+
+    @abstractmethod
+    def note_wait(self, box: str, revision: str) -> bool:
+        """Remember that ``box`` was told to wait for ``revision``; whether that is the first
+        time for this revision (the refusal is then audited), by one atomic write."""
+
+    @abstractmethod
+    def turns(self) -> list[Turn]:
+        """Every box's latest turn, by box name."""
 
     @abstractmethod
     def note_unknown(self, sightings: Iterable[UnknownBox]) -> None:

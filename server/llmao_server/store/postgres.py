@@ -27,6 +27,8 @@ APPLICATION_NAME = "llmao-server"
 # Any constant: instances starting together take turns creating the schema
 # (PostgreSQL's CREATE TABLE IF NOT EXISTS is not safe against a concurrent twin).
 SCHEMA_LOCK = 0x6C6D616F
+# Another constant: grants and updates of rollout turns take turns, till their commit.
+TURNS_LOCK = 0x6C6D6174
 
 
 def shown_url(url: str) -> str:
@@ -55,6 +57,7 @@ class PostgresStore(SqlStore):
     driver_errors = (psycopg.Error,)
 
     placeholder = "%s"
+    turns_lock = f"SELECT pg_advisory_xact_lock({TURNS_LOCK})"
 
     def __init__(self, url: str):
         self.url = url

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import json
 from abc import abstractmethod
-from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, ClassVar
+
+from ansible_collections.llmao.fleet.plugins.module_utils.rollout import Phase, Turn, TurnError
 
 from . import base
 from .history import load_sample
@@ -81,6 +83,18 @@ SCHEMA = (
         holder TEXT NOT NULL,
         taken_at DOUBLE PRECISION NOT NULL,
         expires_at DOUBLE PRECISION NOT NULL)""",
+    # Each box's latest follow check (GET /vllm/config with If-None-Match): not a fetch.
+    """CREATE TABLE IF NOT EXISTS box_checks (
+        box TEXT PRIMARY KEY,
+        checked_at DOUBLE PRECISION NOT NULL)""",
+    # Each box's latest rollout turn, as Turn.record() JSON.
+    """CREATE TABLE IF NOT EXISTS rollout_turns (
+        box TEXT PRIMARY KEY,
+        turn TEXT NOT NULL)""",
+    # The revision each box was last told to wait for: a refusal is audited once per revision.
+    """CREATE TABLE IF NOT EXISTS turn_waits (
+        box TEXT PRIMARY KEY,
+        revision TEXT NOT NULL)""",
     # What counted failed logins only, before every attempt was counted.
     "DROP TABLE IF EXISTS login_failures",
 )
@@ -89,6 +103,20 @@ NOTE_FETCH = """
     INSERT INTO box_fetches (box, fetched_at) VALUES (?, ?)
     ON CONFLICT (box) DO UPDATE SET fetched_at = excluded.fetched_at
     WHERE excluded.fetched_at > box_fetches.fetched_at"""
+
+NOTE_CHECK = """
+    INSERT INTO box_checks (box, checked_at) VALUES (?, ?)
+    ON CONFLICT (box) DO UPDATE SET checked_at = excluded.checked_at
+    WHERE excluded.checked_at > box_checks.checked_at"""
+
+KEEP_TURN = """
+    INSERT INTO rollout_turns (box, turn) VALUES (?, ?)
+    ON CONFLICT (box) DO UPDATE SET turn = excluded.turn"""
+
+NOTE_WAIT = """
+    INSERT INTO turn_waits (box, revision) VALUES (?, ?)
+    ON CONFLICT (box) DO UPDATE SET revision = excluded.revision
+    WHERE turn_waits.revision <> excluded.revision"""
 
 NOTE_UNKNOWN = """
     INSERT INTO unknown_boxes (name, first_seen, last_seen, seen_count) VALUES (?, ?, ?, ?)
@@ -196,6 +224,9 @@ class SqlStore(base.StateStore):
     placeholder = "?"
     # What the driver raises when a statement fails (the database is read-only, down…).
     driver_errors: ClassVar[tuple[type[Exception], ...]] = ()
+    # The first statement of a transaction that reads the turns and writes one: it waits
+    # for any other such transaction to end, so that decisions never interleave.
+    turns_lock: ClassVar[str]
 
     @abstractmethod
     def _connection(self) -> Any:
@@ -214,6 +245,39 @@ class SqlStore(base.StateStore):
     def note_fetches(self, fetches: Mapping[str, float]) -> None:
         if fetches:
             self._write((NOTE_FETCH, list(fetches.items())))
+
+    def note_checks(self, checks: Mapping[str, float]) -> None:
+        if checks:
+            self._write((NOTE_CHECK, list(checks.items())))
+
+    def grant_turn(self, decide: Callable[[list[Turn]], Turn | str]) -> Turn | str:
+        with self._store_errors("grant a turn"), self._transaction() as cursor:
+            cursor.execute(self.turns_lock)
+            cursor.execute("SELECT turn FROM rollout_turns ORDER BY box")
+            turns = [_turn(row) for row in cursor.fetchall()]
+            decision = decide(turns)
+            if isinstance(decision, Turn) and decision not in turns:
+                cursor.execute(self._sql(KEEP_TURN),
+                               (decision.box, json.dumps(decision.record())))
+            return decision
+
+    def update_turn(self, box: str, revision: str, phase: Phase, why: str,
+                    now: float) -> Turn:
+        with self._store_errors("update a turn"), self._transaction() as cursor:
+            cursor.execute(self.turns_lock)
+            cursor.execute(self._sql("SELECT turn FROM rollout_turns WHERE box = ?"), (box,))
+            row = cursor.fetchone()
+            held = _turn(row) if row else None
+            if held is None or held.revision != revision:
+                raise TurnError(f"{box} has no turn for revision {revision}")
+            moved = held.moved(phase, why, now)
+            cursor.execute(self._sql(KEEP_TURN), (box, json.dumps(moved.record())))
+            return moved
+
+    def note_wait(self, box: str, revision: str) -> bool:
+        with self._store_errors("note a wait"), self._transaction() as cursor:
+            cursor.execute(self._sql(NOTE_WAIT), (box, revision))
+            return cursor.rowcount == 1
 
     def note_unknown(self, sightings: Iterable[base.UnknownBox]) -> None:
         rows = [(s.name, s.first_seen, s.last_seen, s.count) for s in sightings]
@@ -312,6 +376,12 @@ class SqlStore(base.StateStore):
     def fetch_times(self) -> dict[str, float]:
         return dict(self._query("SELECT box, fetched_at FROM box_fetches"))
 
+    def check_times(self) -> dict[str, float]:
+        return dict(self._query("SELECT box, checked_at FROM box_checks"))
+
+    def turns(self) -> list[Turn]:
+        return [_turn(row) for row in self._query("SELECT turn FROM rollout_turns ORDER BY box")]
+
     def unknown_boxes(self) -> list[base.UnknownBox]:
         rows = self._query("SELECT name, first_seen, last_seen, seen_count FROM unknown_boxes "
                            "ORDER BY last_seen DESC, name")
@@ -381,6 +451,10 @@ class SqlStore(base.StateStore):
             rows = cursor.fetchall()
             connection.commit()  # end the read transaction a driver may have opened
             return rows
+
+
+def _turn(row: Sequence[Any]) -> Turn:
+    return Turn.from_record(json.loads(row[0]))
 
 
 def _approval(row: Sequence[Any]) -> base.Approval:

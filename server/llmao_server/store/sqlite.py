@@ -21,6 +21,9 @@ class SqliteStore(SqlStore):
     """:class:`SqlStore` on a SQLite file (created with its schema if missing)."""
 
     driver_errors = (sqlite3.Error,)
+    # Takes the write lock first (waiting up to the busy timeout): with a deferred start,
+    # two workers could both read the turns before either writes.
+    turns_lock = "BEGIN IMMEDIATE"
 
     def __init__(self, path: str):
         self.path = path

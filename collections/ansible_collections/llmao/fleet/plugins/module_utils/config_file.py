@@ -20,7 +20,7 @@ from .bearer import is_placeholder
 from .config_errors import Problems
 from .field_checks import Section, shown, type_name
 from .hostnames import normalize_host
-from .payload_rules import BOX_NAME_RE, MAX_SERVERS, SERVER_NAME_RE
+from .payload_rules import BOX_NAME_RE, MAX_SERVERS, ROLLOUT_LIMITS, SERVER_NAME_RE
 from .secret_strength import MAKE_ONE, secret_weakness
 from .yaml_source import read_yaml
 
@@ -33,6 +33,8 @@ MAX_PASSES = 1000
 DEFAULT_STATE_FILE = "llmao-state.sqlite3"
 DEFAULT_SESSION_LIFETIME_S = 12 * 3600.0
 MAX_SESSION_LIFETIME_S = 30 * 24 * 3600.0
+# At most this many servers of one model change at once, whatever rollout.max_unavailable says.
+MAX_UNAVAILABLE = 100
 
 
 @dataclass(frozen=True)
@@ -63,6 +65,27 @@ class LoadKnobs:
 
     saturated_passes: int = 3
     saturated_kv_usage: float = 0.9
+
+
+@dataclass(frozen=True)
+class Rollout:
+    """``rollout:``: whether boxes follow their assignment, and how a change rolls
+    (docs/rolling-changes.md). :mod:`rollout` holds the rules that use it."""
+
+    follow_s: float | None = None
+    max_unavailable: int = 1
+    drain_s: float = 30.0
+
+    @property
+    def following(self) -> bool:
+        """Whether boxes follow their assignment (the payload then carries ``rollout``)."""
+        return self.follow_s is not None
+
+    def payload(self) -> dict[str, float] | None:
+        """The payload's ``rollout`` object (floats), or None when boxes do not follow."""
+        if self.follow_s is None:
+            return None
+        return {"follow_s": float(self.follow_s), "drain_s": float(self.drain_s)}
 
 
 @dataclass(frozen=True)
@@ -98,6 +121,7 @@ class Settings:
     weak_secrets: tuple[tuple[str, str], ...] = ()
     load: LoadKnobs = LoadKnobs()
     cost_per_hour: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
+    rollout: Rollout = Rollout()
 
     def is_legacy(self, box: str, listen_port: int) -> bool:
         """A pair that predates the salt and serves ``selfhost_api_key`` (box normalised)."""
@@ -159,6 +183,7 @@ def load_settings(path: str, problems: Problems, warnings: list[str]) -> Setting
     metrics = top.sub("metrics")
     metrics_token = metrics.token("token")
     metrics.close()
+    rollout = _read_rollout(top.sub("rollout"))
     others = {"fleet.key": fleet_key, "fleet.vllm_api_salt": salt,
               "fleet.selfhost_api_key": selfhost, "litellm.master_key": master_key,
               **{f"providers.{kind}.api_key": p.api_key for kind, p in providers.items()}}
@@ -174,7 +199,7 @@ def load_settings(path: str, problems: Problems, warnings: list[str]) -> Setting
         litellm_url=litellm_url, litellm_master_key=master_key, server_url=server_url,
         server_state=_state_location(path, state), admin_token=admin_token,
         session_lifetime_s=session_lifetime_s, metrics_token=metrics_token, weak_secrets=weak,
-        load=load, cost_per_hour=cost_per_hour,
+        load=load, cost_per_hour=cost_per_hour, rollout=rollout,
     )
 
 
@@ -206,6 +231,21 @@ def _state_location(config_path: str, state: str) -> str:
     if "://" in state or os.path.isabs(state):
         return state
     return os.path.join(os.path.dirname(os.path.abspath(config_path)), state)
+
+
+def _read_rollout(section: Section) -> Rollout:
+    """``rollout:``, bounded as the payload rule bounds what a box follows."""
+    follow_low, follow_high = ROLLOUT_LIMITS["follow_s"]
+    drain_low, drain_high = ROLLOUT_LIMITS["drain_s"]
+    rollout = Rollout(
+        follow_s=section.number("follow_s", None, minimum=follow_low, maximum=follow_high),
+        max_unavailable=section.integer("max_unavailable", Rollout.max_unavailable,
+                                        maximum=MAX_UNAVAILABLE),
+        drain_s=section.number("drain_s", Rollout.drain_s, minimum=drain_low,
+                               maximum=drain_high),
+    )
+    section.close()
+    return rollout
 
 
 def _read_costs(fleet: Section) -> Mapping[str, float]:

@@ -102,14 +102,17 @@ class Section:
         return value
 
     def number(self, key: str, default: float | None = None, *,
-               maximum: float = DEFAULT_MAXIMUM) -> float | None:
-        """A finite positive number (int or float) up to ``maximum``: ``.nan``, ``.inf`` refused."""
+               maximum: float = DEFAULT_MAXIMUM, minimum: float | None = None) -> float | None:
+        """A finite number (int or float) above 0, or from ``minimum`` when given, up to
+        ``maximum``: ``.nan``, ``.inf`` refused."""
         value = self.raw(key)
         if value is MISSING or value is None:
             return default
         if isinstance(value, bool) or not isinstance(value, (int, float)) \
-                or not math.isfinite(value) or not 0 < value <= maximum:
-            self.problem(key, f"must be a finite number above 0 and at most {maximum}, "
+                or not math.isfinite(value) or value > maximum \
+                or not (value > 0 if minimum is None else value >= minimum):
+            low = "above 0" if minimum is None else f"from {minimum:g}"
+            self.problem(key, f"must be a finite number {low} and at most {maximum}, "
                               f"not {shown(value)}")
             return default
         return value

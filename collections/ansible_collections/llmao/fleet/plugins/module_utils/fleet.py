@@ -66,7 +66,7 @@ class Fleet:
                 raise ApprovalError(f"cannot derive a bearer: {exc}") from None
             servers.append(IntendedServer(box, model_name, model_name, port,
                                           self.models[model_name], key))
-        return assign(box, tuple(servers))
+        return assign(box, tuple(servers), self.settings.rollout.payload())
 
     def with_approvals(self, approvals: Mapping[str, Sequence[str]]) -> Fleet:
         """This fleet plus each admin-approved box, as the config server serves them.
@@ -134,7 +134,8 @@ def load_fleet(config_path: str, models_path: str) -> Fleet:
                         for row in rows)
         assignments[box] = servers
     problems.raise_if_any()
-    built = {box: assign(box, servers) for box, servers in assignments.items()}
+    rollout = settings.rollout.payload()
+    built = {box: assign(box, servers, rollout) for box, servers in assignments.items()}
     return Fleet(config_path, models_path, settings, MappingProxyType(models),
                  MappingProxyType(built), tuple(warnings))
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -71,21 +72,30 @@ class BoxAssignment:
     body: bytes = field(repr=False)
 
 
-def revision_of(box: str, entries: list[dict[str, Any]]) -> str:
+def revision_of(box: str, entries: list[dict[str, Any]],
+                rollout: Mapping[str, float] | None = None) -> str:
     """A stable content hash of what the box is told, secrets included in the input.
 
     Including the bearer means a salt rotation shows up as a new revision the
-    box has not applied; the hash never reveals it.
+    box has not applied; the hash never reveals it. The ``rollout`` object is
+    covered only when it is sent, so a fleet that does not follow keeps its
+    revisions.
     """
-    canonical = json.dumps({"host": box, "servers": entries}, sort_keys=True,
-                           separators=(",", ":"), ensure_ascii=True)
+    told: dict[str, Any] = {"host": box, "servers": entries}
+    if rollout is not None:
+        told["rollout"] = dict(rollout)
+    canonical = json.dumps(told, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:REVISION_LENGTH]
 
 
-def assign(box: str, servers: tuple[IntendedServer, ...]) -> BoxAssignment:
-    """Build the payload once: ``{"host", "servers", "revision"}`` as bytes."""
+def assign(box: str, servers: tuple[IntendedServer, ...],
+           rollout: Mapping[str, float] | None = None) -> BoxAssignment:
+    """Build the payload once: ``{"host", "servers", "revision"}`` as bytes, and
+    ``"rollout"`` when boxes follow (:meth:`config_file.Rollout.payload`)."""
     entries = [server.payload_entry() for server in servers]
-    revision = revision_of(box, entries)
-    body = json.dumps({"host": box, "servers": entries, "revision": revision},
-                      separators=(",", ":")).encode("utf-8")
+    revision = revision_of(box, entries, rollout)
+    payload: dict[str, Any] = {"host": box, "servers": entries, "revision": revision}
+    if rollout is not None:
+        payload["rollout"] = dict(rollout)
+    body = json.dumps(payload, separators=(",", ":")).encode("utf-8")
     return BoxAssignment(box, servers, revision, body)

@@ -18,10 +18,13 @@ from .bearer import is_placeholder
 from .config_file import Settings
 from .http_json import HttpCallError, JsonService
 from .lifecycle import Change, Memory
+from .reconcile_records import RecordError, turns_from_record
+from .rollout import Turn
 
 OBSERVATIONS_PATH = "/admin/api/observations"
 VERDICTS_PATH = "/admin/api/verdicts"
 PASS_LEASE_PATH = "/admin/api/pass-lease"
+TURNS_PATH = "/admin/api/turns"
 
 
 class LlmaoAdminError(RuntimeError):
@@ -38,6 +41,7 @@ class ServerObservations:
     verdicts: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     pass_at: float | None = None
     approved: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    turns: tuple[Turn, ...] = ()
 
     @property
     def memories(self) -> dict[str, Memory]:
@@ -75,6 +79,10 @@ class LlmaoAdmin(JsonService):
 
     def post_verdicts(self, document: Mapping[str, Any]) -> None:
         self._call("POST", VERDICTS_PATH, dict(document))
+
+    def post_turn_updates(self, updates: Sequence[Mapping[str, Any]]) -> None:
+        """Move rollout turns on (``box``, ``revision``, ``phase``, ``why`` each)."""
+        self._call("POST", TURNS_PATH, {"updates": [dict(update) for update in updates]})
 
     def claim_pass_lease(self, lease_id: str, holder: str, ttl_s: float) -> PassLeaseState:
         """Take (or renew, with the same ``lease_id``) the one-pass-at-a-time lease."""
@@ -147,7 +155,8 @@ def parse_observations(document: Any) -> ServerObservations:
     return ServerObservations(float(now), last_fetches, applied,
                               {str(k): v for k, v in verdicts.items() if isinstance(v, Mapping)},
                               float(pass_at) if isinstance(pass_at, int | float) else None,
-                              _approved(document.get("approved", {})))
+                              _approved(document.get("approved", {})),
+                              _turns(document.get("turns", [])))
 
 
 def parse_pass_lease(document: Any) -> PassLeaseState:
@@ -173,6 +182,14 @@ def _approved(approved: Any) -> dict[str, tuple[str, ...]]:
                                   "of model names")
         result[str(box)] = tuple(models)
     return result
+
+
+def _turns(turns: Any) -> tuple[Turn, ...]:
+    """The stored rollout turns; misread, a draining server could be registered again."""
+    try:
+        return turns_from_record(turns)
+    except RecordError as exc:
+        raise LlmaoAdminError(f"llmao's observations: {exc}") from None
 
 
 def _applied_revision(report: Any) -> str | None:

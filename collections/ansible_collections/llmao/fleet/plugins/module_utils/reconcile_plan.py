@@ -2,15 +2,15 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """One reconcile pass as data: every server's verdict, the LiteLLM changes, the drift.
 
-Pure: the observations (fetch times, memories, listings, LiteLLM's routes) and
-the probes come in, the plan goes out. The playbook prints it, ``--check`` stops
+Pure: the observations (fetch times, memories, listings, LiteLLM's routes,
+rollout turns) and the probes come in, the plan goes out. The playbook prints it, ``--check`` stops
 at it, and the modules apply it. Nothing here talks to the network.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .fleet import Fleet
@@ -30,6 +30,9 @@ from .listings import Endpoint, Listings, provider_of
 from .litellm_routes import Route, deployment_id, route_differs
 from .probe import Target
 from .reconcile_records import Observations
+from .reconcile_turns import TurnUpdate, holding_turns, turn_updates
+from .rollout import Phase, Turn
+from .rollout_status import ModelRollout, rollout_rows
 
 
 @dataclass(frozen=True)
@@ -69,6 +72,13 @@ class Plan:
     loads: Mapping[str, ServerLoad] = field(default_factory=dict)
     models: Mapping[str, ModelLoad] = field(default_factory=dict)
     boxes: Mapping[str, BoxCost] = field(default_factory=dict)
+    turn_updates: tuple[TurnUpdate, ...] = ()
+    rollout: tuple[ModelRollout, ...] = ()
+
+    @property
+    def rollout_lines(self) -> list[str]:
+        """Per model under way where its boxes stand, then each turn this pass moves on."""
+        return [row.line() for row in self.rollout] + [u.line() for u in self.turn_updates]
 
 
 def server_key(server: IntendedServer) -> str:
@@ -85,6 +95,7 @@ def plan_pass(fleet: Fleet, observations: Observations, probes: Mapping[str, Pro
     """Classify every server and decide each LiteLLM change; report what drifted."""
     listings, routes = observations.listings, observations.routes
     by_id = {route.id: route for route in routes}
+    held = holding_turns(observations.turns, observations.applied)
     plans = []
     for server in fleet.servers():
         key = server_key(server)
@@ -92,14 +103,40 @@ def plan_pass(fleet: Fleet, observations: Observations, probes: Mapping[str, Pro
         verdict = classify(observations.now, observations.last_fetches.get(server.box),
                            probes[key], listings.listed(server.box),
                            observations.memories.get(key, Memory()), fleet.settings.lifecycle)
-        plans.append(_decide(server, endpoint, verdict, by_id.get(key)))
+        plans.append(_decide(server, endpoint, verdict, by_id.get(key), held.get(key)))
     intended = {p.id for p in plans}
     owned_orphans = tuple(r for r in routes if r.owned and r.id not in intended)
     drift = _drift(fleet, plans, routes, intended, observations.applied)
     boxes = {box: _box_cost(fleet, listings, box) for box in fleet.assignments}
     loads, remembered = _loads(fleet, plans, probes, observations.memories, boxes)
+    updates = turn_updates(observations.turns, observations.applied,
+                           {p.id: p.verdict for p in plans},
+                           _routed_after(plans, routes, owned_orphans), observations.now)
+    states = {p.id: p.verdict.state.value for p in plans}
     return Plan(tuple(plans), owned_orphans, tuple(drift), remembered, loads,
-                _model_loads(plans, loads), boxes)
+                _model_loads(plans, loads), boxes, updates,
+                rollout_rows(fleet, _after(observations.turns, updates), observations.applied,
+                             states))
+
+
+def _routed_after(plans: list[ServerPlan], routes: tuple[Route, ...],
+                  orphans: tuple[Route, ...]) -> set[str]:
+    """The route ids LiteLLM holds once this pass's changes are made."""
+    routed = {route.id for route in routes} - {route.id for route in orphans}
+    for plan in plans:
+        if plan.change is Change.DELETE:
+            routed.discard(plan.id)
+        elif plan.change is not None:
+            routed.add(plan.id)
+    return routed
+
+
+def _after(turns: tuple[Turn, ...], updates: tuple[TurnUpdate, ...]) -> list[Turn]:
+    """The turns as this pass leaves them, so the rollout lines say where things now stand."""
+    moved = {(u.box, u.revision): u for u in updates}
+    return [replace(turn, phase=moved[turn.box, turn.revision].phase,
+                    why=moved[turn.box, turn.revision].why)
+            if (turn.box, turn.revision) in moved else turn for turn in turns]
 
 
 def _box_cost(fleet: Fleet, listings: Listings, box: str) -> BoxCost:
@@ -137,7 +174,9 @@ def _model_loads(plans: list[ServerPlan], loads: Mapping[str, ServerLoad],
 
 
 def _decide(server: IntendedServer, endpoint: Endpoint | None, verdict: Verdict,
-            route: Route | None) -> ServerPlan:
+            route: Route | None, turn: Turn | None = None) -> ServerPlan:
+    if turn is not None:
+        return _held(server, endpoint, verdict, route, turn)
     if verdict.action is Action.ENSURE and verdict.state is State.HEALTHY and endpoint:
         if route is None:
             return ServerPlan(server, endpoint, verdict, route, Change.REGISTER,
@@ -149,6 +188,17 @@ def _decide(server: IntendedServer, endpoint: Endpoint | None, verdict: Verdict,
     if verdict.action is Action.DELETE and route is not None:
         return ServerPlan(server, endpoint, verdict, route, Change.DELETE,
                           f"{verdict.state.value}: {verdict.reason}")
+    return ServerPlan(server, endpoint, verdict, route)
+
+
+def _held(server: IntendedServer, endpoint: Endpoint | None, verdict: Verdict,
+          route: Route | None, turn: Turn) -> ServerPlan:
+    """A server whose box has its turn and has not applied the turn's revision: never
+    registered (it may restart any moment); its route goes while the turn drains."""
+    if route is not None:
+        drained = "draining" if turn.phase is Phase.DRAINING else "drained"
+        return ServerPlan(server, endpoint, verdict, route, Change.DELETE,
+                          f"rollout: {drained} for rev {turn.revision}")
     return ServerPlan(server, endpoint, verdict, route)
 
 

@@ -19,6 +19,7 @@ from typing import Any
 from .lifecycle import Memory, Models, Probe
 from .listings import ListedBox, Listings, index_listings
 from .litellm_routes import Route
+from .rollout import Turn
 from .vllm_metrics import MetricsRecordError, ServerMetrics
 
 
@@ -141,6 +142,21 @@ def approvals_from_record(record: Any) -> dict[str, tuple[str, ...]]:
     return approvals
 
 
+# -------------------------------------------------------------------- turns
+
+
+def turns_from_record(record: Any) -> tuple[Turn, ...]:
+    """The stored rollout turns; a misread one must fail, or a draining server could be
+    registered again."""
+    turns = []
+    for index, turn in enumerate(_sequence(record, "turns")):
+        try:
+            turns.append(Turn.from_record(_mapping(turn, f"turns[{index}]")))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise RecordError(f"turns[{index}] is not a turn: {exc}") from None
+    return tuple(turns)
+
+
 # ------------------------------------------------------------- observations
 
 
@@ -149,7 +165,8 @@ class Observations:
     """Everything a pass knows before it probes: llmao's records, the listings, LiteLLM.
 
     ``approved`` holds the approvals in force on the server (box to model names in
-    port order): the modules add those boxes to the fleet they load.
+    port order): the modules add those boxes to the fleet they load. ``turns`` are
+    the rollout turns the store holds (the latest per box).
     """
 
     now: float
@@ -159,6 +176,7 @@ class Observations:
     listings: Listings = field(default_factory=Listings)
     routes: tuple[Route, ...] = ()
     approved: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    turns: tuple[Turn, ...] = ()
 
     def record(self) -> dict[str, Any]:
         return {
@@ -169,6 +187,7 @@ class Observations:
             "listings": listings_record(self.listings),
             "routes": [route_record(route) for route in self.routes],
             "approved": {box: list(models) for box, models in self.approved.items()},
+            "turns": [turn.record() for turn in self.turns],
         }
 
     @classmethod
@@ -189,4 +208,5 @@ class Observations:
         routes = tuple(route_from_record(route) for route in _sequence(record["routes"], "routes"))
         return cls(_number(record.get("now"), "now"), last_fetches, applied, memories,
                    listings_from_record(record["listings"]), routes,
-                   approvals_from_record(record.get("approved", {})))
+                   approvals_from_record(record.get("approved", {})),
+                   turns_from_record(record.get("turns", [])))

@@ -86,6 +86,12 @@ observations:
         - The approvals in force in llmao, box to model names in port order, for the
           C(approved) option of M(llmao.fleet.vllm_probe) and M(llmao.fleet.litellm_deployment).
       type: dict
+    turns:
+      description:
+        - The rollout turns llmao holds, the latest per box (C(box), C(revision), C(servers),
+          C(phase), C(granted_at), C(expires_at), C(drained_at), C(ended_at), C(why)).
+      type: list
+      elements: dict
 listing_failures:
   description: Provider to the reason its listing could not be read.
   returned: success
@@ -142,7 +148,7 @@ def observe(fleet: Fleet, timeout: float) -> Observations:
         raise ObserveError(f"{exc}: {NOTHING_CHANGED}") from None
     listings = read_listings(fleet.settings.providers, timeout)
     return Observations(llmao.now, llmao.last_fetches, llmao.applied, llmao.memories, listings,
-                        tuple(routes), llmao.approved)
+                        tuple(routes), llmao.approved, llmao.turns)
 
 
 def observe_result(observations: Observations) -> dict[str, Any]:

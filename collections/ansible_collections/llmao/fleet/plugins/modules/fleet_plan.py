@@ -22,6 +22,12 @@ description:
   - "It also reports drift: LiteLLM routes that match no intended server (llmao's are deleted,
     others are only reported), a deployment with another model than config, a box whose applied
     revision is behind the intended one."
+  - "Rolling changes (docs/rolling-changes.md): a server whose box holds a rollout turn and has
+    not applied the turn's revision yet is never registered, and its route is deleted while the
+    turn drains. Each active turn moves one phase on: C(drained) once none of its servers has a
+    route, C(done) once the box applied the revision and every server of the turn is Healthy,
+    C(failed) (with why) when after the apply one of them is in a state that must not serve, or
+    the turn expired."
   - The rules are llmao's core classifier; this module only runs them. One failed probe below
     C(fleet.health_fail_threshold) deletes nothing, and a listing that could not be read never
     makes a box unlisted.
@@ -167,6 +173,20 @@ memories:
   type: dict
 lines:
   description: The plan as text, one line per server and per change to a route of no server.
+  returned: success
+  type: list
+  elements: str
+turn_updates:
+  description:
+    - The rollout turns this pass moves on (C(box), C(revision), C(phase), C(why)), for
+      M(llmao.fleet.fleet_verdicts) to post once LiteLLM was written.
+  returned: success
+  type: list
+  elements: dict
+rollout_lines:
+  description:
+    - Per model under way, its boxes waiting, draining, restarting and healthy on the new
+      revision, and why its rollout is paused; then one line per turn this pass moves on.
   returned: success
   type: list
   elements: str
@@ -332,6 +352,8 @@ def plan_result(plan: Plan, observations: Observations) -> dict[str, Any]:
         "memories": {key: memory.record() for key, memory in plan.memories.items()},
         "lines": lines,
         "drift_lines": [drift_line(item) for item in drift],
+        "turn_updates": [update.record() for update in plan.turn_updates],
+        "rollout_lines": plan.rollout_lines,
         "models": {name: load.record() for name, load in plan.models.items()},
         "boxes": {box: cost.record() for box, cost in plan.boxes.items()},
         "load_lines": [oversized_line(entry) for entry in servers if entry["oversized"]]

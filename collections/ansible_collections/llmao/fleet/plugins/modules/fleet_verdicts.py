@@ -18,14 +18,19 @@ description:
     price and the time of the pass, to llmao's admin API
     (C(POST /admin/api/verdicts) at C(server.url), with C(admin.token) as bearer). The dashboard
     shows them; the next pass reads the memory back through M(llmao.fleet.fleet_observe).
+  - Then posts the rollout turns the plan moves on (its C(turn_updates)) to
+    C(POST /admin/api/turns), after LiteLLM was written, so a box told its turn is drained finds
+    its routes gone; each update is appended to O(audit_log).
   - Reports C(changed) when a server's state differs from the one the previous pass recorded,
-    so a pass in which nothing happened reports no change.
-  - In check mode nothing is posted, so a checked pass leaves the lifecycle memory as it was.
+    or a turn moved on, so a pass in which nothing happened reports no change.
+  - In check mode nothing is posted, so a checked pass leaves the lifecycle memory and the
+    turns as they were.
 extends_documentation_fragment:
   - llmao.fleet.fleet_files
   - llmao.fleet.controller
   - llmao.fleet.llmao_timeout
   - llmao.fleet.reconcile
+  - llmao.fleet.audit_log
 options:
   plan:
     description:
@@ -51,17 +56,31 @@ transitions:
   type: list
   elements: str
   sample: ["llmao:203.0.113.10:8001:gemma4-26b: Loading -> Healthy"]
+turns:
+  description: One line per rollout turn the pass moved on.
+  returned: success
+  type: list
+  elements: str
+  sample: ["turn of 203.0.113.10 (rev 3f2a...): drained"]
 posted:
-  description: Whether the verdicts were posted (not in check mode).
+  description: Whether the verdicts and turn updates were posted (not in check mode).
   returned: success
   type: bool
 """
 
+import time
 from collections.abc import Mapping
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.llmao.fleet.plugins.module_utils.audit_log import (
+    AUDIT_LOG_OPTION,
+    append_audit,
+    audit_path,
+    stamped,
+)
+from ansible_collections.llmao.fleet.plugins.module_utils.fleet import Fleet
 from ansible_collections.llmao.fleet.plugins.module_utils.fleet_files import module_args
 from ansible_collections.llmao.fleet.plugins.module_utils.llmao_admin import (
     LlmaoAdmin,
@@ -71,6 +90,7 @@ from ansible_collections.llmao.fleet.plugins.module_utils.llmao_admin import (
 from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_module import (
     load_reconcile_fleet,
 )
+from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_turns import TurnUpdate
 
 PLAN_KEYS = ("now", "servers", "memories", "drift")
 
@@ -93,26 +113,56 @@ def transitions(plan: Mapping[str, Any]) -> list[str]:
             for server in plan["servers"] if server.get("previous_state") != server["state"]]
 
 
+def plan_updates(plan: Mapping[str, Any]) -> list[TurnUpdate]:
+    try:
+        return [TurnUpdate.from_record(update) for update in plan.get("turn_updates") or []]
+    except ValueError as exc:
+        raise VerdictsError(f"plan.turn_updates: {exc}") from None
+
+
+def turn_audit_entry(update: TurnUpdate, now: float) -> dict[str, Any]:
+    return stamped({"action": "turn", "box": update.box, "revision": update.revision,
+                    "phase": update.phase.value, "reason": update.why}, now)
+
+
+def record_pass(fleet: Fleet, params: Mapping[str, Any], document: dict[str, Any],
+                updates: list[TurnUpdate]) -> None:
+    """Post the verdicts, then the turn updates, and audit each update once llmao took it."""
+    admin = LlmaoAdmin.from_settings(fleet.settings, params["timeout"])
+    admin.post_verdicts(document)
+    if updates:
+        admin.post_turn_updates([update.record() for update in updates])
+        path = audit_path(fleet, params["audit_log"])
+        for update in updates:
+            append_audit(path, turn_audit_entry(update, time.time()))
+
+
 def main() -> None:
     module = AnsibleModule(**module_args({
         "plan": {"type": "dict", "required": True},
         "timeout": {"type": "float", "default": 15.0},
+        **AUDIT_LOG_OPTION,
     }))
     fleet = load_reconcile_fleet(module)
     plan = module.params["plan"]
     try:
         document = pass_document(plan)
+        updates = plan_updates(plan)
     except VerdictsError as exc:
         module.fail_json(msg=str(exc))
     moved = transitions(plan)
     if not module.check_mode:
         try:
-            LlmaoAdmin.from_settings(fleet.settings, module.params["timeout"]).post_verdicts(
-                document)
+            record_pass(fleet, module.params, document, updates)
         except LlmaoAdminError as exc:
-            module.fail_json(msg=f"{exc}: the verdicts of this pass were not recorded "
+            module.fail_json(msg=f"{exc}: the verdicts or turns of this pass were not recorded "
                                  "(the LiteLLM changes before this task are done)")
-    module.exit_json(changed=bool(moved), transitions=moved, posted=not module.check_mode)
+        except OSError as exc:
+            module.fail_json(msg=f"the turns moved on, but the audit log could not be "
+                                 f"written: {exc}")
+    module.exit_json(changed=bool(moved or updates), transitions=moved,
+                     turns=[update.line() for update in updates],
+                     posted=not module.check_mode)
 
 
 if __name__ == "__main__":

@@ -32,6 +32,7 @@ extends_documentation_fragment:
   - llmao.fleet.approved_boxes
   - llmao.fleet.controller
   - llmao.fleet.reconcile
+  - llmao.fleet.audit_log
 attributes:
   diff_mode:
     support: full
@@ -121,11 +122,6 @@ options:
         description: Why; written to the audit log.
         type: str
         default: ""
-  audit_log:
-    description:
-      - The JSON-lines file every change is appended to. No secret is ever written to it.
-      - Defaults to C(llmao-audit.jsonl) in the folder of O(config).
-    type: path
   timeout:
     description:
       - Seconds to wait for each LiteLLM answer.
@@ -179,8 +175,6 @@ results:
 """
 
 import functools
-import json
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -188,6 +182,12 @@ from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.llmao.fleet.plugins.module_utils.audit_log import (
+    AUDIT_LOG_OPTION,
+    append_audit,
+    audit_path,
+    stamped,
+)
 from ansible_collections.llmao.fleet.plugins.module_utils.fleet import Fleet
 from ansible_collections.llmao.fleet.plugins.module_utils.fleet_files import module_args
 from ansible_collections.llmao.fleet.plugins.module_utils.hostnames import normalize_host
@@ -235,7 +235,7 @@ OPTIONS: dict[str, dict[str, Any]] = {
     **DEPLOYMENT_OPTIONS,
     "deployments": {"type": "list", "elements": "dict", "options": DEPLOYMENT_OPTIONS,
                     **DEPLOYMENT_RULES},
-    "audit_log": {"type": "path"},
+    **AUDIT_LOG_OPTION,
     "timeout": {"type": "float", "default": 15.0},
 }
 ARGUMENT_RULES: dict[str, Any] = {
@@ -244,7 +244,6 @@ ARGUMENT_RULES: dict[str, Any] = {
     "required_together": [("box", "listen_port"), ("public_host", "public_port")],
     "required_if": [("state", "present", ("box", "deployments"), True)],
 }
-AUDIT_LOG_NAME = "llmao-audit.jsonl"
 MASKED = "********"
 NONE = "none"  # the action of a task that changed nothing
 
@@ -396,26 +395,11 @@ def apply_all(fleet: Fleet, items: list[dict[str, Any]], check_mode: bool, timeo
     return done
 
 
-def audit_path(fleet: Fleet, given: str | None) -> str:
-    return given or os.path.join(os.path.dirname(os.path.abspath(fleet.config_path)),
-                                 AUDIT_LOG_NAME)
-
-
 def audit_entry(outcome: Outcome, reason: str, now: float) -> dict[str, Any]:
     shown = outcome.after or outcome.before
-    return {"at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now)), "time": now,
-            "action": outcome.action, "id": outcome.id, "model_name": shown.get("model_name"),
-            "api_base": shown.get("api_base"), "reason": reason}
-
-
-def append_audit(path: str, entry: dict[str, Any]) -> None:
-    """One line per change, appended in one write so concurrent runs never interleave a line."""
-    line = json.dumps(entry, sort_keys=True) + "\n"
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o640)
-    try:
-        os.write(fd, line.encode("utf-8"))
-    finally:
-        os.close(fd)
+    return stamped({"action": outcome.action, "id": outcome.id,
+                    "model_name": shown.get("model_name"), "api_base": shown.get("api_base"),
+                    "reason": reason}, now)
 
 
 def outcome_diff(outcome: Outcome) -> dict[str, Any]:

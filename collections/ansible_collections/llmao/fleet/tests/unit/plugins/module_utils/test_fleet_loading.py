@@ -129,6 +129,30 @@ CONFIG_CASES = [
      "fleet.cost_per_hour.203.0.113.10: must be a price per hour of 0 or more"),
     ("cost text", lambda c: c["fleet"].update(cost_per_hour={"203.0.113.10": "$1"}),
      "fleet.cost_per_hour.203.0.113.10: must be a price per hour of 0 or more"),
+    ("rollout a list", lambda c: c.update(rollout=[30]),
+     "config.yaml: rollout: must be a mapping, not a list"),
+    ("follow below a second", lambda c: c.update(rollout={"follow_s": 0.5}),
+     "config.yaml: rollout.follow_s: must be a finite number from 1 and at most 86400"),
+    ("follow above a day", lambda c: c.update(rollout={"follow_s": 86401}),
+     "rollout.follow_s: must be a finite number from 1 and at most 86400"),
+    ("follow .nan", lambda c: c.update(rollout={"follow_s": float("nan")}),
+     "rollout.follow_s: must be a finite number from 1 and at most 86400, not nan"),
+    ("follow .inf", lambda c: c.update(rollout={"follow_s": float("inf")}),
+     "rollout.follow_s: must be a finite number from 1 and at most 86400, not inf"),
+    ("follow text", lambda c: c.update(rollout={"follow_s": "30s"}),
+     "rollout.follow_s: must be a finite number"),
+    ("drain negative", lambda c: c.update(rollout={"drain_s": -1}),
+     "rollout.drain_s: must be a finite number from 0 and at most 3600"),
+    ("drain .inf", lambda c: c.update(rollout={"drain_s": float("inf")}),
+     "rollout.drain_s: must be a finite number from 0 and at most 3600, not inf"),
+    ("max unavailable zero", lambda c: c.update(rollout={"max_unavailable": 0}),
+     "rollout.max_unavailable: must be an integer from 1 to 100"),
+    ("max unavailable a float", lambda c: c.update(rollout={"max_unavailable": 1.5}),
+     "rollout.max_unavailable: must be an integer from 1 to 100"),
+    ("max unavailable above 100", lambda c: c.update(rollout={"max_unavailable": 101}),
+     "rollout.max_unavailable: must be an integer from 1 to 100"),
+    ("rollout unknown key", lambda c: c.update(rollout={"folow_s": 30}),
+     "config.yaml: rollout.folow_s: unknown key"),
 ]
 
 
@@ -274,3 +298,17 @@ def test_load_knobs_and_costs_default_and_read(tmp_path):
     settings = load_fleet(*write_pair(tmp_path, config)).settings
     assert (settings.load.saturated_passes, settings.load.saturated_kv_usage) == (5, 0.8)
     assert dict(settings.cost_per_hour) == {"203.0.113.10": 0.0, "198.51.100.7": 1.25}
+
+
+def test_rollout_defaults_to_not_following(tmp_path):
+    rollout = load(tmp_path).settings.rollout
+    assert (rollout.follow_s, rollout.max_unavailable, rollout.drain_s) == (None, 1, 30.0)
+    assert not rollout.following and rollout.payload() is None
+
+
+def test_rollout_reads_its_bounds_inclusive(tmp_path):
+    config = with_config(lambda c: c.update(
+        rollout={"follow_s": 1, "max_unavailable": 100, "drain_s": 0}))
+    rollout = load(tmp_path, config).settings.rollout
+    assert (rollout.follow_s, rollout.max_unavailable, rollout.drain_s) == (1, 100, 0)
+    assert rollout.following and rollout.payload() == {"follow_s": 1.0, "drain_s": 0.0}

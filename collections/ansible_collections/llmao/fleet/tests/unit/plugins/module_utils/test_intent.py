@@ -6,8 +6,10 @@ import json
 
 import pytest
 
+from ansible_collections.llmao.fleet.plugins.module_utils import payload_rules
 from ansible_collections.llmao.fleet.plugins.module_utils.bearer import derive_vllm_api_key
 from ansible_collections.llmao.fleet.plugins.module_utils.fleet import ApprovalError, load_fleet
+from ansible_collections.llmao.fleet.plugins.module_utils.intent import revision_of
 from ansible_collections.llmao.fleet.tests.unit.fleets import (
     SALT,
     SHARED_BEARER,
@@ -145,3 +147,62 @@ def test_settings_list_every_secret(fleet):
     secrets = fleet.settings.secrets()
     assert SALT in secrets and SHARED_BEARER in secrets
     assert fleet.settings.fleet_key in secrets
+
+
+def following(**rollout):
+    config = base_config()
+    config["rollout"] = rollout
+    return config
+
+
+def test_a_fleet_that_does_not_follow_keeps_its_payload_and_revision(tmp_path):
+    plain = load_fleet(*write_pair(tmp_path)).assignment("203.0.113.10")
+    tuned = load_fleet(*write_pair(tmp_path, config=following(max_unavailable=2, drain_s=5)))
+    assert tuned.assignment("203.0.113.10").body == plain.body
+    assert tuned.assignment("203.0.113.10").revision == plain.revision
+    # The revision is still the hash of host and servers alone, as boxes already applied it.
+    entries = [server.payload_entry() for server in plain.servers]
+    assert revision_of("203.0.113.10", entries) == plain.revision
+
+
+def test_a_following_fleet_sends_rollout_and_its_revision_covers_it(tmp_path):
+    plain = load_fleet(*write_pair(tmp_path)).assignment("203.0.113.10")
+    fleet = load_fleet(*write_pair(tmp_path, config=following(follow_s=30, drain_s=5)))
+    payload = json.loads(fleet.assignment("203.0.113.10").body)
+    assert list(payload) == ["host", "servers", "revision", "rollout"]
+    assert payload["rollout"] == {"follow_s": 30.0, "drain_s": 5.0}
+    assert all(isinstance(value, float) for value in payload["rollout"].values())
+    assert payload["servers"] == json.loads(plain.body)["servers"]
+    assert payload["revision"] != plain.revision
+    slower = load_fleet(*write_pair(tmp_path, config=following(follow_s=60, drain_s=5)))
+    assert slower.assignment("203.0.113.10").revision != payload["revision"]
+    assert payload_rules.rollout_problem(payload["rollout"]) is None
+
+
+def test_an_approved_box_of_a_following_fleet_follows_too(tmp_path):
+    fleet = load_fleet(*write_pair(tmp_path, config=following(follow_s=30)))
+    approved = fleet.approved_assignment("192.0.2.50", ["gemma"])
+    assert json.loads(approved.body)["rollout"] == {"follow_s": 30.0, "drain_s": 30.0}
+
+
+ROLLOUT_RULE_CASES = [
+    ({"follow_s": 1, "drain_s": 0}, True),
+    ({"follow_s": 86400.0, "drain_s": 3600.0}, True),
+    ({"follow_s": 0.99, "drain_s": 0}, False),
+    ({"follow_s": 86400.5, "drain_s": 0}, False),
+    ({"follow_s": 30, "drain_s": -0.1}, False),
+    ({"follow_s": 30, "drain_s": 3601}, False),
+    ({"follow_s": float("nan"), "drain_s": 1}, False),
+    ({"follow_s": 30, "drain_s": float("inf")}, False),
+    ({"follow_s": True, "drain_s": 1}, False),
+    ({"follow_s": "30", "drain_s": 1}, False),
+    ({"follow_s": 30}, False),
+    ({"follow_s": 30, "drain_s": 1, "max_unavailable": 1}, False),
+    ([30, 1], False),
+    (None, False),
+]
+
+
+@pytest.mark.parametrize(("value", "accepted"), ROLLOUT_RULE_CASES)
+def test_the_rollout_rule(value, accepted):
+    assert (payload_rules.rollout_problem(value) is None) == accepted

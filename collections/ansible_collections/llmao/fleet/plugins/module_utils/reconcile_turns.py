@@ -1,0 +1,106 @@
+# Copyright: llmao fleet contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""What a reconcile pass does about rollout turns: hold servers back, move turns on.
+
+Reconcile is the one writer of LiteLLM, so a box's turn works through it: while
+a turn is on and its box has not applied the turn's revision, the turn's servers
+are kept out of LiteLLM (their routes deleted while it drains); each pass then
+moves the turn one phase on from what it saw, and the box follows the phase.
+Pure, like the rest of the plan: the updates are posted after LiteLLM was written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .lifecycle import Action, State, Verdict
+from .rollout import ACTIVE, Phase, Turn
+
+
+@dataclass(frozen=True)
+class TurnUpdate:
+    """One turn's next phase, as ``POST /admin/api/turns`` takes it."""
+
+    box: str
+    revision: str
+    phase: Phase
+    why: str = ""
+
+    def record(self) -> dict[str, Any]:
+        return {"box": self.box, "revision": self.revision, "phase": self.phase.value,
+                "why": self.why}
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any]) -> TurnUpdate:
+        """An update as fleet_plan returned it; raises ValueError on another shape."""
+        if not isinstance(record, Mapping) or not all(
+                isinstance(record.get(key), str) for key in ("box", "revision", "phase")):
+            raise ValueError("a turn update needs box, revision and phase strings")
+        return cls(record["box"], record["revision"], Phase(record["phase"]),
+                   str(record.get("why") or ""))
+
+    def line(self) -> str:
+        return f"turn of {self.box} (rev {self.revision}): {self.phase.value}" + (
+            f": {self.why}" if self.why else "")
+
+
+def holding_turns(turns: Iterable[Turn], applied: Mapping[str, str | None]) -> dict[str, Turn]:
+    """Server id to the turn keeping it out of LiteLLM: an active turn whose box has not
+    applied the turn's revision yet (the server may restart any moment)."""
+    held = {}
+    for turn in turns:
+        if turn.phase in ACTIVE and applied.get(turn.box) != turn.revision:
+            held.update(dict.fromkeys(turn.servers, turn))
+    return held
+
+
+def next_phase(turn: Turn, applied: str | None, verdicts: Mapping[str, Verdict],
+               routed: set[str], now: float) -> TurnUpdate | None:
+    """The phase this pass moves ``turn`` to, or None when it stays (or has ended).
+
+    ``verdicts`` are this pass's, by server id; ``routed`` the ids LiteLLM has a
+    route for once this pass's changes are made.
+    """
+    if turn.phase not in ACTIVE:
+        return None
+    applied_it = applied == turn.revision
+    states = [(server, verdicts.get(server)) for server in turn.servers]
+    if turn.phase is Phase.DRAINED and applied_it and all(
+            verdict is not None and verdict.state is State.HEALTHY for _, verdict in states):
+        return TurnUpdate(turn.box, turn.revision, Phase.DONE)
+    failing = [(server, verdict) for server, verdict in states
+               if verdict is not None and verdict.action is Action.DELETE]
+    if applied_it and failing:
+        return TurnUpdate(turn.box, turn.revision, Phase.FAILED, _server_text(*failing[0]))
+    if now > turn.expires_at:
+        return TurnUpdate(turn.box, turn.revision, Phase.FAILED,
+                          _expired_text(turn, applied_it, states))
+    if turn.phase is Phase.DRAINING and not routed & set(turn.servers):
+        return TurnUpdate(turn.box, turn.revision, Phase.DRAINED)
+    return None
+
+
+def turn_updates(turns: Iterable[Turn], applied: Mapping[str, str | None],
+                 verdicts: Mapping[str, Verdict], routed: set[str],
+                 now: float) -> tuple[TurnUpdate, ...]:
+    """Every active turn's next phase this pass, in the order the store gave them."""
+    updates = (next_phase(turn, applied.get(turn.box), verdicts, routed, now) for turn in turns)
+    return tuple(update for update in updates if update is not None)
+
+
+def _server_text(server: str, verdict: Verdict) -> str:
+    return f"{server} is {verdict.state.value}: {verdict.reason}"
+
+
+def _expired_text(turn: Turn, applied_it: bool,
+                  states: list[tuple[str, Verdict | None]]) -> str:
+    if not applied_it:
+        return f"the turn expired before {turn.box} applied rev {turn.revision}"
+    for server, verdict in states:
+        if verdict is None:
+            return f"the turn expired: {server} is no longer intended"
+        if verdict.state is not State.HEALTHY:
+            return f"the turn expired: {_server_text(server, verdict)}"
+    return "the turn expired"

@@ -1,0 +1,162 @@
+"""Rollout turns as the server hands them out: a box's ask (``POST /vllm/turn``), the push
+path's (``POST /admin/api/turns/take``) and reconcile's progress (``POST /admin/api/turns``).
+
+The rules are the core's (:func:`rollout.decide_turn`); the store decides and
+keeps the turn in one transaction, so every worker and instance agrees. The
+answer is the same for both asks: whether the box holds a turn, its phase,
+and whether it may apply now, on this server's clock (a box never compares
+clocks). Each grant, each first refusal per box and revision, and each move
+of a turn goes to the audit log.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any, NoReturn
+
+from ansible_collections.llmao.fleet.plugins.module_utils.fleet import Fleet
+from ansible_collections.llmao.fleet.plugins.module_utils.payload_rules import (
+    MAX_SERVERS,
+    SERVER_NAME_RE,
+)
+from ansible_collections.llmao.fleet.plugins.module_utils.rollout import (
+    Phase,
+    Turn,
+    TurnError,
+    decide_turn,
+    may_apply,
+)
+
+from .api_errors import RequestRefused
+from .audit import audit
+from .redaction import clipped
+from .state import ServerState
+
+# A box names at most the servers it runs now plus those it is told to run.
+MAX_NAMES = 2 * MAX_SERVERS
+MAX_TEXT = 300
+MAX_UPDATES = 10_000
+REVISION_LENGTH = 64
+# Reconcile's why names a server, its state and its reason: a line, not a document.
+MAX_WHY = 2000
+
+
+def read_ask(doc: Any, with_box: bool) -> tuple[str | None, str, list[str]]:
+    """``{"revision", "servers": [names]}`` (and ``"box"`` when ``with_box``); 400 otherwise."""
+    if not isinstance(doc, dict):
+        bad_turn("the body must be a JSON object with revision and servers")
+    box = doc.get("box") if with_box else None
+    if with_box and not (isinstance(box, str) and 0 < len(box) <= MAX_TEXT):
+        bad_turn(f"box must be a box name of 1 to {MAX_TEXT} characters")
+    revision, names = doc.get("revision"), doc.get("servers")
+    if not isinstance(revision, str) or not 0 < len(revision) <= REVISION_LENGTH:
+        bad_turn(f"revision must be the revision being moved to (1 to {REVISION_LENGTH} "
+                 "characters)")
+    if not isinstance(names, list) or len(names) > MAX_NAMES or not all(
+            isinstance(name, str) and SERVER_NAME_RE.match(name) for name in names):
+        bad_turn(f"servers must be a list of at most {MAX_NAMES} server names (the programs "
+                 "that change or go)")
+    return box, revision, names
+
+
+def ask_turn(state: ServerState, box: str, intended: str, revision: str,
+             names: Sequence[str], who: str, peer: str | None) -> dict[str, Any]:
+    """Decide ``box``'s ask for ``revision`` (its intended revision is ``intended``)."""
+    if revision != intended:
+        raise RequestRefused(409, "stale_revision",
+                             f"revision {clipped(revision)!r} is not what {box} is meant to run "
+                             "now; fetch GET /vllm/config again")
+    fleet = fleet_in_force(state)
+    states = last_states(state)
+    now = time.time()
+    seen: list[Turn] = []
+
+    def decide(turns: list[Turn]) -> Turn | str:
+        seen.extend(turns)
+        return decide_turn(fleet, box, revision, names, turns, states, now)
+
+    decision = state.store.grant_turn(decide)
+    if isinstance(decision, Turn):
+        if decision not in seen:
+            audit(state.redact, "turn", "granted", who, peer, box=box, revision=revision,
+                  phase=decision.phase.value, servers=list(decision.servers))
+        return answer(fleet, box, revision, decision, "", now)
+    if state.store.note_wait(box, revision):
+        audit(state.redact, "turn", "waiting", who, peer, box=box, revision=revision,
+              why=decision)
+    held = next((turn for turn in seen if turn.box == box and turn.revision == revision), None)
+    return answer(fleet, box, revision, held, decision, now, granted=False)
+
+
+def answer(fleet: Fleet, box: str, revision: str, turn: Turn | None, why: str, now: float,
+           granted: bool = True) -> dict[str, Any]:
+    """The answer of both asks: granted, the phase of the box's turn for this revision (if
+    any), whether to apply now, the drain, and why (the wait, or the turn's own why)."""
+    rollout = fleet.settings.rollout
+    return {"host": box, "revision": revision, "granted": granted,
+            "phase": turn.phase.value if turn else None,
+            "apply": granted and turn is not None and may_apply(turn, rollout, now),
+            "drain_s": float(rollout.drain_s), "why": why or (turn.why if turn else "")}
+
+
+def fleet_in_force(state: ServerState) -> Fleet:
+    """The fleet with the approved boxes added, as they are served and reconciled."""
+    approvals = {a.box: a.models for a in state.store.approvals()}
+    return state.fleet.with_approvals(approvals) if approvals else state.fleet
+
+
+def last_states(state: ServerState) -> dict[str, str]:
+    """Deployment id → the state the last reconcile pass gave it."""
+    last = state.store.last_pass()
+    if last is None:
+        return {}
+    return {key: verdict.get("state") for key, verdict in last.verdicts.items()
+            if isinstance(verdict, Mapping)}
+
+
+def read_updates(doc: Any) -> list[tuple[str, str, Phase, str]]:
+    """``{"updates": [{"box", "revision", "phase", "why"}]}``; 400 otherwise."""
+    updates = doc.get("updates") if isinstance(doc, dict) else None
+    if not isinstance(updates, list) or len(updates) > MAX_UPDATES:
+        bad_turn(f"the body must be {{\"updates\": [...]}} with at most {MAX_UPDATES} updates")
+    read = []
+    for index, update in enumerate(updates):
+        where = f"updates[{index}]"
+        if not isinstance(update, dict):
+            bad_turn(f"{where} must be an object with box, revision, phase and why")
+        box, revision, phase, why = (update.get(key) for key in
+                                     ("box", "revision", "phase", "why"))
+        why = "" if why is None else why
+        if not all(isinstance(text, str) and len(text) <= MAX_TEXT
+                   for text in (box, revision)) or not isinstance(why, str):
+            bad_turn(f"{where}: box and revision must be texts of at most {MAX_TEXT} "
+                     "characters, why a text")
+        if phase not in Phase._value2member_map_:
+            bad_turn(f"{where}.phase must be one of {', '.join(p.value for p in Phase)}")
+        read.append((box, revision, Phase(phase), why[:MAX_WHY]))
+    return read
+
+
+def apply_updates(state: ServerState, updates: list[tuple[str, str, Phase, str]],
+                  who: str, peer: str | None) -> dict[str, Any]:
+    """Move each turn as asked; a move the turn may not make is refused and listed, the
+    others still happen (reconcile's view may be a pass behind a box's new ask)."""
+    now = time.time()
+    refused = []
+    for box, revision, phase, why in updates:
+        try:
+            state.store.update_turn(box, revision, phase, why, now)
+        except TurnError as exc:
+            refused.append({"box": box, "revision": revision, "phase": phase.value,
+                            "why": str(exc)})
+            audit(state.redact, "turn-update", "refused", who, peer, box=box,
+                  revision=revision, phase=phase.value, why=str(exc))
+            continue
+        audit(state.redact, "turn-update", "ok", who, peer, box=box, revision=revision,
+              phase=phase.value, why=why)
+    return {"turns": [turn.record() for turn in state.store.turns()], "refused": refused}
+
+
+def bad_turn(message: str) -> NoReturn:
+    raise RequestRefused(400, "bad_turn", message)

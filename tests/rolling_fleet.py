@@ -1,0 +1,269 @@
+"""A following fleet, for the pull path's rolling-change acceptance test and P8's benchmark.
+
+Three container boxes (real supervisord, the vLLM stub) serve one model, each booted as the
+Vast template boots a box (tests/box/template_boot.py), with ``rollout.follow_s`` set so each
+installs its follow program. The real ``llmao-server`` (gunicorn, several workers) serves them
+over HTTPS on the container bridge; the real LiteLLM proxy routes to them through the ports the
+engine published (the docker provider's listing); ``ansible-playbook playbooks/reconcile.yml``
+runs back to back in a thread, as a short timer would. A change is a new models.yaml and a
+SIGHUP to llmao, which every box then follows on its own.
+
+What the fleet is doing is read where an operator reads it: llmao's admin observations (each
+box's applied revision, the turns) and LiteLLM's listing (what is routed).
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ansible_collections.llmao.fleet.plugins.module_utils.litellm_client import LiteLLM
+from ansible_collections.llmao.fleet.plugins.module_utils.litellm_routes import deployment_id
+from rig import web
+from rig.boxes import Box, free_port, host_gateway_address, start_box
+from rig.local_fleet import LocalFleet, one_model_hosts
+from rig.tls import make_server_tls
+from tests.box.template_boot import boot, template_env
+from tests.llmao_process import LlmaoServer, start_llmao_server
+from tests.reconcile_run import REPO, PlaybookRun, run_reconcile
+
+MODEL = "roll-model"
+BOX_COUNT = 3
+LISTEN_PORT = 8001
+OTHER_PORT = 8002  # where a box's server moves, for a change of that box alone
+SERVER = f"{MODEL}-{LISTEN_PORT}"  # one_model_hosts names each server model-port
+WORKERS = 3
+SETTLE_TIMEOUT_S = 240.0
+PASS_PAUSE_S = 0.5
+FOLLOW_LOG = "/data/llmao/follow.log"
+ACTIVE_PHASES = ("draining", "drained")
+INSTALL_SET = REPO / "roles" / "vllm_box" / "files" / "install_set.py"
+MODULE_UTILS = REPO / "collections" / "ansible_collections" / "llmao" / "fleet" / "plugins" / \
+    "module_utils"
+BOX_API = REPO / "server" / "llmao_server" / "box_api.py"
+
+
+def missing_pieces() -> list[str]:
+    """The pieces of CONTRACT.md a following fleet needs that this checkout lacks, each named
+    with its owner, so a test that cannot run yet says exactly why."""
+    missing = []
+    rollout = MODULE_UTILS / "rollout.py"
+    if not rollout.exists() or "def decide_turn" not in rollout.read_text():
+        missing.append("rollout-server: module_utils/rollout.py with Rollout and decide_turn")
+    if "/turn" not in BOX_API.read_text():
+        missing.append("rollout-server: POST /vllm/turn in server/llmao_server/box_api.py")
+    if "--follow" not in INSTALL_SET.read_text():
+        missing.append("follower: install_set.py --follow and llmao-follow.conf")
+    if "rollout_lines" not in (MODULE_UTILS / "reconcile_plan.py").read_text():
+        missing.append("reconcile-rollout: turns in reconcile_plan.plan_pass (drain, re-admit)")
+    return missing
+
+
+@dataclass(frozen=True)
+class Knobs:
+    """The settings a scenario picks: how often boxes check, how long a drain waits, the grace
+    a (re)started server has to answer, and the model's context at boot."""
+
+    follow_s: float = 1.0
+    drain_s: float = 6.0
+    health_grace_s: float = 30.0
+    max_model_len: int = 4096
+
+
+class ReconcileLoop:
+    """reconcile.yml run back to back in a thread until stopped; every run is kept."""
+
+    def __init__(self, inventory: Path, env: Mapping[str, str]) -> None:
+        self.inventory = inventory
+        self.env = dict(env)
+        self.runs: list[tuple[float, float, PlaybookRun]] = []  # (began, ended, run)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="reconcile-loop", daemon=True)
+
+    def __enter__(self) -> ReconcileLoop:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def passes_since(self, began: float) -> list[PlaybookRun]:
+        return [run for start, _, run in self.runs if start >= began]
+
+    def last_output(self) -> str:
+        return self.runs[-1][2].output if self.runs else "(no reconcile pass ran)"
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            began = time.monotonic()
+            run = run_reconcile(self.inventory, env=self.env)
+            self.runs.append((began, time.monotonic(), run))
+            self._stop.wait(PASS_PAUSE_S)
+
+
+@dataclass
+class RollingFleet:
+    """The running fleet and how to read and change it (see the module's docstring)."""
+
+    local: LocalFleet
+    server: LlmaoServer
+    boxes: dict[str, Box]
+    litellm: LiteLLM
+    loop: ReconcileLoop
+
+    def route_ids(self) -> dict[str, str]:
+        """Box name -> the LiteLLM deployment id of its one intended server."""
+        return {server.box: deployment_id(server.box, server.listen_port, server.name)
+                for server in self.local.load().servers()}
+
+    def intended(self) -> dict[str, str]:
+        fleet = self.local.load()
+        return {box: fleet.assignment(box).revision for box in self.boxes}
+
+    def observations(self) -> dict[str, Any]:
+        status, body = web.call(f"{self.server.url}/admin/api/observations",
+                                headers=web.authorization(self.local.admin_token),
+                                context=self.server.context, timeout=30)
+        if status != 200:
+            raise RuntimeError(f"llmao's observations answered {status}")
+        return json.loads(body)
+
+    def applied(self) -> dict[str, str | None]:
+        boxes = self.observations()["boxes"]
+        return {box: ((boxes.get(box) or {}).get("applied") or {}).get("revision")
+                for box in self.boxes}
+
+    def turns(self) -> dict[str, dict[str, Any]]:
+        """Box name -> its latest turn as llmao records it (CONTRACT §5)."""
+        return {turn["box"]: turn for turn in self.observations().get("turns", [])
+                if turn["box"] in self.boxes}
+
+    def routed(self) -> set[str]:
+        """The boxes whose server LiteLLM routes now."""
+        ids = {route.id for route in self.litellm.routes()}
+        return {box for box, route_id in self.route_ids().items() if route_id in ids}
+
+    def settled(self) -> bool:
+        """Every box applied its intended revision, is routed, and no turn is in progress."""
+        intended = self.intended()
+        return (self.applied() == intended and self.routed() == set(self.boxes)
+                and not any(turn["phase"] in ACTIVE_PHASES for turn in self.turns().values()))
+
+    def change(self, max_model_len: int | None = None,
+               moved: str | None = None) -> dict[str, str]:
+        """A new context for the model in models.yaml, or the ``moved`` box's server moved to
+        another listen port (a change of that box alone); llmao reloaded with it: every worker
+        serves the new revisions when this returns them."""
+        if max_model_len is not None:
+            self.local.recipes = {MODEL: {"max_model_len": max_model_len}}
+        if moved is not None:
+            [[model, port, name]] = self.local.hosts[moved]
+            self.local.hosts[moved] = [[model, OTHER_PORT if port == LISTEN_PORT
+                                        else LISTEN_PORT, name]]
+        self.local.write()
+        self.server.reload()
+        return self.intended()
+
+    def wait(self, what: str, done: Callable[[], bool], timeout: float) -> float:
+        """Poll ``done`` until true; the seconds it took, or TimeoutError with what the fleet
+        was doing."""
+        began = time.monotonic()
+        while not done():
+            if time.monotonic() - began > timeout:
+                raise TimeoutError(f"not within {timeout:.0f} s: {what}\n{self.diagnostics()}")
+            time.sleep(0.5)
+        return time.monotonic() - began
+
+    def served_context(self, box: str) -> int | None:
+        """The max_model_len the box's vLLM reports now (None when it does not answer)."""
+        server = next(s for s in self.local.load().servers() if s.box == box)
+        try:
+            status, body = web.call(f"{self.boxes[box].url(server.listen_port)}/v1/models",
+                                    headers=web.authorization(server.api_key), timeout=5)
+        except OSError:
+            return None
+        return json.loads(body)["data"][0]["max_model_len"] if status == 200 else None
+
+    def diagnostics(self) -> str:
+        """What each box's follower and Supervisor say, llmao's view, and the last pass."""
+        parts = []
+        for name, box in self.boxes.items():
+            follow = box.exec(["sh", "-c", f"tail -n 25 {FOLLOW_LOG} 2>&1"], check=False)
+            status = box.supervisorctl("status")
+            parts.append(f"--- {name}: supervisorctl status\n{status.stdout.decode()}"
+                         f"--- {name}: {FOLLOW_LOG}\n{follow.stdout.decode()}")
+        try:
+            parts.append(f"--- applied {self.applied()}\n--- turns {self.turns()}")
+        except (OSError, RuntimeError, ValueError) as exc:
+            parts.append(f"--- llmao's observations unreadable: {exc}")
+        parts.append(f"--- intended {self.intended()}")
+        parts.append(f"--- last reconcile pass\n{self.loop.last_output()[-4000:]}")
+        return mask("\n".join(parts), self.local.secrets())
+
+
+def mask(text: str, hidden: list[str]) -> str:
+    """``text`` with every secret of the fleet replaced, so a failure message shows none."""
+    for secret in hidden:
+        text = text.replace(secret, "***")
+    return text
+
+
+@contextmanager
+def rolling_fleet(folder: Path, image: str, litellm_url: str, master_key: str, knobs: Knobs,
+                  behaviour: Mapping[str, Any]) -> Iterator[RollingFleet]:
+    """The fleet of the module's docstring, up and settled (every box routed on its revision);
+    boxes, server and routes gone when the block ends."""
+    gateway = host_gateway_address()
+    tls = make_server_tls(folder / "tls", [gateway])
+    suffix = secrets.token_hex(3)
+    names = [f"roll-{suffix}-{index}" for index in range(BOX_COUNT)]
+    local = LocalFleet(folder / "fleet", one_model_hosts(names, model=MODEL), models=(MODEL,),
+                       recipes={MODEL: {"max_model_len": knobs.max_model_len}})
+    port = free_port(gateway)
+    local.write(
+        fleet={"health_grace_s": knobs.health_grace_s, "probe_connect_timeout_s": 2,
+               "probe_timeout_s": 5},
+        rollout={"follow_s": knobs.follow_s, "drain_s": knobs.drain_s},
+        providers={"docker": {"label": "llmao.box"}},
+        litellm={"url": litellm_url, "master_key": master_key},
+        server={"url": f"https://{gateway}:{port}", "state": str(folder / "state.sqlite3")})
+    litellm = LiteLLM(litellm_url, master_key, 30)
+    with ExitStack() as stack:
+        # Registered first, so it runs last: after reconcile stopped, it cannot come back.
+        stack.callback(forget_routes, litellm,
+                       [deployment_id(name, port, SERVER) for name in names
+                        for port in (LISTEN_PORT, OTHER_PORT)])
+        server = stack.enter_context(start_llmao_server(
+            local.config_path, local.models_path, folder, host=gateway, port=port,
+            workers=WORKERS, tls=(tls.ca_file, tls.certfile, tls.keyfile)))
+        boxes = {}
+        for name in names:
+            boxes[name] = start_box(name, image=image, behaviour=behaviour,
+                                    env=template_env(local.fleet_key, server.url, name))
+            stack.callback(boxes[name].remove)
+        booted = {name: boot(box, tls.ca_file) for name, box in boxes.items()}
+        for name, done in booted.items():
+            said = mask((done.stdout + done.stderr).decode(), local.secrets())
+            if done.returncode != 0:
+                raise RuntimeError(f"{name} did not boot from the template:\n{said}")
+        loop = stack.enter_context(ReconcileLoop(local.inventory_path,
+                                                 {"SSL_CERT_FILE": str(tls.ca_file)}))
+        fleet = RollingFleet(local, server, boxes, litellm, loop)
+        fleet.wait("every box serving its revision and routed", fleet.settled, SETTLE_TIMEOUT_S)
+        yield fleet
+
+
+def forget_routes(litellm: LiteLLM, route_ids: Iterable[str]) -> None:
+    """The proxy may be shared with other tests: this fleet's deployments go with it."""
+    wanted = set(route_ids)
+    for route in litellm.routes():
+        if route.id in wanted:
+            litellm.delete(route.id)
