@@ -616,8 +616,8 @@ def validate_assignment(doc: Any) -> Assignment:
             if value in seen:
                 raise Refused(f"servers[{i}].{key}: {value!r} appears twice")
             seen.add(value)
-    rollout = None if doc.get("rollout") is None else validate_rollout(doc["rollout"],
-                                                                         "assignment.rollout")
+    rollout = validate_rollout(doc["rollout"], "assignment.rollout") if "rollout" in doc \
+        else None
     if rollout is not None:
         for i, server in enumerate(servers):
             if FOLLOW_PROGRAM in (server.name, f"llmao-{server.name}"):
@@ -1244,8 +1244,10 @@ def apply_changes(changes: Iterable[FileChange]) -> None:
 
 
 def prepare_directories(settings: Settings) -> None:
-    """The folders the programs log to and cache weights in must exist before they start."""
-    for folder in (settings.conf_dir, settings.data_dir / "logs", settings.data_dir / "hf"):
+    """The folders the programs log to and cache weights in must exist before they start
+    (supervisord refuses a program whose log folder is missing: the follower's too)."""
+    for folder in (settings.conf_dir, settings.data_dir / "logs", settings.data_dir / "hf",
+                   settings.follow_log.parent):
         folder.mkdir(parents=True, exist_ok=True)
 
 
@@ -1330,8 +1332,9 @@ def unified_diff(change: FileChange) -> str:
 class Console:
     """Where the program talks: prose on stdout, or stderr when --json owns stdout.
 
-    Every line goes through the mask, so no secret reaches a terminal or a log. A
-    long-running follower stamps each line with the UTC time (its log has no other clock).
+    Every line goes through the mask, so no secret reaches a terminal or a log. The
+    follower writes one line per step, stamped with the UTC time (its log has no other
+    clock): what supervisorctl said over several lines is joined with "; ".
     """
 
     def __init__(self, json_mode: bool, stamped: bool = False) -> None:
@@ -1343,7 +1346,9 @@ class Console:
         return mask_text(text, self.secrets)
 
     def line(self, text: str) -> str:
-        return self.mask(f"{utc_now()} {text}" if self.stamped else text)
+        if self.stamped:
+            text = f"{utc_now()} " + "; ".join(part for part in text.splitlines() if part)
+        return self.mask(text)
 
     def say(self, text: str) -> None:
         print(self.line(text), file=sys.stderr if self.json_mode else sys.stdout, flush=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -19,6 +20,7 @@ from .conftest import point_box_at
 from .follow_llmao import APPLIED, CONFIG, TURN, ContractLlmao, following, turn
 from .helpers import FLEET_KEY, FakeLlmao, closed_port, server_entry
 
+STAMP = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ \S")
 DRAW = 1.1  # what the injected jitter draws: every wait is its period times this
 
 
@@ -107,6 +109,7 @@ def test_a_new_revision_waits_for_its_turn_then_restarts_only_what_changed(
     follower_file = box.conf / "llmao-follow.conf"
     follower_before = (follower_file.stat().st_ino, follower_file.read_bytes())
     contract.intended = following(*CHANGED_ONE, revision="rev-2")
+    box.supervisorctl(status=0, update_says="model-1: stopped\nmodel-1: updated process group\n")
     contract.turns = [turn(False, why="max_unavailable of served-1 reached"),
                       turn(True, "draining"), turn(True, "draining"), turn(True, "drained"),
                       turn(True, "drained", apply=True)]
@@ -134,6 +137,8 @@ def test_a_new_revision_waits_for_its_turn_then_restarts_only_what_changed(
                  "applied revision rev-2"):
         assert said.count(step) == 1, (step, said)
     assert said.index("applying revision rev-2") < said.index("applied revision rev-2")
+    assert "supervisorctl update: model-1: stopped; model-1: updated process group" in said
+    assert all(STAMP.match(line) for line in log.splitlines()), "one stamped line per step"
     assert FLEET_KEY not in log and "sk-vllm-" not in log
 
 

@@ -172,6 +172,7 @@ def test_usual_fleet_keys_are_carried(install_set, supervisor_options, data_dir,
     ({"follow_s": 30}, "assignment.rollout: must be an object with exactly follow_s and drain_s"),
     ({**ROLLOUT, "max_unavailable": 1}, "assignment.rollout: must be an object"),
     ([30, 5], "assignment.rollout: must be an object"),
+    (None, "assignment.rollout: must be an object"),
     ({"follow_s": 0.5, "drain_s": 5}, "assignment.rollout.follow_s: must be a finite number "
                                       "from 1 to 86400"),
     ({"follow_s": 86401, "drain_s": 5}, "assignment.rollout.follow_s"),
