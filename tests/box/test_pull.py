@@ -129,6 +129,16 @@ def test_every_pulled_program_runs_and_serves(pulled, box, name):
 
 
 @by_box
+def test_without_rollout_no_box_follows(pulled, box):
+    """config.yaml sets no rollout.follow_s: no follow program, as the protocol was before."""
+    target = pulled.boxes[box]
+    listing = target.exec(["sh", "-c", f"ls {CONF_DIR}"]).stdout.decode().split()
+    assert "llmao-follow.conf" not in listing and listing
+    assert "llmao-follow" not in target.supervisorctl("status").stdout.decode()
+    assert "rollout" not in json.loads(target.read_file(RECORD))
+
+
+@by_box
 def test_no_bearer_on_any_command_line_of_a_pulled_box(pulled, box):
     listing = pulled.boxes[box].exec(["sh", "-c", COMMAND_LINES]).stdout.decode()
     assert_no_bearer_on_command_lines(listing, pulled.fleet.fleet.assignment(box).servers)

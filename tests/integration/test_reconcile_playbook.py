@@ -9,11 +9,13 @@ from __future__ import annotations
 import json
 import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from ansible_collections.llmao.fleet.plugins.module_utils.http_json import JsonService
 from ansible_collections.llmao.fleet.plugins.module_utils.litellm_client import LiteLLM
 from ansible_collections.llmao.fleet.plugins.module_utils.litellm_routes import PUBLIC_BASE_KEY
 from ansible_collections.llmao.fleet.plugins.module_utils.llmao_admin import LlmaoAdmin
@@ -356,3 +358,120 @@ def test_two_passes_at_once_one_acts_the_other_names_it_and_changes_nothing(
     audit = (local.folder / "llmao-audit.jsonl").read_text().splitlines()
     assert len(audit) == 1
     assert admin.pass_lease().holder is None
+
+
+def as_box(local: LocalFleet, server: LlmaoServer, box: str, method: str, path: str,
+           body: dict | None = None) -> int:
+    """One request of the box protocol, as ``box`` makes it (fleet key, claimed name)."""
+    request = urllib.request.Request(
+        server.url + path, data=None if body is None else json.dumps(body).encode(),
+        method=method, headers={"Authorization": f"Bearer {local.fleet_key}",
+                                "X-LLMAO-Host": box, "Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=15) as answer:
+        return answer.status
+
+
+def apply_on(local: LocalFleet, server: LlmaoServer, box: str) -> str:
+    """What a box does once its turn says apply: a real fetch (the Loading clock starts), then
+    the report of the intended revision. Returns that revision."""
+    assignment = local.load().assignment(box)
+    assert as_box(local, server, box, "GET", "/vllm/config") == 200
+    report = {"revision": assignment.revision, "applied_at": time.strftime(
+        "%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "servers": [{"name": s.name, "port": s.listen_port,
+                     "served_model_name": s.served_model_name} for s in assignment.servers]}
+    assert as_box(local, server, box, "POST", "/vllm/applied", report) == 200
+    return assignment.revision
+
+
+def audited(local: LocalFleet) -> list[tuple[str, ...]]:
+    entries = [json.loads(line) for line in
+               (local.folder / "llmao-audit.jsonl").read_text().splitlines()]
+    return [(e["action"], e.get("phase") or e["id"], e["reason"]) for e in entries]
+
+
+class TestRolloutTurns:
+    """Reconcile drives a box's turn: both boxes serve, the turn is taken through the admin API
+    (as the push path takes it), the box's part is played by the test."""
+
+    @pytest.fixture
+    def local(self, tmp_path: Path, fake_litellm: LiteLLMProcess,
+              litellm_master_key: str) -> LocalFleet:
+        local = LocalFleet(tmp_path / "fleet", one_model_hosts(loopback_boxes(2)))
+        local.write(litellm={"url": fake_litellm.url, "master_key": litellm_master_key},
+                    server={"url": f"http://127.0.0.1:{free_port()}",
+                            "state": str(tmp_path / "state.sqlite3")},
+                    fleet={"health_grace_s": 2})
+        return local
+
+    @pytest.fixture
+    def stubs(self, local: LocalFleet) -> Iterator[dict[str, LocalStub]]:
+        stubs = start_stubs(local.load())
+        yield {stub.host: stub for stub in stubs}
+        stop_stubs(stubs)
+
+    @staticmethod
+    def take_turn(local: LocalFleet, server: LlmaoServer, box: str) -> dict:
+        assignment = local.load().assignment(box)
+        return JsonService(server.url, local.admin_token).call(
+            "POST", "/admin/api/turns/take",
+            {"box": box, "revision": assignment.revision,
+             "servers": [s.name for s in assignment.servers]})
+
+    def test_a_turn_drains_the_box_and_readmits_it_once_applied_healthy(
+            self, local, stubs, server, litellm):
+        first, second = boxes_of(local)
+        first_id = f"llmao:{first}:8001:{MODEL}-8001"
+        assert reconcile(local).returncode == 0
+        assert self.take_turn(local, server, first)["phase"] == "draining"
+        revision = local.load().assignment(first).revision
+        checked = reconcile(local, "--check")
+        assert checked.returncode == 0, checked.output
+        assert f"=> delete: rollout: draining for rev {revision}" in checked.output
+        assert first_id in {route.id for route in litellm.routes()}
+        admin = LlmaoAdmin(server.url, local.admin_token)
+        assert [t.phase.value for t in admin.observations().turns] == ["draining"]
+
+        drained = reconcile(local)
+        assert drained.returncode == 0, drained.output
+        assert f"{MODEL}: restarting {first}" in drained.output
+        assert f"turn of {first} (rev {revision}): drained" in drained.output
+        assert first_id not in {route.id for route in litellm.routes()}
+        assert [t.phase.value for t in admin.observations().turns] == ["drained"]
+        held = reconcile(local)  # the old vLLM still answers: never registered before the apply
+        assert f"({MODEL}, 8001 -> {first}:8001): Healthy: serving its model with our bearer " \
+               "=> unchanged, not in LiteLLM" in held.output
+
+        apply_on(local, server, first)
+        done = reconcile(local)
+        assert done.returncode == 0, done.output
+        assert f"turn of {first} (rev {revision}): done" in done.output
+        assert {route.id for route in litellm.routes() if "llmao:" in route.id} == \
+            {first_id, f"llmao:{second}:8001:{MODEL}-8001"}
+        assert [t.phase.value for t in admin.observations().turns] == ["done"]
+        assert audited(local)[2:] == [
+            ("delete", first_id, f"rollout: draining for rev {revision}"),
+            ("turn", "drained", ""),
+            ("register", first_id, "Healthy, not in LiteLLM"),
+            ("turn", "done", "")]
+
+    def test_a_server_failing_on_the_new_revision_pauses_the_model(
+            self, local, stubs, server, litellm):
+        first, second = boxes_of(local)
+        first_id = f"llmao:{first}:8001:{MODEL}-8001"
+        assert reconcile(local).returncode == 0
+        assert self.take_turn(local, server, first)["granted"]
+        assert reconcile(local).returncode == 0
+        stubs[first].stop()  # the new revision does not start
+        revision = apply_on(local, server, first)
+        time.sleep(3)  # past the 2 s grace
+        failed = reconcile(local)
+        assert failed.returncode == 0, failed.output
+        why = f"{first_id} is Stalled: fetched its config"
+        assert f"turn of {first} (rev {revision}): failed: {why}" in failed.output
+        assert f"{MODEL}: PAUSED at {first} (rev {revision}): {why}" in failed.output
+        assert [r.id for r in litellm.routes() if "llmao:" in r.id] == \
+            [f"llmao:{second}:8001:{MODEL}-8001"]
+        assert audited(local)[-1][:2] == ("turn", "failed")
+        refused = self.take_turn(local, server, second)
+        assert not refused["granted"] and "paused" in refused["why"]

@@ -120,4 +120,4 @@ def test_a_change_rolls_box_by_box_and_a_failing_one_pauses(fleet, real_litellm,
     answered = {o.answered_by.split(":")[0] for o in load.outcomes()}
     assert set(kept) <= answered, said
     last_pass = fleet.loop.last_output()
-    assert "paused" in last_pass and broken in last_pass, said
+    assert f"PAUSED at {broken} (rev {bad[broken]}" in last_pass, said

@@ -21,7 +21,7 @@ from tests.unit.box_program.helpers import load_install_set
 BOX = load_install_set()
 PINNED = ["BOX_NAME_RE", "SERVER_NAME_RE", "API_KEY_RE", "UNSAFE_CHAR_RE", "MAX_TEXT",
           "MAX_ARGS", "MAX_ARG", "MAX_SERVERS", "API_KEY_FLAG", "NUMBER_LIMITS",
-          "INTEGER_NUMBERS"]
+          "INTEGER_NUMBERS", "ROLLOUT_LIMITS"]
 # Characters that matter, mixed with any others: the edges of every rule.
 EDGES = "-_.=/ \t\n\x00\x1f\x7f\x85\x9f\xa0\u200b\u200f\u2028\u2029\u202e\u2066\ufeff\ud800\"'%;#"
 texts = st.text(st.one_of(st.sampled_from(EDGES), st.characters()), max_size=12) | \
@@ -70,3 +70,24 @@ def test_args_are_judged_alike(args: list[str]):
 @given(texts)
 def test_an_option_is_read_as_the_key_alike(value: str):
     assert core.names_api_key_flag(value) == BOX.names_api_key_flag(value)
+
+
+# Around and on the bounds of rollout's numbers, of every JSON kind, and objects with a key
+# missing or one too many.
+rollout_numbers = st.one_of(
+    st.sampled_from([0, 1, 0.5, 0.999, 1.0, 3600, 3600.5, 86400, 86400.0, 86401, -0.0, -1,
+                     True, False, None, "30", [30], float("inf"), float("nan")]),
+    st.integers(-10, 10**6), st.floats(allow_nan=True, allow_infinity=True))
+rollouts = st.one_of(
+    st.fixed_dictionaries({"follow_s": rollout_numbers, "drain_s": rollout_numbers}),
+    st.dictionaries(st.sampled_from(["follow_s", "drain_s", "max_unavailable", ""]),
+                    rollout_numbers, max_size=3),
+    st.sampled_from([None, [], "follow", 30]))
+
+
+@settings(max_examples=500, deadline=None)
+@given(rollouts)
+def test_a_rollout_object_is_judged_alike(value):
+    assert (core.rollout_problem(value) is None) == box_accepts(
+        BOX.validate_rollout, value, "rollout")
+

@@ -32,9 +32,31 @@ Steps
              restarts rewritten ones and drops removed ones, and starts nothing
              else (a program stopped by hand stays stopped: restarts are
              Supervisor's). The push role hands over through this same step. Only
-             files whose first line is the marker are ever touched.
-  5. record  ``$DATA_DIRECTORY/llmao/applied.json`` (no secret) and, when fetched,
-             ``POST $LLMAO_URL/vllm/applied``; a failed report is only a warning.
+             files whose first line is the marker are ever touched. A fetched
+             assignment that carries ``rollout`` also gets the follow program,
+             ``llmao-follow.conf`` (below); ``--payload`` never does.
+  5. record  ``$DATA_DIRECTORY/llmao/applied.json`` (no secret; ``rollout`` too when
+             the assignment has it) and, when fetched, ``POST $LLMAO_URL/vllm/applied``;
+             a failed report is only a warning.
+
+Following (``--follow``, run by the follow program)
+  When llmao's config sets ``rollout.follow_s``, the payload carries ``rollout``
+  (``follow_s``, ``drain_s``) and the box keeps following it. The follow program is
+  ``<python3> <this file> --follow`` under Supervisor (autorestart), with this run's
+  environment (FLEET_KEY included, so the file is 0600) and its log in
+  ``$DATA_DIRECTORY/llmao/follow.log``, one UTC-stamped line per step. Its text does
+  not depend on the revision, so applying one never restarts it. The loop:
+  every ``follow_s`` x uniform(0.8, 1.2) s a check, ``GET /vllm/config`` with
+  ``If-None-Match: "<applied revision>"``; 304 is current. Another revision: the
+  apply's own planning says which servers' programs change or go; none: applied at
+  once; else ``POST /vllm/turn`` with them, asked again every ``follow_s`` while
+  not granted, polled every min(follow_s, 2) s once granted, until llmao says
+  ``apply`` (409: llmao intends another revision, start over). Then a real fetch
+  (no If-None-Match) and, if it is still that revision, steps 2 to 5 exactly as at
+  boot; a change to the follow program itself is handed over last, after the
+  report (handing it over stops this very process). Errors are one line each and
+  the next check backs off (the period doubled per error, up to 900 s); never a
+  traceback.
 
 Environment
   LLMAO_URL            llmao's base URL, https (http only to a loopback address)
@@ -49,6 +71,7 @@ Environment
   LLMAO_FETCH_ATTEMPTS     attempts per request (default 8)
   LLMAO_FETCH_BACKOFF_S    first retry delay, doubled each time up to 60 s (default 2)
   LLMAO_FETCH_TIMEOUT_S    timeout of one request (default 30)
+  SSL_CERT_FILE, SSL_CERT_DIR, PATH    only passed on to the follow program
 
 Exit codes
   0  done, or nothing to change
@@ -70,6 +93,7 @@ import ipaddress
 import json
 import math
 import os
+import random
 import re
 import shlex
 import ssl
@@ -86,7 +110,7 @@ from decimal import Decimal
 from fractions import Fraction
 from http.client import HTTPException
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 MARKER = "; managed by llmao install_set.py: changes are overwritten"
 PROGRAM_GLOB = "llmao-*.conf"
@@ -101,6 +125,7 @@ DEFAULT_VLLM_HOST = "0.0.0.0"
 HOST_HEADER = "X-LLMAO-Host"
 CONFIG_PATH = "/vllm/config"
 APPLIED_PATH = "/vllm/applied"
+TURN_PATH = "/vllm/turn"
 
 # The payload rules: a copy of the core's module_utils/payload_rules.py, which this
 # stdlib-only program cannot import. tests/reliability/test_payload_rules.py pins the two.
@@ -121,11 +146,15 @@ API_KEY_FLAG = "--api-key"
 NUMBER_LIMITS = {"gpu_memory_utilization": 1, "max_model_len": 10**8, "vram_gb": 10**5,
                  "disk_gb": 10**6, "kv_bytes_per_token": 10**9}
 INTEGER_NUMBERS = frozenset({"max_model_len", "kv_bytes_per_token"})
+# The payload's ``rollout`` object (sent only when boxes follow): its keys and their bounds.
+ROLLOUT_LIMITS = {"follow_s": (1, 86400), "drain_s": (0, 3600)}
 # A JSON number is refused before conversion when its text is longer or its exponent larger:
 # int("9" * 10**6) and Fraction(Decimal("1e-999999999")) would hang the box.
 MAX_NUMBER_CHARS = 64
 MAX_EXPONENT = 400
 MAX_REVISION = 128
+# What may stand between the quotes of an entity tag (If-None-Match names the revision).
+ETAG_RE = re.compile(r"[!#-~]{1,128}\Z")
 # The environment's retry knobs, bounded so a typo cannot make a box wait for days.
 MAX_ATTEMPTS = 100
 MAX_WAIT_S = 3600.0
@@ -136,6 +165,24 @@ DATA_DIRECTORY_RE = re.compile(r"/[A-Za-z0-9._/@+-]*\Z")
 FLEET_KEY_RE = re.compile(r"[!-~]([ -~]*[!-~])?\Z")
 ENV_BEARER_RE = re.compile(r'VLLM_API_KEY="[^"]*"')
 OPTIONAL_NUMBERS = tuple(NUMBER_LIMITS)
+
+# The follow program: one more Supervisor program when the payload carries ``rollout``.
+FOLLOW_PROGRAM = "llmao-follow"
+FOLLOW_FILE = f"{FOLLOW_PROGRAM}.conf"
+# The environment the follow program is given, when this run has it: what the box program
+# reads, what TLS verification reads, and PATH (supervisorctl and nvidia-smi are found by it).
+FOLLOW_ENV = ("LLMAO_URL", "FLEET_KEY", "LLMAO_HOST", "DATA_DIRECTORY", "SUPERVISOR_CONF_DIR",
+              "VLLM_BIN", "VLLM_HOST", "LLMAO_FETCH_ATTEMPTS", "LLMAO_FETCH_BACKOFF_S",
+              "LLMAO_FETCH_TIMEOUT_S", "SSL_CERT_FILE", "SSL_CERT_DIR", "PATH")
+# Each wait of the follow loop is its period times a draw from this range, so boxes that
+# booted together do not check together.
+FOLLOW_JITTER = (0.8, 1.2)
+# A granted turn is polled this often (or every follow_s, when that is shorter).
+TURN_POLL_S = 2.0
+# The check period when the applied record does not say (no record yet, or it was removed).
+FOLLOW_FALLBACK_S = 60.0
+# After errors the period doubles per error up to this (or follow_s, when that is longer).
+FOLLOW_BACKOFF_CAP_S = 900.0
 
 EXIT_DOC = """exit codes:
   0  done, or nothing to change
@@ -185,10 +232,16 @@ class Settings:
     attempts: int = 8
     backoff_s: float = 2.0
     timeout_s: float = 30.0
+    # What the follow program is given of this run's environment (FOLLOW_ENV, when set).
+    follow_env: tuple[tuple[str, str], ...] = field(default=(), repr=False)
 
     @property
     def record_path(self) -> Path:
         return self.data_dir / "llmao" / "applied.json"
+
+    @property
+    def follow_log(self) -> Path:
+        return self.data_dir / "llmao" / "follow.log"
 
 
 def read_settings(environ: Mapping[str, str], fetching: bool) -> Settings:
@@ -237,6 +290,7 @@ def read_settings(environ: Mapping[str, str], fetching: bool) -> Settings:
         attempts=env_number(environ, "LLMAO_FETCH_ATTEMPTS", 8, int, 1, MAX_ATTEMPTS),
         backoff_s=env_number(environ, "LLMAO_FETCH_BACKOFF_S", 2.0, float, 0, MAX_WAIT_S),
         timeout_s=env_number(environ, "LLMAO_FETCH_TIMEOUT_S", 30.0, float, 0.001, MAX_WAIT_S),
+        follow_env=tuple((name, environ[name]) for name in FOLLOW_ENV if environ.get(name)),
     )
 
 
@@ -380,18 +434,70 @@ def server_message(body: bytes) -> str:
         message = json.loads(text)["error"]["message"]
     except (ValueError, KeyError, TypeError):
         message = text
-    return UNSAFE_CHAR_RE.sub(" ", str(message)).strip()[:200] or "(empty answer)"
+    return clean_text(str(message)) or "(empty answer)"
 
 
-def fetch_assignment(settings: Settings, say: Callable[[str], None]) -> Any:
-    """GET the box's assignment from llmao and return the decoded JSON."""
+def clean_text(text: str) -> str:
+    """Text from llmao made fit for one log line: controls blanked, 200 characters at most."""
+    return UNSAFE_CHAR_RE.sub(" ", text).strip()[:200]
+
+
+def fetch_assignment(settings: Settings, say: Callable[[str], None],
+                     applied_revision: str | None = None, attempts: int | None = None) -> Any:
+    """GET the box's assignment from llmao and return the decoded JSON.
+
+    Naming the ``applied_revision`` makes it a follow check (``If-None-Match``): None
+    when llmao answers 304, that revision is still the intended one.
+    """
     url = f"{settings.url}{CONFIG_PATH}"
+    headers = auth_headers(settings)
+    if applied_revision is not None:
+        headers["If-None-Match"] = f'"{applied_revision}"'
     status, body = with_retries(
-        lambda: http_request("GET", url, auth_headers(settings), None, settings.timeout_s),
-        settings.attempts, settings.backoff_s, f"GET {url}", say)
+        lambda: http_request("GET", url, headers, None, settings.timeout_s),
+        attempts or settings.attempts, settings.backoff_s, f"GET {url}", say)
+    if status == 304 and applied_revision is not None:
+        return None
     if status != 200:
         raise refusal(status, body, settings.host)
     return decode_json(body, f"llmao's answer from {url}")
+
+
+@dataclass(frozen=True)
+class TurnAnswer:
+    """llmao's answer to ``POST /vllm/turn``: whether the box may change, and when to apply."""
+
+    granted: bool
+    phase: str | None
+    apply: bool
+    why: str
+
+
+def ask_turn(settings: Settings, say: Callable[[str], None], revision: str,
+             servers: list[str]) -> TurnAnswer | None:
+    """Ask llmao once for the turn to move these servers to ``revision``.
+
+    None when llmao answers 409: it no longer intends that revision.
+    """
+    url = f"{settings.url}{TURN_PATH}"
+    body = json.dumps({"revision": revision, "servers": servers}).encode("utf-8")
+    headers = {**auth_headers(settings), "Content-Type": "application/json"}
+    status, answer = with_retries(
+        lambda: http_request("POST", url, headers, body, settings.timeout_s),
+        1, settings.backoff_s, f"POST {url}", say)
+    if status == 409:
+        return None
+    if status != 200:
+        raise refusal(status, answer, settings.host)
+    doc = decode_json(answer, f"llmao's answer from {url}")
+    if not (isinstance(doc, dict) and isinstance(doc.get("granted"), bool)
+            and isinstance(doc.get("apply"), bool)):
+        raise Refused(f"llmao's answer from {url} is not a turn: granted and apply must be "
+                      "true or false")
+    phase, why = doc.get("phase"), doc.get("why")
+    return TurnAnswer(granted=doc["granted"], apply=doc["apply"],
+                      phase=clean_text(phase) if isinstance(phase, str) else None,
+                      why=clean_text(why) if isinstance(why, str) else "")
 
 
 def decode_json(raw: bytes, source: str) -> Any:
@@ -466,10 +572,23 @@ class Server:
 
 
 @dataclass(frozen=True)
+class Rollout:
+    """The payload's ``rollout``: how often the box checks, and llmao's drain time."""
+
+    follow_s: float
+    drain_s: float
+
+    def record(self) -> dict[str, float]:
+        return {"follow_s": self.follow_s, "drain_s": self.drain_s}
+
+
+@dataclass(frozen=True)
 class Assignment:
     host: str
     revision: str | None
     servers: tuple[Server, ...]
+    # Present when llmao's config sets rollout.follow_s: the box follows.
+    rollout: Rollout | None = None
 
 
 def validate_assignment(doc: Any) -> Assignment:
@@ -497,7 +616,32 @@ def validate_assignment(doc: Any) -> Assignment:
             if value in seen:
                 raise Refused(f"servers[{i}].{key}: {value!r} appears twice")
             seen.add(value)
-    return Assignment(host=host, revision=revision, servers=servers)
+    rollout = validate_rollout(doc["rollout"], "assignment.rollout") if "rollout" in doc \
+        else None
+    if rollout is not None:
+        for i, server in enumerate(servers):
+            if FOLLOW_PROGRAM in (server.name, f"llmao-{server.name}"):
+                raise Refused(f"servers[{i}].name: {server.name!r} is the follow program's "
+                              f"name ({FOLLOW_FILE}) while boxes follow; rename the server")
+    return Assignment(host=host, revision=revision, servers=servers, rollout=rollout)
+
+
+def validate_rollout(value: Any, where: str) -> Rollout:
+    """Exactly ``follow_s`` and ``drain_s``, each a finite number within its bounds.
+
+    The follow program sleeps these, so anything else would make it spin or hang.
+    """
+    if not isinstance(value, dict) or set(value) != set(ROLLOUT_LIMITS):
+        raise Refused(f"{where}: must be an object with exactly "
+                      f"{' and '.join(ROLLOUT_LIMITS)}")
+    numbers = {}
+    for key, (low, high) in ROLLOUT_LIMITS.items():
+        number = value[key]
+        if isinstance(number, bool) or not isinstance(number, (int, float, Decimal)) \
+                or not math.isfinite(number) or not low <= number <= high:
+            raise Refused(f"{where}.{key}: must be a finite number from {low} to {high}")
+        numbers[key] = float(number)
+    return Rollout(**numbers)
 
 
 def validate_server(entry: Any, where: str) -> Server:
@@ -854,6 +998,56 @@ def render_program(server: Server, utilization: Decimal | None, settings: Settin
     return "\n".join(lines) + "\n"
 
 
+def follow_argv() -> list[str]:
+    """This very file run with --follow by this interpreter (absolute paths both)."""
+    return [sys.executable, str(Path(__file__).resolve()), "--follow"]
+
+
+def supervisor_env_value(name: str, value: str) -> str:
+    """One ``environment=`` value quoted so Supervisor reads it back unchanged, else Refused.
+
+    Supervisor splits the line with a non-POSIX shlex (quotes, no escapes), then strips
+    quote characters from both ends of each value; its ini reader cuts a ``;`` or ``#``
+    that follows whitespace. A value must fit inside one kind of quote and avoid those.
+    """
+    quote = '"' if '"' not in value else "'"
+    if quote in value or UNSAFE_CHAR_RE.search(value) or value[:1] in "'\"" \
+            or value[-1:] in "'\"" or re.search(r"\s[;#]", value):
+        raise Refused(f"{name} cannot be carried to the follow program by Supervisor's "
+                      "environment=: it holds both quote kinds, starts or ends with a quote, a "
+                      "control character, or ';' or '#' after a space")
+    return supervisor_value(f"{quote}{value}{quote}")
+
+
+def render_follow_program(settings: Settings) -> str:
+    """The follow program: this file with --follow, in the environment this run was given.
+
+    Nothing in it depends on the assignment, so applying a revision never restarts it. It
+    carries FLEET_KEY, hence 0600 like the others; its stop signal reaches only itself, so a
+    supervisorctl it started outlives it.
+    """
+    command = " ".join(supervisor_quote(arg) for arg in follow_argv())
+    environment = ",".join(f"{name}={supervisor_env_value(name, value)}"
+                           for name, value in settings.follow_env)
+    lines = [
+        MARKER,
+        f"[program:{FOLLOW_PROGRAM}]",
+        f"command={supervisor_value(command)}",
+        f"environment={environment}",
+        "autostart=true",
+        "autorestart=true",
+        "startsecs=5",
+        "startretries=3",
+        "stopsignal=TERM",
+        "stopwaitsecs=10",
+        f"stdout_logfile={supervisor_value(str(settings.follow_log))}",
+        "stdout_logfile_maxbytes=10MB",
+        "stdout_logfile_backups=3",
+        "redirect_stderr=true",
+    ]
+    return "\n".join(lines) + "\n"
+
+
 def program_path(conf_dir: Path, name: str) -> Path:
     return conf_dir / f"llmao-{name}.conf"
 
@@ -898,6 +1092,11 @@ class Plan:
     def changes(self) -> list[FileChange]:
         return self.programs + ([self.record] if self.record else [])
 
+    def changing_servers(self) -> list[str]:
+        """The servers whose programs this plan adds, rewrites or removes (not the follower)."""
+        return [status.name for status in self.statuses
+                if status.file != "unchanged" and status.name != FOLLOW_PROGRAM]
+
 
 def is_ours(text: str) -> bool:
     return text.split("\n", 1)[0] == MARKER
@@ -928,15 +1127,15 @@ def plan_programs(conf_dir: Path, wanted: dict[Path, str]) -> tuple[list[FileCha
     return changes, unchanged
 
 
-def program_statuses(servers: Iterable[Server], conf_dir: Path,
+def program_statuses(programs: Iterable[tuple[str, Path]],
                      changes: Iterable[FileChange]) -> list[ProgramStatus]:
-    """Each program of the assignment, then each one of an earlier assignment it removes."""
+    """Each wanted program (name, file), then each one of an earlier assignment it removes."""
     by_path = {change.path: change for change in changes}
     statuses = []
-    for server in servers:
-        change = by_path.get(program_path(conf_dir, server.name))
+    for name, path in programs:
+        change = by_path.get(path)
         kind = "unchanged" if change is None else "added" if change.before is None else "updated"
-        statuses.append(ProgramStatus(server.name, kind))
+        statuses.append(ProgramStatus(name, kind))
     for change in by_path.values():
         gone = program_name(change.before or "") if change.after is None else None
         if gone is not None:
@@ -946,7 +1145,8 @@ def program_statuses(servers: Iterable[Server], conf_dir: Path,
 
 def build_record(assignment: Assignment, memory: Mapping[str, Decimal],
                  applied_at: str) -> dict[str, Any]:
-    """What the box applied, without any secret: for operators and for drift checks."""
+    """What the box applied, without any secret: for operators, for drift checks, and for the
+    follow program (the revision it names in its checks, ``rollout.follow_s`` its period)."""
     servers = []
     for server in assignment.servers:
         entry: dict[str, Any] = {"name": server.name, "model": server.model,
@@ -955,8 +1155,11 @@ def build_record(assignment: Assignment, memory: Mapping[str, Decimal],
         if memory.get(server.name) is not None:
             entry["gpu_memory_utilization"] = float(memory[server.name])
         servers.append(entry)
-    return {"revision": assignment.revision, "host": assignment.host,
-            "applied_at": applied_at, "servers": servers}
+    record = {"revision": assignment.revision, "host": assignment.host,
+              "applied_at": applied_at, "servers": servers}
+    if assignment.rollout is not None:
+        record["rollout"] = assignment.rollout.record()
+    return record
 
 
 def record_text(record: Mapping[str, Any]) -> str:
@@ -991,11 +1194,17 @@ def plan_record(path: Path, previous: tuple[str | None, dict[str, Any] | None],
 
 
 def make_plan(assignment: Assignment, memory: Mapping[str, Decimal], settings: Settings,
-              now: str) -> Plan:
-    """Every file this assignment needs written or removed, touching nothing yet."""
-    wanted = {program_path(settings.conf_dir, s.name): render_program(s, memory.get(s.name),
-                                                                       settings)
+              now: str, follow: bool) -> Plan:
+    """Every file this assignment needs written or removed, touching nothing yet.
+
+    ``follow``: the follow program is wanted too (a fetched assignment with ``rollout``).
+    """
+    names = {s.name: program_path(settings.conf_dir, s.name) for s in assignment.servers}
+    wanted = {names[s.name]: render_program(s, memory.get(s.name), settings)
               for s in assignment.servers}
+    if follow:
+        names[FOLLOW_PROGRAM] = settings.conf_dir / FOLLOW_FILE
+        wanted[names[FOLLOW_PROGRAM]] = render_follow_program(settings)
     programs, unchanged = plan_programs(settings.conf_dir, wanted)
     previous = read_record(settings.record_path)
     record, applied_at = plan_record(settings.record_path, previous, assignment, memory, now,
@@ -1004,7 +1213,7 @@ def make_plan(assignment: Assignment, memory: Mapping[str, Decimal], settings: S
         unchanged.append(settings.record_path)
     return Plan(programs=programs, record=record, unchanged=unchanged, applied_at=applied_at,
                 previous=previous[1],
-                statuses=program_statuses(assignment.servers, settings.conf_dir, programs))
+                statuses=program_statuses(names.items(), programs))
 
 
 # --------------------------------------------------------------------------- apply
@@ -1035,8 +1244,10 @@ def apply_changes(changes: Iterable[FileChange]) -> None:
 
 
 def prepare_directories(settings: Settings) -> None:
-    """The folders the programs log to and cache weights in must exist before they start."""
-    for folder in (settings.conf_dir, settings.data_dir / "logs", settings.data_dir / "hf"):
+    """The folders the programs log to and cache weights in must exist before they start
+    (supervisord refuses a program whose log folder is missing: the follower's too)."""
+    for folder in (settings.conf_dir, settings.data_dir / "logs", settings.data_dir / "hf",
+                   settings.follow_log.parent):
         folder.mkdir(parents=True, exist_ok=True)
 
 
@@ -1121,21 +1332,29 @@ def unified_diff(change: FileChange) -> str:
 class Console:
     """Where the program talks: prose on stdout, or stderr when --json owns stdout.
 
-    Every line goes through the mask, so no secret reaches a terminal or a log.
+    Every line goes through the mask, so no secret reaches a terminal or a log. The
+    follower writes one line per step, stamped with the UTC time (its log has no other
+    clock): what supervisorctl said over several lines is joined with "; ".
     """
 
-    def __init__(self, json_mode: bool) -> None:
+    def __init__(self, json_mode: bool, stamped: bool = False) -> None:
         self.json_mode = json_mode
+        self.stamped = stamped
         self.secrets: set[str] = set()
 
     def mask(self, text: str) -> str:
         return mask_text(text, self.secrets)
 
+    def line(self, text: str) -> str:
+        if self.stamped:
+            text = f"{utc_now()} " + "; ".join(part for part in text.splitlines() if part)
+        return self.mask(text)
+
     def say(self, text: str) -> None:
-        print(self.mask(text), file=sys.stderr if self.json_mode else sys.stdout, flush=True)
+        print(self.line(text), file=sys.stderr if self.json_mode else sys.stdout, flush=True)
 
     def warn(self, text: str) -> None:
-        print(self.mask(f"warning: {text}"), file=sys.stderr, flush=True)
+        print(self.line(f"warning: {text}"), file=sys.stderr, flush=True)
 
     def fail(self, error: InstallError) -> None:
         message = self.mask(str(error))
@@ -1181,6 +1400,223 @@ class Console:
             self.say(f"unchanged: revision {revision} is applied, nothing to do")
 
 
+# --------------------------------------------------------------------------- apply an assignment
+
+
+@dataclass(frozen=True)
+class Mode:
+    """How one apply runs: what it may touch and whom it tells."""
+
+    fetched: bool  # from llmao: report the revision, and follow when the payload says so
+    dry_run: bool = False
+    handover: bool = True
+    following: bool = False  # run by the follow program: its own program is handed over last
+
+
+def plan_assignment(assignment: Assignment, settings: Settings,
+                    follow: bool) -> tuple[Gpu | None, Plan, list[str]]:
+    """Ask the GPU, divide it, plan every file: the apply's planning, and the follow loop's
+    answer to which servers a revision changes. Notes for the log come back, unsaid."""
+    gpu, gpu_note = query_gpu()
+    notes = [gpu_note]
+    memory = divide_memory(assignment.servers, gpu.total_gb if gpu else None)
+    if memory:
+        notes.append("gpu memory: " + ", ".join(f"{name} {value:f}"
+                                                for name, value in memory.items()))
+    return gpu, make_plan(assignment, memory, settings, utc_now(), follow), notes
+
+
+def apply_assignment(assignment: Assignment, settings: Settings, console: Console,
+                     mode: Mode) -> None:
+    """Preflight, divide, write, hand over, record, report: the one apply of boot and follow.
+
+    The follow program is planned only for a fetched assignment that carries ``rollout``.
+    When the follow program itself applies, a change to its own program is written and
+    handed over last, after the report: handing it over stops the process doing it.
+    """
+    console.secrets.update(server.api_key for server in assignment.servers)
+    console.say(f"assignment for {assignment.host}: revision {assignment.revision}, "
+                f"{len(assignment.servers)} server(s)")
+    gpu, plan, notes = plan_assignment(assignment, settings,
+                                       mode.fetched and assignment.rollout is not None)
+    for note in notes:
+        console.say(note)
+    if plan.changing_servers():
+        for note in preflight(assignment.servers, gpu, disk_free_gb(settings.data_dir),
+                              settings.data_dir, plan.previous):
+            console.say(note)
+
+    if mode.dry_run:
+        console.changes(plan.changes, dry_run=True)
+        if plan.changes and mode.handover:
+            console.say("would run supervisorctl reread and update")
+        console.result(plan, assignment.revision, True, settings.record_path)
+        return
+
+    own_path = settings.conf_dir / FOLLOW_FILE
+    own = [c for c in plan.programs if mode.following and c.path == own_path]
+    programs = [c for c in plan.programs if c not in own]
+    prepare_directories(settings)
+    apply_changes(programs)
+    console.changes(programs, dry_run=False)
+    handed = None
+    if mode.handover and (programs or plan.record):
+        handed = hand_over()
+        for line in handed.said:
+            console.say(line)
+    if plan.record:
+        apply_changes([plan.record])
+        console.changes([plan.record], dry_run=False)
+    if mode.fetched:
+        warning = report_applied(settings, assignment, plan.applied_at, console.say)
+        if warning:
+            console.warn(warning)
+        else:
+            console.say(f"reported revision {assignment.revision} to llmao")
+    if own:
+        apply_changes(own)
+        console.changes(own, dry_run=False)
+        if mode.handover:
+            for line in hand_over().said:
+                console.say(line)
+    console.result(plan, assignment.revision, False, settings.record_path, handed)
+
+
+# --------------------------------------------------------------------------- follow
+
+
+@dataclass(frozen=True)
+class Applied:
+    """What the follow loop knows of the box: the applied revision and how often to check."""
+
+    revision: str | None
+    follow_s: float
+
+
+def read_applied(path: Path) -> Applied:
+    """The applied record's revision and ``rollout.follow_s``, or the fallback period.
+
+    A revision that cannot stand in an entity tag is not named in the check.
+    """
+    record = read_record(path)[1] or {}
+    revision = record.get("revision")
+    if not (isinstance(revision, str) and ETAG_RE.match(revision)):
+        revision = None
+    try:
+        follow_s = validate_rollout(record.get("rollout"), "applied.rollout").follow_s
+    except Refused:
+        follow_s = FOLLOW_FALLBACK_S
+    return Applied(revision, follow_s)
+
+
+def backoff_period(follow_s: float, errors: int) -> float:
+    """The period after ``errors`` errors in a row: doubled per error, bounded."""
+    return min(follow_s * 2 ** min(errors, 16), max(follow_s, FOLLOW_BACKOFF_CAP_S))
+
+
+def one_line(error: BaseException) -> str:
+    return " ".join(str(error).split())
+
+
+@dataclass
+class Follower:
+    """``--follow``: check, take a turn, fetch, apply, report; again, forever.
+
+    Every wait goes through ``sleep`` and every jitter through ``uniform``, so a test
+    drives the loop without waiting. Errors are one line each and the loop goes on,
+    backing off; nothing here ends the process but a signal.
+    """
+
+    settings: Settings
+    console: Console
+    sleep: Callable[[float], None] = time.sleep
+    uniform: Callable[[float, float], float] = random.uniform
+
+    def say(self, text: str) -> None:
+        self.console.say(text)
+
+    def jittered(self, period: float) -> float:
+        return period * self.uniform(*FOLLOW_JITTER)
+
+    def run(self) -> NoReturn:
+        applied = read_applied(self.settings.record_path)
+        self.say(f"following {self.settings.url}{CONFIG_PATH}: checking every "
+                 f"{applied.follow_s:g} s, revision {applied.revision or 'none'} applied")
+        wait, errors = self.jittered(applied.follow_s), 0
+        while True:
+            self.sleep(wait)
+            try:
+                self.round()
+            except (InstallError, OSError) as error:
+                errors += 1
+                follow_s = read_applied(self.settings.record_path).follow_s
+                wait = self.jittered(backoff_period(follow_s, errors))
+                self.say(f"error: {one_line(error)}; next check in {wait:.0f} s")
+            else:
+                errors = 0
+                wait = self.jittered(read_applied(self.settings.record_path).follow_s)
+
+    def round(self) -> None:
+        """One check; when llmao intends another revision: a turn, a real fetch, the apply."""
+        applied = read_applied(self.settings.record_path)
+        intended = self.check(applied)
+        if intended is None:
+            return
+        revision = intended.revision or ""
+        changing = plan_assignment(intended, self.settings,
+                                   intended.rollout is not None)[1].changing_servers()
+        if not changing:
+            self.say(f"plan: revision {revision} changes no server program: applying "
+                     "without a turn")
+        elif not self.take_turn(revision, changing, applied.follow_s):
+            return
+        fetched = validate_assignment(fetch_assignment(self.settings, self.say))
+        if fetched.revision != revision:
+            self.say(f"fetched revision {fetched.revision}, not {revision}: checking again")
+            return
+        self.say(f"applying revision {revision}")
+        apply_assignment(fetched, self.settings, self.console,
+                         Mode(fetched=True, following=True))
+        self.say(f"applied revision {revision}")
+
+    def check(self, applied: Applied) -> Assignment | None:
+        """The follow check: the intended assignment when it is not the applied one."""
+        doc = fetch_assignment(self.settings, self.say, applied.revision, attempts=1)
+        intended = None if doc is None else validate_assignment(doc)
+        if intended is None or intended.revision == applied.revision:
+            self.say(f"checked: revision {applied.revision} is current")
+            return None
+        self.say(f"checked: revision {intended.revision} is intended, "
+                 f"{applied.revision or 'none'} is applied")
+        return intended
+
+    def take_turn(self, revision: str, servers: list[str], follow_s: float) -> bool:
+        """Ask for the turn until llmao says apply; False when it no longer intends revision.
+
+        Waiting for a turn, the box asks every follow_s; holding one, it polls every
+        min(follow_s, 2) s. A line is written when the answer changes, not per poll.
+        """
+        self.say(f"turn: asking for revision {revision} (servers {', '.join(servers)})")
+        said = ""
+        while True:
+            answer = ask_turn(self.settings, self.say, revision, servers)
+            if answer is None:
+                self.say(f"turn: revision {revision} is no longer intended (409): checking "
+                         "again")
+                return False
+            if answer.apply:
+                self.say(f"turn: granted for revision {revision}, drained: apply")
+                return True
+            holding = answer.granted and answer.phase in ("draining", "drained")
+            line = (f"turn: granted for revision {revision} ({answer.phase}): waiting for "
+                    "the drain" if holding else
+                    f"turn: waiting for revision {revision}: {answer.why or answer.phase}")
+            if line != said:
+                self.say(line)
+                said = line
+            self.sleep(min(follow_s, TURN_POLL_S) if holding else self.jittered(follow_s))
+
+
 # --------------------------------------------------------------------------- main
 
 
@@ -1210,7 +1646,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--no-handover", action="store_true",
                         help="do not run supervisorctl reread/update (the caller drives "
                              "supervisord itself)")
-    return parser.parse_args(argv)
+    parser.add_argument("--follow", action="store_true",
+                        help="keep following llmao, as the llmao-follow program does: check "
+                             "every rollout.follow_s seconds, take a turn for a new revision, "
+                             "apply it as a boot does, report it; runs until stopped")
+    args = parser.parse_args(argv)
+    if args.follow and (args.payload or args.dry_run or args.json or args.no_handover):
+        parser.error("--follow runs alone: it fetches, applies, hands over and reports")
+    return args
 
 
 def run(args: argparse.Namespace, environ: Mapping[str, str], console: Console) -> None:
@@ -1218,60 +1661,24 @@ def run(args: argparse.Namespace, environ: Mapping[str, str], console: Console) 
     settings = read_settings(environ, fetching)
     if settings.fleet_key:
         console.secrets.add(settings.fleet_key)
+    if args.follow:
+        Follower(settings, console).run()
     doc = fetch_assignment(settings, console.say) if fetching else load_payload(args.payload)
-    assignment = validate_assignment(doc)
-    console.secrets.update(server.api_key for server in assignment.servers)
-    console.say(f"assignment for {assignment.host}: revision {assignment.revision}, "
-                f"{len(assignment.servers)} server(s)")
-
-    gpu, gpu_note = query_gpu()
-    console.say(gpu_note)
-    memory = divide_memory(assignment.servers, gpu.total_gb if gpu else None)
-    if memory:
-        console.say("gpu memory: " + ", ".join(f"{name} {value:f}"
-                                               for name, value in memory.items()))
-    plan = make_plan(assignment, memory, settings, utc_now())
-    if plan.programs:
-        for note in preflight(assignment.servers, gpu, disk_free_gb(settings.data_dir),
-                              settings.data_dir, plan.previous):
-            console.say(note)
-
-    handover = bool(plan.changes) and not args.no_handover
-    if args.dry_run:
-        console.changes(plan.changes, dry_run=True)
-        if handover:
-            console.say("would run supervisorctl reread and update")
-        console.result(plan, assignment.revision, True, settings.record_path)
-        return
-
-    prepare_directories(settings)
-    apply_changes(plan.programs)
-    console.changes(plan.programs, dry_run=False)
-    handed = None
-    if handover:
-        handed = hand_over()
-        for line in handed.said:
-            console.say(line)
-    if plan.record:
-        apply_changes([plan.record])
-        console.changes([plan.record], dry_run=False)
-    if fetching:
-        warning = report_applied(settings, assignment, plan.applied_at, console.say)
-        if warning:
-            console.warn(warning)
-        else:
-            console.say(f"reported revision {assignment.revision} to llmao")
-    console.result(plan, assignment.revision, False, settings.record_path, handed)
+    apply_assignment(validate_assignment(doc), settings, console,
+                     Mode(fetched=fetching, dry_run=args.dry_run,
+                          handover=not args.no_handover))
 
 
 def main(argv: list[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
     args = parse_args(argv)
-    console = Console(json_mode=args.json)
+    console = Console(json_mode=args.json, stamped=args.follow)
     try:
         run(args, os.environ if environ is None else environ, console)
     except InstallError as error:
         console.fail(error)
         return error.exit_code
+    except KeyboardInterrupt:
+        return 130
     return 0
 
 

@@ -12,6 +12,7 @@ import pytest
 
 from rig.tls import ServerTls, make_server_tls
 
+from .follow_llmao import ContractLlmao
 from .helpers import BOX, FLEET_KEY, Box, FakeLlmao, load_install_set
 
 
@@ -56,6 +57,14 @@ def llmao_tls(box: Box, local_ca: ServerTls,
               monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeLlmao]:
     """llmao over HTTPS with a certificate from the test CA (not trusted unless told)."""
     with FakeLlmao(tls=local_ca.server_context()).serve() as fake:
+        point_box_at(fake, monkeypatch)
+        yield fake
+
+
+@pytest.fixture
+def contract(box: Box, monkeypatch: pytest.MonkeyPatch) -> Iterator[ContractLlmao]:
+    """llmao speaking the rollout contract (follow_llmao.py), with the box's env pointing at it."""
+    with ContractLlmao().serve() as fake:
         point_box_at(fake, monkeypatch)
         yield fake
 

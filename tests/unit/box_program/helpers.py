@@ -97,6 +97,10 @@ class FakeLlmao:
         queue = self.answers.get(path) or [(404, b'{"error": {"message": "no route"}}')]
         return queue.pop(0) if len(queue) > 1 else queue[0]
 
+    def answer(self, request: Seen) -> tuple[int, bytes, dict[str, str]]:
+        """Status, body and extra headers for a request: the next scripted answer here."""
+        return (*self.next_answer(request.path), {})
+
     def requests_to(self, path: str) -> list[Seen]:
         return [seen for seen in self.seen if seen.path == path]
 
@@ -107,13 +111,16 @@ class FakeLlmao:
         class Handler(BaseHTTPRequestHandler):
             def handle_one(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
-                llmao.seen.append(Seen(self.command, self.path,
-                                       {k.lower(): v for k, v in self.headers.items()},
-                                       self.rfile.read(length)))
-                status, body = llmao.next_answer(self.path)
+                request = Seen(self.command, self.path,
+                               {k.lower(): v for k, v in self.headers.items()},
+                               self.rfile.read(length))
+                llmao.seen.append(request)
+                status, body, headers = llmao.answer(request)
                 self.send_response(status)
-                if 300 <= status < 400:
+                if 300 <= status < 400 and status != 304:
                     self.send_header("Location", "http://127.0.0.1:9/elsewhere")
+                for name, value in headers.items():
+                    self.send_header(name, value)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()

@@ -22,3 +22,4 @@ def test_the_host_header_is_the_one_the_server_reads(install_set):
 def test_the_paths_and_methods_are_the_box_apis(install_set):
     assert "GET" in ROUTES[install_set.CONFIG_PATH][0]
     assert "POST" in ROUTES[install_set.APPLIED_PATH][0]
+    assert "POST" in ROUTES[install_set.TURN_PATH][0]

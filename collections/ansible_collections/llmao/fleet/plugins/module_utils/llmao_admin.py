@@ -80,9 +80,14 @@ class LlmaoAdmin(JsonService):
     def post_verdicts(self, document: Mapping[str, Any]) -> None:
         self._call("POST", VERDICTS_PATH, dict(document))
 
-    def post_turn_updates(self, updates: Sequence[Mapping[str, Any]]) -> None:
-        """Move rollout turns on (``box``, ``revision``, ``phase``, ``why`` each)."""
-        self._call("POST", TURNS_PATH, {"updates": [dict(update) for update in updates]})
+    def post_turn_updates(self, updates: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+        """Move rollout turns on (``box``, ``revision``, ``phase``, ``why`` each); returns the
+        moves llmao refused (the turn moved meanwhile, say: a box asked again), each with why."""
+        answer = self._call("POST", TURNS_PATH, {"updates": [dict(u) for u in updates]})
+        refused = answer.get("refused") if isinstance(answer, Mapping) else None
+        if not isinstance(refused, list):
+            raise LlmaoAdminError("llmao's answer to the turn updates has no 'refused' list")
+        return [item for item in refused if isinstance(item, Mapping)]
 
     def claim_pass_lease(self, lease_id: str, holder: str, ttl_s: float) -> PassLeaseState:
         """Take (or renew, with the same ``lease_id``) the one-pass-at-a-time lease."""

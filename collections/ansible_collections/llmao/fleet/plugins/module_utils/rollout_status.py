@@ -64,12 +64,11 @@ class ModelRollout:
         """``gemma: draining 203.0.113.11; waiting 203.0.113.12`` and why it is paused."""
         parts = [f"{STAGE_TEXT[stage]} {', '.join(self.boxes(stage))}"
                  for stage in Stage if self.boxes(stage)]
-        line = f"{self.model}: " + ("; ".join(parts) if parts else "no box moving")
         if self.paused is not None:
-            line += (f"; PAUSED at {self.paused.box} (rev {self.paused.revision}): "
-                     f"{self.paused.why or 'its turn failed'}; the other servers keep their "
-                     "revision, a fixed config (a new revision) resumes it")
-        return line
+            parts.append(f"PAUSED at {self.paused.box} (rev {self.paused.revision}): "
+                         f"{self.paused.why or 'its turn failed'}; the other servers keep "
+                         "their revision, a fixed config (a new revision) resumes it")
+        return f"{self.model}: " + "; ".join(parts)
 
 
 def box_stage(assignment: BoxAssignment, model: str, turn: Turn | None,

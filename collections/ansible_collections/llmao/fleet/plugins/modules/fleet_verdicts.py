@@ -20,7 +20,8 @@ description:
     shows them; the next pass reads the memory back through M(llmao.fleet.fleet_observe).
   - Then posts the rollout turns the plan moves on (its C(turn_updates)) to
     C(POST /admin/api/turns), after LiteLLM was written, so a box told its turn is drained finds
-    its routes gone; each update is appended to O(audit_log).
+    its routes gone; each update llmao took is appended to O(audit_log), each it refused (the
+    turn moved meanwhile) is a warning.
   - Reports C(changed) when a server's state differs from the one the previous pass recorded,
     or a turn moved on, so a pass in which nothing happened reports no change.
   - In check mode nothing is posted, so a checked pass leaves the lifecycle memory and the
@@ -126,15 +127,21 @@ def turn_audit_entry(update: TurnUpdate, now: float) -> dict[str, Any]:
 
 
 def record_pass(fleet: Fleet, params: Mapping[str, Any], document: dict[str, Any],
-                updates: list[TurnUpdate]) -> None:
-    """Post the verdicts, then the turn updates, and audit each update once llmao took it."""
+                updates: list[TurnUpdate]) -> list[str]:
+    """Post the verdicts, then the turn updates, and audit each update llmao took; returns
+    why each refused one was (the next pass sees the turn as it is now)."""
     admin = LlmaoAdmin.from_settings(fleet.settings, params["timeout"])
     admin.post_verdicts(document)
-    if updates:
-        admin.post_turn_updates([update.record() for update in updates])
-        path = audit_path(fleet, params["audit_log"])
-        for update in updates:
+    if not updates:
+        return []
+    refused = admin.post_turn_updates([update.record() for update in updates])
+    not_taken = {(item.get("box"), item.get("revision"), item.get("phase")) for item in refused}
+    path = audit_path(fleet, params["audit_log"])
+    for update in updates:
+        if (update.box, update.revision, update.phase.value) not in not_taken:
             append_audit(path, turn_audit_entry(update, time.time()))
+    return [f"llmao refused to move the turn of {item.get('box')} to {item.get('phase')}: "
+            f"{item.get('why')}" for item in refused]
 
 
 def main() -> None:
@@ -153,7 +160,8 @@ def main() -> None:
     moved = transitions(plan)
     if not module.check_mode:
         try:
-            record_pass(fleet, module.params, document, updates)
+            for warning in record_pass(fleet, module.params, document, updates):
+                module.warn(warning)
         except LlmaoAdminError as exc:
             module.fail_json(msg=f"{exc}: the verdicts or turns of this pass were not recorded "
                                  "(the LiteLLM changes before this task are done)")
