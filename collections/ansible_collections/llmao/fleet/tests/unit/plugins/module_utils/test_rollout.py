@@ -77,7 +77,7 @@ def states(**changes: State) -> dict[str, State]:
     """Every server Healthy but those named ``b<box>_<name>`` (``-`` as ``_``)."""
     result = dict(ALL_HEALTHY)
     for key, state in changes.items():
-        box, _, name = key.partition("_")
+        box, name = key.split("_", 1)
         result[sid(int(box[1:]), name.replace("_", "-"))] = state
     return result
 
@@ -170,9 +170,9 @@ def test_asking_again_returns_the_active_turn_as_it_is():
     held = turn(2, sid(2), phase=Phase.DRAINED)
     # Even though another box changes meanwhile and the rules would now refuse.
     stored = [held, turn(3, sid(3))]
-    for _ in range(2):
+    for later in (NOW + 1, NOW + 99):
         assert decide_turn(fleet_with(), "10.0.0.2", rev(2), ["gemma"], stored, states(),
-                           NOW + 99) is held
+                           later) is held
 
 
 def test_a_stale_revision_is_refused():
