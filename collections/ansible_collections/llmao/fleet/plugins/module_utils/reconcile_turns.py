@@ -68,7 +68,8 @@ def next_phase(turn: Turn, applied: str | None, verdicts: Mapping[str, Verdict],
     applied_it = applied == turn.revision
     states = [(server, verdicts.get(server)) for server in turn.servers]
     if turn.phase is Phase.DRAINED and applied_it and all(
-            verdict is not None and verdict.state is State.HEALTHY for _, verdict in states):
+            verdict is not None and verdict.state is State.HEALTHY
+            for verdict in (verdicts.get(server) for server in turn.servers)):
         return TurnUpdate(turn.box, turn.revision, Phase.DONE)
     failing = [(server, verdict) for server, verdict in states
                if verdict is not None and verdict.action is Action.DELETE]
