@@ -19,6 +19,7 @@ import json
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Mapping
 from typing import Any
 
 MAX_ERROR_BODY = 4096
@@ -70,19 +71,23 @@ def shown_url(url: str) -> str:
 
 
 def call_json(method: str, url: str, bearer: str | None, body: Any = None,
-              timeout: float = 10.0) -> Any:
-    """Send ``body`` as JSON (when given) and decode the JSON answer (None when empty)."""
+              timeout: float = 10.0, headers: Mapping[str, str] | None = None) -> Any:
+    """Send ``body`` as JSON (when given) and decode the JSON answer (None when empty).
+
+    ``headers`` are sent as well: the push path speaks for a box, whose name travels in
+    ``X-LLMAO-Host`` beside the fleet key.
+    """
     request_name = f"{method} {shown_url(url)}"
     if urllib.parse.urlsplit(url).scheme not in SCHEMES:
         raise HttpCallError(request_name, "the URL must be http:// or https://")
-    headers = {"Accept": "application/json"}
+    sent = {**(headers or {}), "Accept": "application/json"}
     if bearer:
-        headers["Authorization"] = f"Bearer {bearer}"
+        sent["Authorization"] = f"Bearer {bearer}"
     data = None
     if body is not None:
         data = json.dumps(body).encode("utf-8")
-        headers["Content-Type"] = "application/json"
-    request = urllib.request.Request(url, data=data, method=method, headers=headers)
+        sent["Content-Type"] = "application/json"
+    request = urllib.request.Request(url, data=data, method=method, headers=sent)
     try:
         with _opener().open(request, timeout=timeout) as answer:
             raw = answer.read(MAX_ANSWER_BYTES + 1)

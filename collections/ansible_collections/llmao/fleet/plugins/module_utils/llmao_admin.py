@@ -25,6 +25,7 @@ OBSERVATIONS_PATH = "/admin/api/observations"
 VERDICTS_PATH = "/admin/api/verdicts"
 PASS_LEASE_PATH = "/admin/api/pass-lease"
 TURNS_PATH = "/admin/api/turns"
+TAKE_TURN_PATH = "/admin/api/turns/take"
 
 
 class LlmaoAdminError(RuntimeError):
@@ -60,6 +61,19 @@ class PassLeaseState:
     now: float
 
 
+@dataclass(frozen=True)
+class TurnAnswer:
+    """llmao's answer to a turn ask: whether the box holds a turn for the revision, its phase
+    (None without one), whether it may apply now (on llmao's clock), the drain, and why it
+    waits (or the turn's own why)."""
+
+    granted: bool
+    phase: str | None
+    apply: bool
+    drain_s: float
+    why: str
+
+
 class LlmaoAdmin(JsonService):
     """llmao at ``url``, with the admin token as bearer: ``LlmaoAdmin(url, token, timeout)``."""
 
@@ -88,6 +102,13 @@ class LlmaoAdmin(JsonService):
         if not isinstance(refused, list):
             raise LlmaoAdminError("llmao's answer to the turn updates has no 'refused' list")
         return [item for item in refused if isinstance(item, Mapping)]
+
+    def take_turn(self, box: str, revision: str, servers: Sequence[str]) -> TurnAnswer:
+        """Ask for ``box``'s turn to move ``servers`` (the ones that change or go) to
+        ``revision``, as the push path does; asked again the same way, it polls."""
+        return parse_turn_answer(self._call("POST", TAKE_TURN_PATH,
+                                            {"box": box, "revision": revision,
+                                             "servers": list(servers)}))
 
     def claim_pass_lease(self, lease_id: str, holder: str, ttl_s: float) -> PassLeaseState:
         """Take (or renew, with the same ``lease_id``) the one-pass-at-a-time lease."""
@@ -174,6 +195,18 @@ def parse_pass_lease(document: Any) -> PassLeaseState:
     return PassLeaseState(document["granted"], holder if isinstance(holder, str) else None,
                           float(expires) if isinstance(expires, int | float) else None,
                           float(now))
+
+
+def parse_turn_answer(document: Any) -> TurnAnswer:
+    """The turn answer, checked: a misread ``apply`` would restart servers still routed."""
+    if not isinstance(document, Mapping) or not all(
+            isinstance(document.get(key), bool) for key in ("granted", "apply")):
+        raise LlmaoAdminError("llmao's turn answer has no 'granted' and 'apply' flags")
+    phase, drain_s, why = document.get("phase"), document.get("drain_s"), document.get("why")
+    if isinstance(drain_s, bool) or not isinstance(drain_s, int | float):
+        raise LlmaoAdminError("llmao's turn answer has no 'drain_s'")
+    return TurnAnswer(document["granted"], phase if isinstance(phase, str) else None,
+                      document["apply"], float(drain_s), why if isinstance(why, str) else "")
 
 
 def _approved(approved: Any) -> dict[str, tuple[str, ...]]:
