@@ -7,6 +7,7 @@ nothing else.
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Callable
 from typing import Any
 
@@ -52,6 +53,20 @@ def gunicorn_options(bind: str, workers: int, certfile: str | None = None,
     return options
 
 
+def settled(app: Callable[..., Any]) -> Callable[..., Any]:
+    """``app``, with everything loaded so far moved out of the garbage collector's sight.
+
+    The arbiter loads the app (the whole fleet: some objects per box) before it
+    forks the workers. Left as they are, those objects are traversed by every
+    full collection a worker makes while it answers, and a 10,000-box fleet
+    made a fetch's median latency 1.9 times that at 10 boxes (P2); frozen, they
+    are never traversed, and the pages the workers share by fork stay shared.
+    """
+    gc.collect()
+    gc.freeze()
+    return app
+
+
 class GunicornServer(BaseApplication):
     """A gunicorn arbiter for the app ``load`` returns, configured only by ``options``.
 
@@ -73,10 +88,12 @@ class GunicornServer(BaseApplication):
         fresh = self._reload() if self._reload is not None else None
         if fresh is not None:
             self.callable = fresh
+            gc.unfreeze()  # so that the old app's objects can be collected
+            settled(fresh)
 
     def load_config(self) -> None:
         for key, value in self._options.items():
             self.cfg.set(key, value)
 
     def load(self) -> Callable[..., Any]:
-        return self._load()
+        return settled(self._load())
