@@ -24,10 +24,13 @@ from collections.abc import Callable, Iterable
 from http import HTTPStatus
 from typing import Any
 
-from werkzeug.datastructures import EnvironHeaders
 from werkzeug.wsgi import get_input_stream
 
-from ansible_collections.llmao.fleet.plugins.module_utils.hostnames import claimed_box_name
+from ansible_collections.llmao.fleet.plugins.module_utils.hostnames import (
+    FORWARDED_HEADER,
+    HOST_HEADER,
+    claimed_box_name,
+)
 from ansible_collections.llmao.fleet.plugins.module_utils.intent import BoxAssignment
 
 from .api_errors import JSON, RequestRefused, error_answer
@@ -42,12 +45,32 @@ PREFIX = "/vllm/"
 STATUS_LINES = {status.value: f"{status.value} {status.phrase}" for status in HTTPStatus}
 # HTTP methods are short tokens; a longer one is cut in the log line.
 SHOWN_METHOD_LENGTH = 16
+# Where WSGI keeps the two headers a claim is read from (PEP 3333: ``HTTP_``, then the
+# name upper-cased with ``-`` as ``_``).
+CLAIM_ENVIRON_KEYS = {name: "HTTP_" + name.upper().replace("-", "_")
+                      for name in (HOST_HEADER, FORWARDED_HEADER)}
 
 log = RequestLog(logging.getLogger(__name__))
 
 WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 # What a route answers: status, body and the headers of its own.
 Answer = tuple[int, bytes, list[tuple[str, str]]]
+
+
+class ClaimHeaders:
+    """The headers a claim is read from, looked up in the WSGI environ by their known keys.
+
+    The core's rule takes any header map; werkzeug's full one costs a fetch more
+    than the rest of its claim, and a boot storm is nothing but fetches.
+    """
+
+    __slots__ = ("environ",)
+
+    def __init__(self, environ: dict[str, Any]):
+        self.environ = environ
+
+    def get(self, name: str) -> str | None:
+        return self.environ.get(CLAIM_ENVIRON_KEYS[name])
 
 
 class BoxRequest:
@@ -62,7 +85,7 @@ class BoxRequest:
         self.forwarded: str | None = environ.get("HTTP_X_FORWARDED_FOR")
         self.if_none_match: str = environ.get("HTTP_IF_NONE_MATCH", "")
         # The box name the request claims, and how (``header``, ``forwarded``, ``peer``).
-        self.claim = claimed_box_name(EnvironHeaders(environ), self.peer)
+        self.claim = claimed_box_name(ClaimHeaders(environ), self.peer)
 
     def json_body(self) -> Any:
         """The body decoded as JSON (None when it is not JSON); 413 beyond the limit."""
@@ -126,8 +149,8 @@ def fetch_config(state: ServerState, request: BoxRequest) -> Answer:
     if request.method == "GET":
         note = state.note_check if request.if_none_match else state.note_fetch
         note(assignment.box, time.time())
-    etag = f'"{assignment.revision}"'
-    if names_etag(request.if_none_match, etag):
+    etag = assignment.etag
+    if request.if_none_match and names_etag(request.if_none_match, etag):
         return 304, b"", [("ETag", etag)]
     return 200, assignment.body, [("ETag", etag)]
 

@@ -88,8 +88,8 @@ class RequestLog:
     machinery (a record, a formatter, strftime, a handler lock, a flush) cost
     more than the answer: under a boot storm it set the pace. Once
     :func:`log_to_stderr` has set up ``llmao-server``'s own logging, a line
-    here is formatted like :data:`LOG_FORMAT` (the time string made once a
-    second) and handed to stderr in one ``write``: lines are short (the box API
+    here is formatted like :data:`LOG_FORMAT` (the time string and the rest of
+    the head made once a second) and handed to stderr in one ``write``: lines are short (the box API
     cuts what callers send), so each stays whole between workers. Anywhere
     else (a test, ``flask run``) it goes through ``logger`` as usual.
     """
@@ -99,7 +99,13 @@ class RequestLog:
     def __init__(self, logger: logging.Logger):
         self.logger = logger
         self._second = -1
-        self._stamp = ""
+        self._head = ""
+        self._tail = ""
+        # A forked worker has its own pid: its first line makes the head anew.
+        os.register_at_fork(after_in_child=self._forget_head)
+
+    def _forget_head(self) -> None:
+        self._second = -1
 
     def info(self, line: str) -> None:
         if not (self.direct and self.logger.isEnabledFor(logging.INFO)):
@@ -109,10 +115,9 @@ class RequestLog:
         second = int(now)
         if second != self._second:
             self._second = second
-            self._stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(second))
-        millis = int((now - second) * 1000)
-        text = (f"{self._stamp},{millis:03d} [{os.getpid()}] INFO {self.logger.name}: "
-                f"{line}\n")
+            self._head = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(second))
+            self._tail = f" [{os.getpid()}] INFO {self.logger.name}: "
+        text = f"{self._head},{int((now - second) * 1000):03d}{self._tail}{line}\n"
         data = text.encode("utf-8", "backslashreplace")
         while data:
             data = data[os.write(STDERR_FD, data):]

@@ -50,13 +50,15 @@ class FetchRecorder:
 
     def note_fetch(self, box: str, when: float) -> None:
         with self._lock:
-            _merge_times(self._fetches, {box: when})
+            if when > self._fetches.get(box, 0.0):
+                self._fetches[box] = when
         self._ensure_flusher()
 
     def note_check(self, box: str, when: float) -> None:
         """A follow check: kept apart from fetches, which start a server's Loading window."""
         with self._lock:
-            _merge_times(self._checks, {box: when})
+            if when > self._checks.get(box, 0.0):
+                self._checks[box] = when
         self._ensure_flusher()
 
     def note_unknown(self, name: str, when: float) -> None:

@@ -70,6 +70,12 @@ class BoxAssignment:
     servers: tuple[IntendedServer, ...]
     revision: str
     body: bytes = field(repr=False)
+    # The answer's HTTP entity tag: the revision, quoted (a strong tag). Made here, once,
+    # because the config server sends it with every fetch.
+    etag: str = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "etag", f'"{self.revision}"')
 
 
 def revision_of(box: str, entries: list[dict[str, Any]],
