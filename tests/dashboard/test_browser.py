@@ -12,7 +12,7 @@ import json
 from collections.abc import Callable
 
 import pytest
-from playwright.sync_api import Page, expect
+from playwright.sync_api import Page, Route, expect
 
 from ansible_collections.llmao.fleet.plugins.module_utils.http_json import JsonService
 from tests.dashboard.browsing import log_in, reload_until, server_rows, stranger
@@ -77,6 +77,21 @@ def test_the_filter_box_narrows_the_table_as_you_type(signed_in: SignedIn) -> No
     expect(page.locator("tr.server:visible")).to_have_count(2)
     page.get_by_label("Filter servers").fill("")
     expect(page.locator("tr.server:visible")).to_have_count(4)
+
+
+def test_what_was_typed_before_the_script_ran_filters_the_table(signed_in: SignedIn) -> None:
+    """On a slow page the operator types before the script runs: it filters when it starts."""
+    server, page = signed_in
+    held: list[Route] = []
+    page.route("**/dashboard.js", lambda route: held.append(route))
+    page.reload(wait_until="commit")
+    page.get_by_label("Filter servers").fill("qwen")
+    expect(page.locator("tr.server")).to_have_count(4)
+    expect(page.locator("tr.server:visible")).to_have_count(4)  # no script yet
+    while not held:
+        page.wait_for_timeout(50)
+    held[0].continue_()
+    expect(page.locator("tr.server:visible")).to_have_count(2)
 
 
 def test_a_form_posted_without_its_csrf_token_is_refused(signed_in: SignedIn) -> None:
