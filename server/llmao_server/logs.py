@@ -16,6 +16,8 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
+from .process_id import pid
+
 LOG_FORMAT = "%(asctime)s [%(process)d] %(levelname)s %(name)s: %(message)s"
 SERVER_LOGGER = "llmao_server"
 STDERR_FD = 2
@@ -88,9 +90,10 @@ class RequestLog:
     machinery (a record, a formatter, strftime, a handler lock, a flush) cost
     more than the answer: under a boot storm it set the pace. Once
     :func:`log_to_stderr` has set up ``llmao-server``'s own logging, a line
-    here is formatted like :data:`LOG_FORMAT` (the time string and the rest of
-    the head made once a second) and handed to stderr in one ``write``: lines are short (the box API
-    cuts what callers send), so each stays whole between workers. Anywhere
+    here is formatted like :data:`LOG_FORMAT` (the time string made once a
+    second, the pid known without a system call) and handed to stderr in one
+    ``write``: lines are short (the box API cuts what callers send), so each
+    stays whole between workers. Anywhere
     else (a test, ``flask run``) it goes through ``logger`` as usual.
     """
 
@@ -99,13 +102,7 @@ class RequestLog:
     def __init__(self, logger: logging.Logger):
         self.logger = logger
         self._second = -1
-        self._head = ""
-        self._tail = ""
-        # A forked worker has its own pid: its first line makes the head anew.
-        os.register_at_fork(after_in_child=self._forget_head)
-
-    def _forget_head(self) -> None:
-        self._second = -1
+        self._stamp = ""
 
     def info(self, line: str) -> None:
         if not (self.direct and self.logger.isEnabledFor(logging.INFO)):
@@ -115,9 +112,9 @@ class RequestLog:
         second = int(now)
         if second != self._second:
             self._second = second
-            self._head = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(second))
-            self._tail = f" [{os.getpid()}] INFO {self.logger.name}: "
-        text = f"{self._head},{int((now - second) * 1000):03d}{self._tail}{line}\n"
+            self._stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(second))
+        millis = int((now - second) * 1000)
+        text = f"{self._stamp},{millis:03d} [{pid()}] INFO {self.logger.name}: {line}\n"
         data = text.encode("utf-8", "backslashreplace")
         while data:
             data = data[os.write(STDERR_FD, data):]

@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import atexit
 import logging
-import os
 import threading
 from collections.abc import Callable
 
+from .process_id import pid
 from .store import UNKNOWN_LIMIT, StateStore, StoreError, UnknownBox
 
 FLUSH_INTERVAL_S = 0.5
@@ -125,13 +125,12 @@ class FetchRecorder:
 
     def _ensure_flusher(self) -> None:
         """Start the flusher in this process (a forked worker does not inherit threads)."""
-        pid = os.getpid()
-        if self._flusher_pid == pid:
+        if self._flusher_pid == pid():
             return
         with self._lock:
-            if self._flusher_pid == pid:
+            if self._flusher_pid == pid():
                 return
-            self._flusher_pid = pid
+            self._flusher_pid = pid()
             self._stop = threading.Event()
         threading.Thread(target=self._run, name="llmao-fetch-recorder", daemon=True).start()
         atexit.register(self.close)
