@@ -1,15 +1,17 @@
 """One attempt limit for every admin credential: the login form and the admin API's bearer.
 
-Both take ``admin.token``, so both draw on one budget kept in the shared store:
-:data:`PEER_LIMIT` attempts per peer and :data:`OVERALL_LIMIT` from everyone in
-a :data:`WINDOW_S` window, whichever worker or instance answers. Each attempt
-is counted in the store *before* the token is compared, by one atomic
-statement per scope, so tries sent in parallel cannot all slip in under the
-limit: once a count is over, the token is not even looked at. The right token
-gives its attempt back and clears its peer, so reconcile's regular calls never
-use the budget up. The overall limit bounds guessing from many addresses; it
-also means such a spread attack locks the admin out until its window ends,
-which is the price of a bound.
+Both take ``admin.token``, so both draw on one budget kept in the shared store,
+``admin.attempts`` (:class:`config_file.AttemptLimits`): so many attempts per
+peer and so many from everyone in a window, whichever worker or instance
+answers. Each attempt is counted in the store *before* the token is compared,
+by one atomic statement per scope, so tries sent in parallel cannot all slip in
+under the limit: once a count is over, the token is not even looked at. The
+right token gives its attempt back and clears its peer, so reconcile's regular
+calls never use the budget up. The overall limit bounds guessing from many
+addresses; it also means such a spread attack locks everyone out until its
+window ends, which is the price of a bound, except the ``trusted_peers`` (the
+controllers reconcile runs on): the overall limit neither counts nor stops
+them, their own limit still does.
 
 The peer is the TCP peer (an IPv6 peer counts by its /64, which one host
 usually holds whole): ``X-Forwarded-For`` is whatever a caller writes, so
@@ -30,9 +32,6 @@ from .audit import audit
 from .state import ServerState
 from .store import OVERALL_SCOPE, StoreError
 
-PEER_LIMIT = 5
-OVERALL_LIMIT = 100
-WINDOW_S = 15 * 60.0
 AUDIT_EVERY = 100
 IPV6_PEER_PREFIX = 64
 
@@ -73,12 +72,15 @@ def admin_token_matches(state: ServerState, presented: str, peer: str | None, ac
     A peer over its own limit is not counted overall: one caller alone never locks
     everybody out.
     """
+    limits = state.fleet.settings.attempts
     scope = peer_scope(peer)
-    for counted, limit, whose in ((scope, PEER_LIMIT, "this address"),
-                                  (OVERALL_SCOPE, OVERALL_LIMIT, "all addresses")):
+    scopes = [(scope, limits.per_peer, "this address")]
+    if not limits.trusts(peer):
+        scopes.append((OVERALL_SCOPE, limits.overall, "all addresses"))
+    for counted, limit, whose in scopes:
         now = time.time()
         try:
-            attempts, since = state.store.claim_attempt(counted, now, WINDOW_S)
+            attempts, since = state.store.claim_attempt(counted, now, limits.window_s)
         except StoreError as exc:
             audit(state.redact, action, "refused", who, peer, why=f"not counted: {exc}")
             raise AttemptRefused(503, "the state store cannot count admin attempts now, so "
@@ -87,7 +89,7 @@ def admin_token_matches(state: ServerState, presented: str, peer: str | None, ac
             if worth_auditing(attempts - limit):
                 audit(state.redact, action, "refused", who, peer,
                       why=f"attempt limit: {attempts} from {whose} in the window")
-            wait_s = max(1, round(since + WINDOW_S - now))
+            wait_s = max(1, round(since + limits.window_s - now))
             raise AttemptRefused(429, f"too many admin token attempts from {whose}: try again "
                                       f"in {max(1, round(wait_s / 60))} min", wait_s)
     expected = (state.fleet.settings.admin_token or "").encode("utf-8")

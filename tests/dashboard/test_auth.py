@@ -11,13 +11,14 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from ansible_collections.llmao.fleet.plugins.module_utils.config_errors import ConfigError
-from llmao_server.admin_attempts import PEER_LIMIT
+from ansible_collections.llmao.fleet.plugins.module_utils.config_file import AttemptLimits
 from llmao_server.dashboard.auth import SESSION_COOKIE
 from rig.fleet_files import strong_secret
 from tests.dashboard.sessions import approve, csrf_token, flashes, log_in
 from tests.server.fleet_pair import ADMIN_TOKEN, CONFIG, SECRETS, UNKNOWN, box_headers
 
 ADMIN_ACTIONS = ["/fleet/approve", "/logout"]
+PEER_LIMIT = AttemptLimits.per_peer
 
 
 def session_cookie(response) -> str:

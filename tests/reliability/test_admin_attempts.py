@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from llmao_server.admin_attempts import OVERALL_LIMIT, PEER_LIMIT
+from ansible_collections.llmao.fleet.plugins.module_utils.config_file import AttemptLimits
 from rig.postgres import session_cluster
 from tests.llmao_process import LlmaoServer
 from tests.reliability.admin_http import OBSERVATIONS, WORKERS, bearer, log_in, request
@@ -25,6 +25,8 @@ from tests.server.fleet_pair import ADMIN_TOKEN
 
 GUESSES = 2_000
 PARALLEL = 16
+PEER_LIMIT = AttemptLimits.per_peer
+OVERALL_LIMIT = AttemptLimits.overall
 
 pytestmark = pytest.mark.slow
 
@@ -86,6 +88,22 @@ def test_the_limits_hold_across_two_instances_on_postgresql(
                       {"Authorization": f"Bearer {ADMIN_TOKEN}"})
     assert "too many admin token attempts from all addresses" in refused.text
     assert 0 < int(refused.headers["Retry-After"]) <= 15 * 60
+
+
+def test_a_spread_attack_does_not_lock_out_a_trusted_controller(
+        servers: Callable[..., LlmaoServer], tmp_path: Path) -> None:
+    """``admin.attempts``: smaller limits, and a controller's address the overall limit
+    leaves alone; its own limit still holds."""
+    attempts = {"per_peer": 2, "overall": 6, "window_s": 600, "trusted_peers": ["127.0.4.0/30"]}
+    server = servers("one", str(tmp_path / "state.sqlite3"),
+                     admin={"token": ADMIN_TOKEN, "attempts": attempts})
+    spread = in_parallel(bearer, [(server, f"127.0.5.{n}") for n in range(1, 6) for _ in (1, 2)])
+    assert spread == Counter({403: 6, 429: 4})
+    assert bearer(server, ADMIN_TOKEN, "127.0.5.9") == 429  # everyone else waits
+    assert bearer(server, ADMIN_TOKEN, "127.0.4.1") == 200  # the controller does not
+    guesses = in_parallel(bearer, [(server, "127.0.4.2")] * 5)
+    assert guesses == Counter({403: 2, 429: 3})  # a trusted address still has its own limit
+    assert bearer(server, ADMIN_TOKEN, "127.0.4.2") == 429
 
 
 def test_without_a_writable_store_no_attempt_is_accepted(

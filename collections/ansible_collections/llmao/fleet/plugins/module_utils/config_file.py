@@ -9,6 +9,7 @@ in :mod:`fleet`, which is the only caller.
 
 from __future__ import annotations
 
+import ipaddress
 import math
 import os
 from collections.abc import Mapping
@@ -35,6 +36,11 @@ DEFAULT_SESSION_LIFETIME_S = 12 * 3600.0
 MAX_SESSION_LIFETIME_S = 30 * 24 * 3600.0
 # At most this many servers of one model change at once, whatever rollout.max_unavailable says.
 MAX_UNAVAILABLE = 100
+# Bounds of admin.attempts: a window of a day at most, limits that still bound guessing.
+MAX_ATTEMPT_WINDOW_S = 86400.0
+MAX_ATTEMPTS_PER_PEER = 1000
+MAX_ATTEMPTS_OVERALL = 100_000
+MAX_TRUSTED_PEERS = 100
 
 
 @dataclass(frozen=True)
@@ -89,6 +95,29 @@ class Rollout:
 
 
 @dataclass(frozen=True)
+class AttemptLimits:
+    """``admin.attempts``: the one limit on presenting ``admin.token`` (the login form and the
+    admin API's bearer), per peer and from all peers, in a window; and the peers the overall
+    limit leaves out (the controllers reconcile runs on), so that guesses spread over many
+    addresses never lock them out. The server applies it (llmao_server.admin_attempts)."""
+
+    per_peer: int = 5
+    overall: int = 100
+    window_s: float = 15 * 60.0
+    trusted_peers: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...] = ()
+
+    def trusts(self, address: str | None) -> bool:
+        """Whether ``address`` (a TCP peer) is in one of ``trusted_peers``."""
+        try:
+            ip = ipaddress.ip_address(address or "")
+        except ValueError:
+            return False
+        if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+            ip = ip.ipv4_mapped
+        return any(ip in network for network in self.trusted_peers)
+
+
+@dataclass(frozen=True)
 class Provider:
     """A provider listing to read: its API key and base URL, or the local engine's label."""
 
@@ -115,6 +144,7 @@ class Settings:
     server_state: str
     admin_token: str | None = field(repr=False)
     session_lifetime_s: float = DEFAULT_SESSION_LIFETIME_S
+    attempts: AttemptLimits = AttemptLimits()
     # The bearer of llmao-server's GET /metrics; unset, it answers loopback peers only.
     metrics_token: str | None = field(default=None, repr=False)
     # (key path, why) for fleet.key and fleet.vllm_api_salt when weak: loaded, but warned about.
@@ -179,6 +209,7 @@ def load_settings(path: str, problems: Problems, warnings: list[str]) -> Setting
     admin_token = admin.token("token")
     session_lifetime_s = admin.number("session_lifetime_s", DEFAULT_SESSION_LIFETIME_S,
                                       maximum=MAX_SESSION_LIFETIME_S)
+    attempts = _read_attempts(admin.sub("attempts"))
     admin.close()
     metrics = top.sub("metrics")
     metrics_token = metrics.token("token")
@@ -198,7 +229,8 @@ def load_settings(path: str, problems: Problems, warnings: list[str]) -> Setting
         legacy_servers=legacy, hosts=hosts, lifecycle=lifecycle, providers=providers,
         litellm_url=litellm_url, litellm_master_key=master_key, server_url=server_url,
         server_state=_state_location(path, state), admin_token=admin_token,
-        session_lifetime_s=session_lifetime_s, metrics_token=metrics_token, weak_secrets=weak,
+        session_lifetime_s=session_lifetime_s, attempts=attempts, metrics_token=metrics_token,
+        weak_secrets=weak,
         load=load, cost_per_hour=cost_per_hour, rollout=rollout,
     )
 
@@ -246,6 +278,43 @@ def _read_rollout(section: Section) -> Rollout:
     )
     section.close()
     return rollout
+
+
+def _read_attempts(section: Section) -> AttemptLimits:
+    """``admin.attempts``; ``trusted_peers`` is a list of addresses or networks (CIDR)."""
+    limits = AttemptLimits(
+        per_peer=section.integer("per_peer", AttemptLimits.per_peer,
+                                 maximum=MAX_ATTEMPTS_PER_PEER),
+        overall=section.integer("overall", AttemptLimits.overall, maximum=MAX_ATTEMPTS_OVERALL),
+        window_s=section.number("window_s", AttemptLimits.window_s, minimum=1,
+                                maximum=MAX_ATTEMPT_WINDOW_S),
+        trusted_peers=_read_networks(section, "trusted_peers"),
+    )
+    section.close()
+    return limits
+
+
+def _read_networks(section: Section, key: str) -> tuple[ipaddress.IPv4Network |
+                                                        ipaddress.IPv6Network, ...]:
+    """A list of IP addresses or networks (``203.0.113.5``, ``2001:db8::/64``)."""
+    value = section.raw(key, None)
+    if value is None:
+        return ()
+    if not isinstance(value, list) or len(value) > MAX_TRUSTED_PEERS:
+        section.problem(key, f"must be a list of at most {MAX_TRUSTED_PEERS} IP addresses or "
+                             f"networks (CIDR), not {shown(value)}")
+        return ()
+    networks = []
+    for index, entry in enumerate(value):
+        try:
+            if not isinstance(entry, str):  # ip_network would read an integer as an address
+                raise TypeError(entry)
+            networks.append(ipaddress.ip_network(entry.strip(), strict=True))
+        except (TypeError, ValueError):
+            section.problem(f"{key}[{index}]", f"must be an IP address or a network such as "
+                                               f"203.0.113.0/28 (no host bits set), not "
+                                               f"{shown(entry)}")
+    return tuple(networks)
 
 
 def _read_costs(fleet: Section) -> Mapping[str, float]:

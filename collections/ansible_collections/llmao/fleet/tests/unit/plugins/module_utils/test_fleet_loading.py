@@ -153,6 +153,27 @@ CONFIG_CASES = [
      "rollout.max_unavailable: must be an integer from 1 to 100"),
     ("rollout unknown key", lambda c: c.update(rollout={"folow_s": 30}),
      "config.yaml: rollout.folow_s: unknown key"),
+    ("attempts per peer zero", lambda c: c.update(admin=dict(attempts={"per_peer": 0})),
+     "config.yaml: admin.attempts.per_peer: must be an integer from 1 to 1000, not 0"),
+    ("attempts overall a float", lambda c: c.update(admin=dict(attempts={"overall": 2.5})),
+     "config.yaml: admin.attempts.overall: must be an integer from 1 to 100000"),
+    ("attempt window .inf", lambda c: c.update(admin=dict(attempts={"window_s": float("inf")})),
+     "config.yaml: admin.attempts.window_s: must be a finite number from 1 and at most 86400"),
+    ("trusted peers a string", lambda c: c.update(admin=dict(
+        attempts={"trusted_peers": "203.0.113.5"})),
+     "config.yaml: admin.attempts.trusted_peers: must be a list of at most 100 IP addresses"),
+    ("trusted peer an integer", lambda c: c.update(admin=dict(
+        attempts={"trusted_peers": ["203.0.113.5", 5]})),
+     "config.yaml: admin.attempts.trusted_peers[1]: must be an IP address or a network"),
+    ("trusted network with host bits", lambda c: c.update(admin=dict(
+        attempts={"trusted_peers": ["203.0.113.5/28"]})),
+     "config.yaml: admin.attempts.trusted_peers[0]: must be an IP address or a network such "
+     "as 203.0.113.0/28 (no host bits set), not '203.0.113.5/28'"),
+    ("trusted peer a name", lambda c: c.update(admin=dict(
+        attempts={"trusted_peers": ["controller.example"]})),
+     "admin.attempts.trusted_peers[0]: must be an IP address or a network"),
+    ("attempts unknown key", lambda c: c.update(admin=dict(attempts={"per_ip": 3})),
+     "config.yaml: admin.attempts.per_ip: unknown key"),
 ]
 
 
@@ -312,3 +333,18 @@ def test_rollout_reads_its_bounds_inclusive(tmp_path):
     rollout = load(tmp_path, config).settings.rollout
     assert (rollout.follow_s, rollout.max_unavailable, rollout.drain_s) == (1, 100, 0)
     assert rollout.following and rollout.payload() == {"follow_s": 1.0, "drain_s": 0.0}
+
+
+def test_attempt_limits_default_and_read(tmp_path):
+    limits = load(tmp_path).settings.attempts
+    assert (limits.per_peer, limits.overall, limits.window_s, limits.trusted_peers) == \
+        (5, 100, 900.0, ())
+    config = with_config(lambda c: c.update(admin={"attempts": {
+        "per_peer": 3, "overall": 50, "window_s": 60,
+        "trusted_peers": ["203.0.113.5", "198.51.100.0/28", "2001:db8::/64"]}}))
+    limits = load(tmp_path, config).settings.attempts
+    assert (limits.per_peer, limits.overall, limits.window_s) == (3, 50, 60)
+    assert [limits.trusts(peer) for peer in (
+        "203.0.113.5", "203.0.113.6", "198.51.100.15", "198.51.100.16", "::ffff:203.0.113.5",
+        "2001:db8::7", "2001:db9::7", None, "not-an-address")] == \
+        [True, False, True, False, True, True, False, False, False]
