@@ -32,6 +32,7 @@ from ansible_collections.llmao.fleet.plugins.module_utils.hostnames import (
     claimed_box_name,
 )
 from ansible_collections.llmao.fleet.plugins.module_utils.intent import BoxAssignment
+from ansible_collections.llmao.fleet.plugins.module_utils.payload_rules import BOX_NAME_RE
 
 from .api_errors import JSON, RequestRefused, error_answer
 from .applied_report import APPLIED_MAX_BYTES, read_applied_report
@@ -116,6 +117,10 @@ def resolve_box(state: ServerState, request: BoxRequest) -> BoxAssignment:
     An empty name (``X-LLMAO-Host:`` with no value) is present, so it is the only
     key, as the protocol says; no box can be called that, so it is unknown (404),
     but it is a broken box template rather than a box to approve: not remembered.
+    Nor is any other name no box can have (the core's box name rule: printable
+    ASCII, 253 characters at most): it could never be approved, and remembering
+    it would let a caller with the key fill the dashboard's list with kilobytes
+    of junk.
     """
     check_fleet_key(state, request)
     name, _ = request.claim
@@ -125,7 +130,8 @@ def resolve_box(state: ServerState, request: BoxRequest) -> BoxAssignment:
                              "fleet.hosts (LLMAO_HOST on the box), or leave the header out")
     assignment = state.served_assignment(name)
     if assignment is None:
-        state.note_unknown(name, time.time())
+        if BOX_NAME_RE.match(name):
+            state.note_unknown(name, time.time())
         raise RequestRefused(404, "unknown_host",
                              f"box {clipped(name)!r} is not in fleet.hosts; add it there, or "
                              "ask an admin to approve it")

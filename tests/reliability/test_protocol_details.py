@@ -7,7 +7,8 @@
 - ``X-LLMAO-Host:`` with an empty value counts as present (docs/box-protocol.md), so there
   is no fallback to ``X-Forwarded-For`` or the peer; no box can have that name,
   so the seed's protocol answers 404 (code ``empty_host``), and it is not
-  remembered as an unknown box. The fleet key is still checked first.
+  remembered as an unknown box. The fleet key is still checked first. Nor is a
+  name no box can have (too long, spaces, not ASCII) remembered: it is unknown.
 """
 
 from __future__ import annotations
@@ -75,6 +76,20 @@ def test_an_empty_box_name_is_refused_and_not_remembered(
     state.recorder.flush()
     assert state.store.unknown_boxes() == []
     assert state.store.fetch_times() == {}
+
+
+@pytest.mark.parametrize("name", ["x" * 254, "two words", "b\u00f6x", "tab\there"])
+def test_a_name_no_box_can_have_is_unknown_and_not_remembered(
+        client: FlaskClient, state: ServerState, name: str) -> None:
+    environ = {"HTTP_X_LLMAO_HOST": name}  # as a server hands a raw header to WSGI
+    answer = client.get("/vllm/config", headers=box_headers(host=None),
+                        environ_base=environ)
+    assert answer.status_code == 404
+    assert answer.json["error"]["code"] == "unknown_host"
+    longest = client.get("/vllm/config", headers=box_headers(host="y" * 253))
+    assert longest.status_code == 404
+    state.recorder.flush()
+    assert [box.name for box in state.store.unknown_boxes()] == ["y" * 253]
 
 
 def test_an_empty_box_name_without_the_key_is_403(client: FlaskClient) -> None:
