@@ -15,7 +15,9 @@ box's applied revision, the turns) and LiteLLM's listing (what is routed).
 from __future__ import annotations
 
 import json
+import os
 import secrets
+import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -28,11 +30,13 @@ from ansible_collections.llmao.fleet.plugins.module_utils.litellm_client import 
 from ansible_collections.llmao.fleet.plugins.module_utils.litellm_routes import deployment_id
 from rig import web
 from rig.boxes import Box, free_port, host_gateway_address, start_box
+from rig.chat_load import ChatLoad, Shape
 from rig.local_fleet import LocalFleet, one_model_hosts
+from rig.route_watch import RouteWatch
 from rig.tls import make_server_tls
 from tests.box.template_boot import boot, template_env
 from tests.llmao_process import LlmaoServer, start_llmao_server
-from tests.reconcile_run import REPO, PlaybookRun, run_reconcile
+from tests.reconcile_run import ANSIBLE_PLAYBOOK, REPO, PlaybookRun, run_reconcile
 
 MODEL = "roll-model"
 BOX_COUNT = 3
@@ -48,11 +52,26 @@ INSTALL_SET = REPO / "roles" / "vllm_box" / "files" / "install_set.py"
 MODULE_UTILS = REPO / "collections" / "ansible_collections" / "llmao" / "fleet" / "plugins" / \
     "module_utils"
 BOX_API = REPO / "server" / "llmao_server" / "box_api.py"
+PROVISION = REPO / "playbooks" / "provision.yml"
+# What both acceptance tests (pull and push) drive the fleet with: a stub that streams at a
+# known pace, refuses one context at start as vLLM refuses a bad value, and a steady chat load
+# where a quarter of the requests are streams of several seconds.
+TOKEN_DELAY_S = 0.05
+LONG_STREAM_TOKENS = 80  # 4 s at the stub's pace
+GOOD_CONTEXT, BAD_CONTEXT = 2048, 3072
+BEHAVIOUR = {"*": {"token_delay_s": TOKEN_DELAY_S, "load_delay_s": 1.0,
+                   "refuse_args": [f"--max-model-len={BAD_CONTEXT}"]}}
+DRAIN_S = LONG_STREAM_TOKENS * TOKEN_DELAY_S + 3  # longer than the longest stream
+MIX = (Shape(stream=False), Shape(stream=True), Shape(stream=False),
+       Shape(stream=True, min_tokens=LONG_STREAM_TOKENS))
+RATE_PER_S = 2.0
+PROVISION_TIMEOUT_S = 600.0
 
 
 def missing_pieces() -> list[str]:
     """The pieces of CONTRACT.md a following fleet needs that this checkout lacks, each named
-    with its owner, so a test that cannot run yet says exactly why."""
+    with its owner. Every piece exists now; bench/bench_rolling.py still asks, until it
+    drops the question (the tests no longer do)."""
     missing = []
     rollout = MODULE_UTILS / "rollout.py"
     if not rollout.exists() or "def decide_turn" not in rollout.read_text():
@@ -68,10 +87,11 @@ def missing_pieces() -> list[str]:
 
 @dataclass(frozen=True)
 class Knobs:
-    """The settings a scenario picks: how often boxes check, how long a drain waits, the grace
-    a (re)started server has to answer, and the model's context at boot."""
+    """The settings a scenario picks: how often boxes check (None: they do not follow, changes
+    are pushed), how long a drain waits, the grace a (re)started server has to answer, and the
+    model's context at boot."""
 
-    follow_s: float = 1.0
+    follow_s: float | None = 1.0
     drain_s: float = 6.0
     health_grace_s: float = 30.0
     max_model_len: int = 4096
@@ -172,6 +192,22 @@ class RollingFleet:
         self.server.reload()
         return self.intended()
 
+    def provision(self, folder: Path, *flags: str) -> PlaybookRun:
+        """``playbooks/provision.yml`` on the three boxes, as an operator runs it: the fleet's
+        inventory, and a second source that says how Ansible reaches each container box. The
+        output is as printed (a test checks it holds no secret; mask it to show it)."""
+        reach = folder / "containers.yml"
+        reach.write_text(json.dumps({"all": {"hosts": {
+            name: {"ansible_connection": "community.docker.docker",
+                   "ansible_host": box.container} for name, box in self.boxes.items()}}}))
+        env = {**os.environ, **self.loop.env, "ANSIBLE_NOCOLOR": "1", "ANSIBLE_FORCE_COLOR": "0",
+               "ANSIBLE_PIPELINING": "true", "ANSIBLE_LOCAL_TEMP": str(folder / "ansible-tmp")}
+        done = subprocess.run(
+            [str(ANSIBLE_PLAYBOOK), str(PROVISION), "-i", str(self.local.inventory_path),
+             "-i", str(reach), *flags], cwd=REPO, env=env, capture_output=True, text=True,
+            stdin=subprocess.DEVNULL, timeout=PROVISION_TIMEOUT_S, check=False)
+        return PlaybookRun(done.returncode, done.stdout + done.stderr)
+
     def wait(self, what: str, done: Callable[[], bool], timeout: float) -> float:
         """Poll ``done`` until true; the seconds it took, or TimeoutError with what the fleet
         was doing."""
@@ -209,6 +245,60 @@ class RollingFleet:
         return mask("\n".join(parts), self.local.secrets())
 
 
+def chat_load(url: str, key: str, bound_s: float) -> ChatLoad:
+    """The steady load through LiteLLM at ``url``, bounded in count and time by ``bound_s``."""
+    return ChatLoad(url, key, MODEL, rate_per_s=RATE_PER_S, count=int(bound_s * RATE_PER_S),
+                    max_s=bound_s, mix=MIX)
+
+
+def assert_turns_never_overlap(turns: list[dict]) -> None:
+    """Each turn ended before the next began: one box changed at a time."""
+    spans = sorted((turn["granted_at"], turn["ended_at"], turn["box"]) for turn in turns)
+    for (_, ended, box), (granted, _, later) in zip(spans, spans[1:], strict=False):
+        assert ended is not None and ended <= granted, f"{box}'s and {later}'s turns overlap"
+
+
+def assert_rolled(fleet: RollingFleet, load: ChatLoad, watch: RouteWatch,
+                  before: Mapping[str, str], new: Mapping[str, str], said: str) -> None:
+    """R10's good change: every box moved to its new revision one turn at a time, serving the
+    new context, with no failed request and never fewer than two of three servers routed."""
+    assert all(new[box] != before[box] for box in new), said
+    assert load.failures() == [] and len(load.outcomes()) >= 20, said
+    assert any(o.shape.min_tokens for o in load.outcomes()), said
+    assert watch.fewest() >= 2 and watch.errors == [], said
+    assert fleet.applied() == new, said
+    turns = fleet.turns()
+    assert {box: (turn["revision"], turn["phase"]) for box, turn in turns.items()} == \
+        {box: (revision, "done") for box, revision in new.items()}, said
+    assert_turns_never_overlap(list(turns.values()))
+    assert {box: fleet.served_context(box) for box in fleet.boxes} == \
+        dict.fromkeys(fleet.boxes, GOOD_CONTEXT), said
+
+
+def assert_stopped_at_one(fleet: RollingFleet, load: ChatLoad, watch: RouteWatch,
+                          new: Mapping[str, str], bad: Mapping[str, str], said: str) -> str:
+    """R10's failing change: exactly one box's turn failed and paused the model, the others
+    kept the revision before and kept answering, no request failed. Returns the failed box."""
+    assert load.failures() == [], said
+    assert watch.fewest() >= 2 and watch.errors == [], said
+    turns = fleet.turns()
+    failed = [box for box, turn in turns.items() if turn["phase"] == "failed"]
+    assert len(failed) == 1, said
+    (broken,) = failed
+    assert turns[broken]["revision"] == bad[broken] and turns[broken]["why"], said
+    applied = fleet.applied()
+    kept = [box for box in fleet.boxes if box != broken]
+    assert applied[broken] == bad[broken], said
+    assert {box: applied[box] for box in kept} == {box: new[box] for box in kept}, said
+    assert fleet.routed() == set(kept), said
+    assert {box: fleet.served_context(box) for box in kept} == \
+        dict.fromkeys(kept, GOOD_CONTEXT), said
+    answered = {o.answered_by.split(":")[0] for o in load.outcomes()}
+    assert set(kept) <= answered, said
+    assert f"PAUSED at {broken} (rev {bad[broken]}" in fleet.loop.last_output(), said
+    return broken
+
+
 def mask(text: str, hidden: list[str]) -> str:
     """``text`` with every secret of the fleet replaced, so a failure message shows none."""
     for secret in hidden:
@@ -231,7 +321,7 @@ def rolling_fleet(folder: Path, image: str, litellm_url: str, master_key: str, k
     local.write(
         fleet={"health_grace_s": knobs.health_grace_s, "probe_connect_timeout_s": 2,
                "probe_timeout_s": 5},
-        rollout={"follow_s": knobs.follow_s, "drain_s": knobs.drain_s},
+        rollout=rollout_section(knobs),
         providers={"docker": {"label": "llmao.box"}},
         litellm={"url": litellm_url, "master_key": master_key},
         server={"url": f"https://{gateway}:{port}", "state": str(folder / "state.sqlite3")})
@@ -259,6 +349,14 @@ def rolling_fleet(folder: Path, image: str, litellm_url: str, master_key: str, k
         fleet = RollingFleet(local, server, boxes, litellm, loop)
         fleet.wait("every box serving its revision and routed", fleet.settled, SETTLE_TIMEOUT_S)
         yield fleet
+
+
+def rollout_section(knobs: Knobs) -> dict[str, float]:
+    """``rollout:`` of config.yaml; without ``follow_s`` boxes do not follow."""
+    section = {"drain_s": knobs.drain_s}
+    if knobs.follow_s is not None:
+        section["follow_s"] = knobs.follow_s
+    return section
 
 
 def forget_routes(litellm: LiteLLM, route_ids: Iterable[str]) -> None:

@@ -13,6 +13,8 @@ PLUGINS = [
                                            "supervisor_conf_dir", "vllm_bin", "handover"}),
     ("module", "llmao.fleet.pass_lease", {"state", "ttl", "holder", "timeout", "config",
                                           "models"}),
+    ("module", "llmao.fleet.box_turn", {"box", "state", "servers", "applied", "wait_timeout",
+                                        "poll_interval", "timeout", "config", "models"}),
     ("inventory", "llmao.fleet.fleet", {"plugin", "config", "models", "compose", "groups",
                                         "keyed_groups", "strict", "cache"}),
 ]

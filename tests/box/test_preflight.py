@@ -56,7 +56,8 @@ def test_the_program_and_the_role_refuse_alike_and_write_nothing(box_factory, wr
     assert SHORTFALL in program_says
     assert_nothing_written(box)
 
-    pushed = provision(fleet, {BOX: box}, env={"ANSIBLE_STDOUT_CALLBACK": "ansible.posix.json"})
+    pushed = provision(fleet, {BOX: box}, "-e", "llmao_rolling=false",
+                       env={"ANSIBLE_STDOUT_CALLBACK": "ansible.posix.json"})
     assert pushed.returncode != 0
     assert f"install_set: {failed_message(pushed.stdout, BOX)}" == program_says
     assert_nothing_written(box)
