@@ -69,10 +69,9 @@ def settled(app: Callable[..., Any]) -> Callable[..., Any]:
     """
     gc.collect()
     gc.freeze()
+    atexit.unregister(gc.unfreeze)  # once, however often a reload settles a new app
+    atexit.register(gc.unfreeze)
     return app
-
-
-atexit.register(gc.unfreeze)
 
 
 class GunicornServer(BaseApplication):
