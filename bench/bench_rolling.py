@@ -33,7 +33,7 @@ from rig.box_image import ensure_box_image
 from rig.dockerd import ensure_engine
 from rig.fleet_files import strong_secret
 from rig.litellm_process import start_litellm
-from tests.rolling_fleet import Knobs, RollingFleet, missing_pieces, rolling_fleet
+from tests.rolling_fleet import Knobs, RollingFleet, rolling_fleet
 
 OPTIONS = (
     ("--follow", 1, "rollout.follow_s of the fleet, seconds (1)"),
@@ -53,10 +53,6 @@ def timed(fleet: RollingFleet, what: str, **change: object) -> float:
 
 
 def run(follow: int, drain: int) -> None:
-    missing = missing_pieces()
-    if missing:
-        print("bench_rolling: NOT RUN, pieces of CONTRACT.md missing: " + "; ".join(missing))
-        return
     knobs = Knobs(follow_s=follow, drain_s=drain, max_model_len=FIRST_CONTEXT)
     print(f"bench_rolling: three boxes following every {follow} s, drain {drain} s, reconcile "
           f"back to back; load average {os.getloadavg()[0]:.1f}")

@@ -48,10 +48,6 @@ SETTLE_TIMEOUT_S = 240.0
 PASS_PAUSE_S = 0.5
 FOLLOW_LOG = "/data/llmao/follow.log"
 ACTIVE_PHASES = ("draining", "drained")
-INSTALL_SET = REPO / "roles" / "vllm_box" / "files" / "install_set.py"
-MODULE_UTILS = REPO / "collections" / "ansible_collections" / "llmao" / "fleet" / "plugins" / \
-    "module_utils"
-BOX_API = REPO / "server" / "llmao_server" / "box_api.py"
 PROVISION = REPO / "playbooks" / "provision.yml"
 # What both acceptance tests (pull and push) drive the fleet with: a stub that streams at a
 # known pace, refuses one context at start as vLLM refuses a bad value, and a steady chat load
@@ -66,23 +62,6 @@ MIX = (Shape(stream=False), Shape(stream=True), Shape(stream=False),
        Shape(stream=True, min_tokens=LONG_STREAM_TOKENS))
 RATE_PER_S = 2.0
 PROVISION_TIMEOUT_S = 600.0
-
-
-def missing_pieces() -> list[str]:
-    """The pieces of CONTRACT.md a following fleet needs that this checkout lacks, each named
-    with its owner. Every piece exists now; bench/bench_rolling.py still asks, until it
-    drops the question (the tests no longer do)."""
-    missing = []
-    rollout = MODULE_UTILS / "rollout.py"
-    if not rollout.exists() or "def decide_turn" not in rollout.read_text():
-        missing.append("rollout-server: module_utils/rollout.py with Rollout and decide_turn")
-    if "/turn" not in BOX_API.read_text():
-        missing.append("rollout-server: POST /vllm/turn in server/llmao_server/box_api.py")
-    if "--follow" not in INSTALL_SET.read_text():
-        missing.append("follower: install_set.py --follow and llmao-follow.conf")
-    if "rollout_lines" not in (MODULE_UTILS / "reconcile_plan.py").read_text():
-        missing.append("reconcile-rollout: turns in reconcile_plan.plan_pass (drain, re-admit)")
-    return missing
 
 
 @dataclass(frozen=True)
