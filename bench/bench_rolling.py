@@ -15,8 +15,7 @@ the same run it times:
 Printed (target <= 1.5): the roll's time over the sum of the three single restarts. What the
 roll adds is the hand-over between turns (the next box's check, its grant, a reconcile pass),
 which a sum of single restarts never pays. Nothing asserts on time. It needs the container
-engine, the box image and the LiteLLM venv (``make setup``); when a piece of CONTRACT.md is not
-in this checkout it says which and does not run.
+engine, the box image and the LiteLLM venv (``make setup``).
 
     python -m bench.bench_rolling [--follow 1] [--drain 5]
 """

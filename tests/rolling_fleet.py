@@ -141,7 +141,7 @@ class RollingFleet:
                 for box in self.boxes}
 
     def turns(self) -> dict[str, dict[str, Any]]:
-        """Box name -> its latest turn as llmao records it (CONTRACT §5)."""
+        """Box name -> its latest turn as llmao records it."""
         return {turn["box"]: turn for turn in self.observations().get("turns", [])
                 if turn["box"] in self.boxes}
 

@@ -1,6 +1,6 @@
-"""Issue 12's pull-path acceptance (CONTRACT.md, R10): a following fleet of three container boxes
-rolls a change box by box under a steady chat load through LiteLLM's real proxy, and stops
-itself on a change that fails to start.
+"""Issue 12's pull-path acceptance (R10, docs/rolling-changes.md): a following fleet of three
+container boxes rolls a change box by box under a steady chat load through LiteLLM's real
+proxy, and stops itself on a change that fails to start.
 
 1. ``max_model_len`` changes in models.yaml and llmao reloads: no request fails (plain chats
    and streams, some streams longer than a second), LiteLLM never routes fewer than two of the

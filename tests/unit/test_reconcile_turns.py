@@ -1,4 +1,5 @@
-"""Reconcile and rollout turns (CONTRACT §7): who is held out of LiteLLM, how a turn moves on.
+"""Reconcile and rollout turns (docs/rolling-changes.md): who is held out of LiteLLM, how a
+turn moves on.
 
 Each case is one pass of the real planner (``plan_pass``) over the test fleet: a box with a
 turn, the revision it applied, whether LiteLLM has the turn's route, and what the probe found.

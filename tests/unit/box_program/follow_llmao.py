@@ -1,4 +1,4 @@
-"""llmao as the follow program sees it, built from the contract's shapes (CONTRACT §2, §5, §6).
+"""llmao as the follow program sees it, built from the documented shapes (docs/box-protocol.md).
 
 A real HTTP server on loopback (helpers.FakeLlmao) whose answers follow the protocol instead of
 a script per path: ``GET /vllm/config`` serves the intended payload with its ``ETag`` and

@@ -3,9 +3,10 @@
 """The module llmao.fleet.box_turn run in-process against a contract-shaped llmao on loopback.
 
 The fake keeps one turn per box and answers the four routes the module uses as llmao does
-(CONTRACT: ``POST /admin/api/turns/take``, ``GET /admin/api/observations``, ``GET /vllm/config``,
-``POST /vllm/applied``); its ``moves`` stand in for reconcile: each ask moves the turn one
-phase on, and a report of the applied revision ends it as ``ends`` says.
+(docs/rolling-changes.md, docs/box-protocol.md: ``POST /admin/api/turns/take``,
+``GET /admin/api/observations``, ``GET /vllm/config``, ``POST /vllm/applied``); its ``moves``
+stand in for reconcile: each ask moves the turn one phase on, and a report of the applied
+revision ends it as ``ends`` says.
 """
 
 from __future__ import annotations
