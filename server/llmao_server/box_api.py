@@ -40,7 +40,7 @@ from .bearer_header import presented_bearer
 from .logs import RequestLog
 from .redaction import clipped
 from .state import ServerState
-from .turns import ask_turn, read_ask
+from .turns import AskViews, ask_turn, read_ask
 
 PREFIX = "/vllm/"
 STATUS_LINES = {status.value: f"{status.value} {status.phrase}" for status in HTTPStatus}
@@ -180,8 +180,10 @@ def report_applied(state: ServerState, request: BoxRequest) -> Answer:
 
 
 def request_turn(state: ServerState, request: BoxRequest) -> Answer:
-    """``POST /vllm/turn``: ``{"revision", "servers": [names]}``; asking again is polling."""
+    """``POST /vllm/turn``: ``{"revision", "servers": [names]}``; asking again is polling,
+    within the box's rate (429 with ``Retry-After`` beyond it), checked before the body."""
     assignment = resolve_box(state, request)
+    AskViews.of(state).take_ask(assignment.box, time.monotonic())
     _, revision, names = read_ask(request.json_body(), with_box=False)
     decided = ask_turn(state, assignment.box, assignment.revision, revision, names,
                        f"box {assignment.box}", request.peer)
@@ -231,7 +233,8 @@ class BoxApi:
         except Exception as exc:  # the one error handler of the box API: every fault answers
             status, body = error_answer(exc, self.state.redact)
             allow = [("Allow", ", ".join(route[0]))] if status == 405 and route else []
-            return status, body, allow
+            own = list(exc.headers.items()) if isinstance(exc, RequestRefused) else []
+            return status, body, allow + own
 
     def log_request(self, request: BoxRequest, status: int) -> None:
         """One line per request: the claim, how it was made, the peer, the raw XFF, the status.

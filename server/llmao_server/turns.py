@@ -11,9 +11,11 @@ of a turn goes to the audit log.
 
 from __future__ import annotations
 
+import math
 import time
+import weakref
 from collections.abc import Mapping, Sequence
-from typing import Any, NoReturn
+from typing import Any, ClassVar, NoReturn
 
 from ansible_collections.llmao.fleet.plugins.module_utils.fleet import Fleet
 from ansible_collections.llmao.fleet.plugins.module_utils.payload_rules import (
@@ -25,6 +27,7 @@ from ansible_collections.llmao.fleet.plugins.module_utils.rollout import (
     Turn,
     TurnError,
     decide_turn,
+    healthy_by_model,
     may_apply,
 )
 
@@ -38,12 +41,16 @@ MAX_NAMES = 2 * MAX_SERVERS
 MAX_TEXT = 300
 MAX_UPDATES = 10_000
 REVISION_LENGTH = 64
+# A box's asks: this many at once, then one per ASK_INTERVAL_S (per worker).
+ASK_BURST = 5
+ASK_INTERVAL_S = 0.5
 # Reconcile's why names a server, its state and its reason: a line, not a document.
 MAX_WHY = 2000
 
 
 def read_ask(doc: Any, with_box: bool) -> tuple[str | None, str, list[str]]:
-    """``{"revision", "servers": [names]}`` (and ``"box"`` when ``with_box``); 400 otherwise."""
+    """``{"revision", "servers": [names]}`` (and ``"box"`` when ``with_box``); 400 otherwise,
+    an empty list of servers included: it could only ever be granted nothing."""
     if not isinstance(doc, dict):
         bad_turn("the body must be a JSON object with revision and servers")
     box = doc.get("box") if with_box else None
@@ -53,28 +60,37 @@ def read_ask(doc: Any, with_box: bool) -> tuple[str | None, str, list[str]]:
     if not isinstance(revision, str) or not 0 < len(revision) <= REVISION_LENGTH:
         bad_turn(f"revision must be the revision being moved to (1 to {REVISION_LENGTH} "
                  "characters)")
-    if not isinstance(names, list) or len(names) > MAX_NAMES or not all(
+    if not isinstance(names, list) or not 0 < len(names) <= MAX_NAMES or not all(
             isinstance(name, str) and SERVER_NAME_RE.match(name) for name in names):
-        bad_turn(f"servers must be a list of at most {MAX_NAMES} server names (the programs "
-                 "that change or go)")
+        bad_turn(f"servers must be a list of 1 to {MAX_NAMES} server names (the programs "
+                 "that change or go; a box that changes none needs no turn)")
     return box, revision, names
 
 
 def ask_turn(state: ServerState, box: str, intended: str, revision: str,
              names: Sequence[str], who: str, peer: str | None) -> dict[str, Any]:
-    """Decide ``box``'s ask for ``revision`` (its intended revision is ``intended``)."""
+    """Decide ``box``'s ask for ``revision`` (its intended revision is ``intended``).
+
+    What the rules read besides the turns is read before the store's lock and
+    cheaply: the fleet in force and the last pass's Healthy servers per model are
+    made once per approval set and per stored pass in each worker (:class:`AskViews`),
+    the box's applied revision is one row. Inside the lock only the turns that are
+    not done are read, and only the boxes of those turns are looked at.
+    """
     if revision != intended:
         raise RequestRefused(409, "stale_revision",
                              f"revision {clipped(revision)!r} is not what {box} is meant to run "
                              "now; fetch GET /vllm/config again")
-    fleet = fleet_in_force(state)
-    states = last_states(state)
+    views = AskViews.of(state)
+    fleet = views.fleet_in_force()
+    healthy = views.healthy(fleet)
+    applied = state.store.applied_revision(box)
     now = time.time()
     seen: list[Turn] = []
 
-    def decide(turns: list[Turn]) -> Turn | str:
+    def decide(turns: list[Turn]) -> Turn | str | None:
         seen.extend(turns)
-        return decide_turn(fleet, box, revision, names, turns, states, now)
+        return decide_turn(fleet, box, revision, names, turns, healthy, now, applied)
 
     decision = state.store.grant_turn(decide)
     if isinstance(decision, Turn):
@@ -82,6 +98,8 @@ def ask_turn(state: ServerState, box: str, intended: str, revision: str,
             audit(state.redact, "turn", "granted", who, peer, box=box, revision=revision,
                   phase=decision.phase.value, servers=list(decision.servers))
         return answer(fleet, box, revision, decision, "", now)
+    if decision is None:
+        return nothing_to_turn(fleet, box, revision)
     if state.store.note_wait(box, revision):
         audit(state.redact, "turn", "waiting", who, peer, box=box, revision=revision,
               why=decision)
@@ -100,19 +118,79 @@ def answer(fleet: Fleet, box: str, revision: str, turn: Turn | None, why: str, n
             "drain_s": float(rollout.drain_s), "why": why or (turn.why if turn else "")}
 
 
-def fleet_in_force(state: ServerState) -> Fleet:
-    """The fleet with the approved boxes added, as they are served and reconciled."""
-    approvals = {a.box: a.models for a in state.store.approvals()}
-    return state.fleet.with_approvals(approvals) if approvals else state.fleet
+def nothing_to_turn(fleet: Fleet, box: str, revision: str) -> dict[str, Any]:
+    """The answer to an ask naming none of the servers the box is meant to run: there is
+    nothing to drain, so the box applies now and no turn is kept."""
+    return {"host": box, "revision": revision, "granted": True, "phase": None, "apply": True,
+            "drain_s": float(fleet.settings.rollout.drain_s),
+            "why": "none of the servers named is one this box is meant to run: nothing to drain"}
 
 
-def last_states(state: ServerState) -> dict[str, str]:
-    """Deployment id → the state the last reconcile pass gave it."""
-    last = state.store.last_pass()
-    if last is None:
-        return {}
-    return {key: verdict.get("state") for key, verdict in last.verdicts.items()
-            if isinstance(verdict, Mapping)}
+class AskViews:
+    """What deciding a turn reads besides the turns, kept per worker and per app.
+
+    The fleet in force is rebuilt only when the approvals change, and the last
+    pass's Healthy servers per model (:func:`rollout.healthy_by_model`) only when a
+    new pass is stored (one cheap read says which is stored): a box's ask never
+    decodes the whole pass or walks every server. Asks of ``POST /vllm/turn`` are
+    rate-limited per box here too (:meth:`take_ask`).
+    """
+
+    _views: ClassVar[weakref.WeakKeyDictionary[ServerState, AskViews]] = \
+        weakref.WeakKeyDictionary()
+
+    def __init__(self, state: ServerState):
+        self.state = state
+        self._fleet: tuple[tuple[tuple[str, tuple[str, ...]], ...], Fleet] | None = None
+        self._healthy: tuple[Fleet, tuple[float, float], Mapping[str, frozenset[str]]] | None \
+            = None
+        self._asks: dict[str, tuple[float, float]] = {}
+
+    @classmethod
+    def of(cls, state: ServerState) -> AskViews:
+        views = cls._views.get(state)
+        if views is None:
+            views = cls._views[state] = cls(state)
+        return views
+
+    def fleet_in_force(self) -> Fleet:
+        """The fleet with the approved boxes added, as they are served and reconciled."""
+        approvals = tuple((a.box, a.models) for a in self.state.store.approvals())
+        if self._fleet is None or self._fleet[0] != approvals:
+            fleet = (self.state.fleet.with_approvals(dict(approvals)) if approvals
+                     else self.state.fleet)
+            self._fleet = (approvals, fleet)
+        return self._fleet[1]
+
+    def healthy(self, fleet: Fleet) -> Mapping[str, frozenset[str]]:
+        """Model name → its servers the last stored pass called Healthy."""
+        stamp = self.state.store.pass_stamp()
+        if stamp is None:
+            return {}
+        if self._healthy is None or self._healthy[0] is not fleet \
+                or self._healthy[1] != stamp:
+            last = self.state.store.last_pass()
+            states = {} if last is None else {
+                key: verdict.get("state") for key, verdict in last.verdicts.items()
+                if isinstance(verdict, Mapping)}
+            kept = stamp if last is None else (last.pass_at, last.recorded_at)
+            self._healthy = (fleet, kept, healthy_by_model(fleet, states))
+        return self._healthy[2]
+
+    def take_ask(self, box: str, now: float) -> None:
+        """Count one ask of ``box``: 429 with ``Retry-After`` beyond :data:`ASK_BURST` asks
+        at once, or beyond one per :data:`ASK_INTERVAL_S` after (a token bucket per box and
+        worker; a following box asks at most every 0.8 s). Only known boxes get here, so
+        the buckets are bounded by the fleet."""
+        tokens, since = self._asks.get(box, (ASK_BURST, now))
+        tokens = min(ASK_BURST, tokens + (now - since) / ASK_INTERVAL_S)
+        if tokens < 1:
+            self._asks[box] = (tokens, now)
+            wait_s = math.ceil((1 - tokens) * ASK_INTERVAL_S)
+            raise RequestRefused(429, "turn_asked_too_often",
+                                 f"{box} asks for its turn too often: at most one ask every "
+                                 f"{ASK_INTERVAL_S:g} s", {"Retry-After": str(wait_s)})
+        self._asks[box] = (tokens - 1, now)
 
 
 def read_updates(doc: Any) -> list[tuple[str, str, Phase, str]]:

@@ -94,6 +94,10 @@ CASES = [
                  id="expired before the box applied: failed"),
     pytest.param(Phase.DRAINED, None, False, SILENT, 30, -1, None, Phase.FAILED,
                  id="applied, expired while Loading: failed"),
+    pytest.param(Phase.DRAINING, None, True, SERVING, 30, 600, None, Phase.DRAINED,
+                 id="draining, yet the box applied: its route stays, drained at once"),
+    pytest.param(Phase.DRAINING, None, True, SERVING, 3600, -1, None, Phase.DRAINED,
+                 id="draining, the box applied, past its time: drained, never expired"),
     pytest.param(Phase.DONE, OLD, False, SERVING, 3600, 600, "register", None,
                  id="a done turn holds nothing back"),
     pytest.param(Phase.FAILED, None, False, SILENT, 1000, 600, None, None,
@@ -181,3 +185,15 @@ def test_turns_travel_between_tasks_and_a_bad_one_fails(fleet) -> None:
     broken = {**record, "turns": [{**record["turns"][0], "phase": "sideways"}]}
     with pytest.raises(RecordError, match=r"turns\[0\]"):
         Observations.from_record(broken)
+
+
+def test_a_turn_whose_box_applied_first_ends_done_and_pauses_nothing(fleet) -> None:
+    """Pass after pass, a turn held by a box that had applied already runs out as done."""
+    current = turn(fleet, Phase.DRAINING, expires_in=-1)
+    for _ in range(3):
+        plan = one_pass(fleet, (current,), None, (GEMMA, QWEN), SERVING, 3600)
+        if not plan.turn_updates:
+            break
+        [update] = plan.turn_updates
+        current = current.moved(update.phase, update.why, NOW)
+    assert current.phase is Phase.DONE

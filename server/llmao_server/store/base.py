@@ -127,11 +127,12 @@ class StateStore(ABC):
         """Box name → time of its latest follow check."""
 
     @abstractmethod
-    def grant_turn(self, decide: Callable[[list[Turn]], Turn | str]) -> Turn | str:
-        """Read every turn, ``decide`` (:func:`rollout.decide_turn` bound to a box's ask)
-        and keep a granted turn as its box's latest, all in one transaction that no other
-        grant or update interleaves with: two workers or instances never both grant past
-        the limit. Returns the decision; what ``decide`` raises rolls back and propagates."""
+    def grant_turn(self, decide: Callable[[list[Turn]], Turn | str | None]) -> Turn | str | None:
+        """Read every turn that is not done, ``decide`` (:func:`rollout.decide_turn` bound
+        to a box's ask) and keep a granted turn as its box's latest, all in one transaction
+        that no other grant or update interleaves with: two workers or instances never both
+        grant past the limit. Returns the decision; what ``decide`` raises rolls back and
+        propagates."""
 
     @abstractmethod
     def update_turn(self, box: str, revision: str, phase: Phase, why: str,
@@ -190,6 +191,10 @@ class StateStore(ABC):
         """Box name → its latest applied report."""
 
     @abstractmethod
+    def applied_revision(self, box: str) -> str | None:
+        """The revision ``box`` last reported it applied, or None."""
+
+    @abstractmethod
     def record_pass(self, record: ReconcilePass) -> None:
         """Keep this pass, replacing the one before, and add its load sample to the history,
         thinned and bounded (:data:`HISTORY_FULL_S`, :data:`HISTORY_LIMIT`)."""
@@ -202,6 +207,11 @@ class StateStore(ABC):
     @abstractmethod
     def last_pass(self) -> ReconcilePass | None:
         """The latest reconcile pass, or None before the first."""
+
+    @abstractmethod
+    def pass_stamp(self) -> tuple[float, float] | None:
+        """``(pass_at, recorded_at)`` of the latest pass without reading the pass: which one
+        is stored, so a reader can keep what it decoded until the next one."""
 
     @abstractmethod
     def claim_attempt(self, scope: str, now: float, window_s: float) -> tuple[int, float]:

@@ -113,6 +113,11 @@ KEEP_TURN = """
     INSERT INTO rollout_turns (box, turn) VALUES (?, ?)
     ON CONFLICT (box) DO UPDATE SET turn = excluded.turn"""
 
+# Matches a done turn's record (Turn.record() as json.dumps writes it) and nothing else: in
+# a text inside the record, a quote is escaped. Done turns decide nothing; on a large fleet
+# they are most of the rows, so a grant leaves them undecoded.
+DONE_TURN = f'%"phase": "{Phase.DONE.value}"%'
+
 NOTE_WAIT = """
     INSERT INTO turn_waits (box, revision) VALUES (?, ?)
     ON CONFLICT (box) DO UPDATE SET revision = excluded.revision
@@ -250,10 +255,11 @@ class SqlStore(base.StateStore):
         if checks:
             self._write((NOTE_CHECK, list(checks.items())))
 
-    def grant_turn(self, decide: Callable[[list[Turn]], Turn | str]) -> Turn | str:
+    def grant_turn(self, decide: Callable[[list[Turn]], Turn | str | None]) -> Turn | str | None:
         with self._store_errors("grant a turn"), self._transaction() as cursor:
             cursor.execute(self.turns_lock)
-            cursor.execute("SELECT turn FROM rollout_turns ORDER BY box")
+            cursor.execute(self._sql("SELECT turn FROM rollout_turns WHERE turn NOT LIKE ? "
+                                     "ORDER BY box"), (DONE_TURN,))
             turns = [_turn(row) for row in cursor.fetchall()]
             decision = decide(turns)
             if isinstance(decision, Turn) and decision not in turns:
@@ -403,6 +409,14 @@ class SqlStore(base.StateStore):
                            "ORDER BY pass_at", (since,))
         return [base.LoadSample(pass_at, json.loads(per_server), json.loads(per_model))
                 for pass_at, per_server, per_model in rows]
+
+    def applied_revision(self, box: str) -> str | None:
+        rows = self._query("SELECT revision FROM applied_reports WHERE box = ?", (box,))
+        return rows[0][0] if rows else None
+
+    def pass_stamp(self) -> tuple[float, float] | None:
+        rows = self._query("SELECT pass_at, recorded_at FROM reconcile_pass WHERE slot = 1")
+        return tuple(rows[0]) if rows else None
 
     def applied_reports(self) -> dict[str, base.AppliedReport]:
         rows = self._query("SELECT box, revision, applied_at, servers, reported_at "

@@ -60,6 +60,10 @@ def next_phase(turn: Turn, applied: str | None, verdicts: Mapping[str, Verdict],
                routed: set[str], now: float) -> TurnUpdate | None:
     """The phase this pass moves ``turn`` to, or None when it stays (or has ended).
 
+    Once its box has applied the turn's revision, only its servers' health decides:
+    a draining turn is drained at once (then done when they are Healthy), so a box
+    that applied without waiting never leaves a turn to expire and pause its models.
+
     ``verdicts`` are this pass's, by server id; ``routed`` the ids LiteLLM has a
     route for once this pass's changes are made.
     """
@@ -75,6 +79,11 @@ def next_phase(turn: Turn, applied: str | None, verdicts: Mapping[str, Verdict],
                if verdict is not None and verdict.action is Action.DELETE]
     if applied_it and failing:
         return TurnUpdate(turn.box, turn.revision, Phase.FAILED, _server_text(*failing[0]))
+    if turn.phase is Phase.DRAINING and applied_it:
+        # Its servers were never held (the box runs the revision already), so their routes
+        # would never go and the turn would expire and pause the model: it is past draining.
+        return TurnUpdate(turn.box, turn.revision, Phase.DRAINED,
+                          f"{turn.box} applied rev {turn.revision} before the drain ended")
     if now > turn.expires_at:
         return TurnUpdate(turn.box, turn.revision, Phase.FAILED,
                           _expired_text(turn, applied_it, states))

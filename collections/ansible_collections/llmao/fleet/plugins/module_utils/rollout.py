@@ -14,19 +14,20 @@ instance agrees (docs/rolling-changes.md).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
 from .config_file import Rollout
 from .fleet import Fleet
+from .intent import BoxAssignment
 from .lifecycle import State
 from .litellm_routes import deployment_id
 
 # The settings live with the other config.yaml sections; the rules that use them, here.
 __all__ = ["ACTIVE", "NEXT_PHASES", "Phase", "Rollout", "Turn", "TurnError", "decide_turn",
-           "may_apply", "paused_models", "server_models", "turn_deadline"]
+           "healthy_by_model", "may_apply", "paused_models", "turn_deadline"]
 
 # A turn outlives its parts by this much: a pass or two of reconcile to see the result.
 TURN_SLACK_S = 120.0
@@ -127,10 +128,31 @@ def may_apply(turn: Turn, rollout: Rollout, now: float) -> bool:
             and now >= turn.drained_at + rollout.drain_s)
 
 
-def server_models(fleet: Fleet) -> dict[str, str]:
-    """Deployment id → model name of every intended server."""
+def healthy_by_model(fleet: Fleet, states: Mapping[str, Any]) -> dict[str, frozenset[str]]:
+    """Model name → the deployment ids of its servers that ``states`` (the last pass's,
+    by deployment id) call Healthy: one walk of the fleet, made once per stored pass, so
+    that deciding a turn never walks every server."""
+    healthy: dict[str, set[str]] = {}
+    for server in fleet.servers():
+        server_id = deployment_id(server.box, server.listen_port, server.name)
+        if states.get(server_id) == State.HEALTHY:
+            healthy.setdefault(server.model_name, set()).add(server_id)
+    return {model: frozenset(ids) for model, ids in healthy.items()}
+
+
+def box_server_models(assignment: BoxAssignment | None,
+                      names: Collection[str] | None = None) -> dict[str, str]:
+    """Deployment id → model name of one box's intended servers (those named, if ``names``)."""
+    if assignment is None:
+        return {}
     return {deployment_id(server.box, server.listen_port, server.name): server.model_name
-            for server in fleet.servers()}
+            for server in assignment.servers if names is None or server.name in names}
+
+
+def turn_models(fleet: Fleet, turn: Turn) -> list[str]:
+    """The model of each of a turn's servers that its box is still meant to run."""
+    models = box_server_models(fleet.assignment(turn.box))
+    return [models[server] for server in turn.servers if server in models]
 
 
 def paused_models(fleet: Fleet, turns: Iterable[Turn]) -> dict[str, Turn]:
@@ -138,73 +160,83 @@ def paused_models(fleet: Fleet, turns: Iterable[Turn]) -> dict[str, Turn]:
 
     A failed turn pauses the models of its servers for as long as its revision is
     still what its box is meant to run; a new revision (a fixed config) resumes them.
+    Only the failed turns' own boxes are looked at, never the whole fleet.
     """
-    models = server_models(fleet)
     paused: dict[str, Turn] = {}
     for turn in turns:
         assignment = fleet.assignment(turn.box)
         if turn.phase is not Phase.FAILED or assignment is None \
                 or assignment.revision != turn.revision:
             continue
-        for server in turn.servers:
-            if server in models:
-                paused.setdefault(models[server], turn)
+        for model in sorted(set(turn_models(fleet, turn))):
+            paused.setdefault(model, turn)
     return paused
 
 
 def decide_turn(fleet: Fleet, box: str, revision: str, server_names: Iterable[str],
-                turns: Iterable[Turn], states: Mapping[str, Any], now: float) -> Turn | str:
-    """The turn granted to ``box`` for ``revision``, or why it must wait.
+                turns: Iterable[Turn], healthy: Mapping[str, Collection[str]], now: float,
+                applied: str | None = None) -> Turn | str | None:
+    """The turn granted to ``box`` for ``revision``, why it must wait, or None: nothing to
+    turn, the box may apply at once.
 
-    ``server_names`` name the box's servers whose programs change or go; those
-    not intended are ignored (a server that goes has no place to drain from).
-    ``turns`` are every stored turn, ``states`` the last pass's states by
-    deployment id. Raises ValueError when ``revision`` is not the box's intended
-    one: the box must fetch again.
+    ``server_names`` name the box's servers whose programs change or go. Only those
+    the box is meant to run need a turn (a server that goes has no place to drain
+    from); an ask naming none of them is granted nothing (None) and nothing is
+    kept. ``turns`` are the stored turns that are not done, ``healthy`` the last
+    pass's Healthy servers (:func:`healthy_by_model`), ``applied`` the revision
+    the box last reported it applied: a box that already runs ``revision`` has
+    nothing to turn. Asking again while the box holds an active turn for
+    ``revision`` returns that turn when it covers every server asked for; else
+    the rules decide again for all of them together. The why of a wait tells
+    only about the asking box: never another box's name, revision or reason.
+    Raises ValueError when ``revision`` is not the box's intended one: the box
+    must fetch again.
     """
     assignment = fleet.assignment(box)
     if assignment is None or assignment.revision != revision:
         raise ValueError(f"revision {revision!r} is not what {box} is meant to run")
+    if applied == revision:
+        return f"{assignment.box} already applied revision {revision}: there is nothing to turn"
     turns = list(turns)
-    for turn in turns:
-        if turn.box == assignment.box and turn.revision == revision and turn.active:
-            return turn
-    wanted = set(server_names)
-    mine = {deployment_id(s.box, s.listen_port, s.name): s.model_name
-            for s in assignment.servers if s.name in wanted}
-    why = _why_wait(fleet, assignment.box, mine, turns, states)
+    mine = box_server_models(assignment, set(server_names))
+    held = next((turn for turn in turns if turn.box == assignment.box
+                 and turn.revision == revision and turn.active), None)
+    if held is not None:
+        if set(mine) <= set(held.servers):
+            return held
+        mine.update((server, model) for server, model in box_server_models(assignment).items()
+                    if server in held.servers)
+    if not mine:
+        return None
+    why = _why_wait(fleet, assignment.box, mine, turns, healthy)
     if why:
         return why
     rollout = fleet.settings.rollout
-    granted = Turn(assignment.box, revision, tuple(mine), Phase.DRAINING, now,
-                   turn_deadline(now, rollout, fleet.settings.lifecycle.health_grace_s))
-    return granted if mine else granted.moved(Phase.DRAINED, "", now)
+    return Turn(assignment.box, revision, tuple(mine), Phase.DRAINING, now,
+                turn_deadline(now, rollout, fleet.settings.lifecycle.health_grace_s))
 
 
 def _why_wait(fleet: Fleet, box: str, mine: Mapping[str, str], turns: list[Turn],
-              states: Mapping[str, Any]) -> str:
+              healthy: Mapping[str, Collection[str]]) -> str:
     """Why the servers ``mine`` (deployment id → model) of ``box`` may not change now, or ""."""
     paused = paused_models(fleet, turns)
-    models = server_models(fleet)
     busy = {server for turn in turns if turn.active for server in turn.servers}
     others = [turn for turn in turns if turn.active and turn.box != box]
     limit = fleet.settings.rollout.max_unavailable
     for model in sorted(set(mine.values())):
         failed = paused.get(model)
-        if failed:
-            return (f"rollout of {model} paused: {failed.box} failed on revision "
+        if failed and failed.box == box:
+            return (f"rollout of {model} paused: this box failed on revision "
                     f"{failed.revision}: {failed.why or 'no reason given'}")
-        changing = [s for turn in others for s in turn.servers if models.get(s) == model]
-        asking = [s for s, m in mine.items() if m == model]
-        if changing and len(changing) + len(asking) > limit:
-            return (f"{model}: {len(changing)} server(s) already changing, "
-                    f"max_unavailable is {limit}")
-        if any(_healthy(states, s) for s in asking) and not any(
-                _healthy(states, s) and s not in busy
-                for s, m in models.items() if m == model and s not in mine):
+        if failed:
+            return (f"rollout of {model} paused: a change of another box failed on its "
+                    "intended revision (the dashboard says which)")
+        changing = sum(turn_models(fleet, turn).count(model) for turn in others)
+        asking = [server for server, of in mine.items() if of == model]
+        if changing and changing + len(asking) > limit:
+            return f"{model}: other servers of it are changing, max_unavailable is {limit}"
+        serving = healthy.get(model, ())
+        if any(server in serving for server in asking) and not any(
+                server not in mine and server not in busy for server in serving):
             return f"{model}: no other server is Healthy and serving; never the last healthy"
     return ""
-
-
-def _healthy(states: Mapping[str, Any], server: str) -> bool:
-    return states.get(server) == State.HEALTHY

@@ -21,6 +21,7 @@ from ansible_collections.llmao.fleet.plugins.module_utils.rollout import (
     Turn,
     TurnError,
     decide_turn,
+    healthy_by_model,
     may_apply,
     paused_models,
     turn_deadline,
@@ -82,16 +83,21 @@ def states(**changes: State) -> dict[str, State]:
     return result
 
 
+def healthy(**changes: State):
+    """What decide_turn reads of :func:`states`: the Healthy servers per model."""
+    return healthy_by_model(fleet_with(), states(**changes))
+
+
 FAILED_G3 = turn(3, sid(3), phase=Phase.FAILED, why="gemma Stalled: not answering")
 
 # id, max_unavailable, asking box, its server names, stored turns, states,
-# expected: (phase, servers) when granted, else a part of why it waits.
+# expected: (phase, servers) when granted, None when nothing is, else a part of why it waits.
 CASES = [
     ("first of the fleet", 1, 2, ["gemma"], [], states(), (Phase.DRAINING, [sid(2)])),
     ("another box's gemma changing, limit 1", 1, 2, ["gemma"], [turn(3, sid(3))], states(),
-     "gemma: 1 server(s) already changing, max_unavailable is 1"),
+     "gemma: other servers of it are changing, max_unavailable is 1"),
     ("a drained turn is still changing", 1, 2, ["gemma"],
-     [turn(3, sid(3), phase=Phase.DRAINED)], states(), "already changing"),
+     [turn(3, sid(3), phase=Phase.DRAINED)], states(), "are changing"),
     ("another box's gemma changing, limit 2", 2, 2, ["gemma"], [turn(3, sid(3))], states(),
      (Phase.DRAINING, [sid(2)])),
     ("another model changing does not count", 1, 2, ["gemma"], [turn(4, sid(4, "qwen"))],
@@ -103,9 +109,9 @@ CASES = [
      ["gemma", "gemma-b"], [], states(), (Phase.DRAINING, [sid(5), sid(5, "gemma-b")])),
     ("two servers of gemma wait beside another change, limit 2", 2, 5,
      ["gemma", "gemma-b"], [turn(3, sid(3))], states(),
-     "gemma: 1 server(s) already changing, max_unavailable is 2"),
+     "gemma: other servers of it are changing, max_unavailable is 2"),
     ("one model waits: the whole box waits", 1, 1, ["gemma", "qwen"],
-     [turn(4, sid(4, "qwen"))], states(), "qwen: 1 server(s) already changing"),
+     [turn(4, sid(4, "qwen"))], states(), "qwen: other servers of it are changing"),
     ("never the last healthy", 3, 2, ["gemma"], [],
      states(b1_gemma=State.LOADING, b3_gemma=State.UNHEALTHY, b5_gemma=State.STALLED,
             b5_gemma_b=State.AWAITING),
@@ -127,11 +133,11 @@ CASES = [
     ("the only qwen server elsewhere is healthy", 1, 4, ["qwen"], [], states(),
      (Phase.DRAINING, [sid(4, "qwen")])),
     ("paused by a failed turn of its intended revision", 3, 2, ["gemma"], [FAILED_G3],
-     states(), "rollout of gemma paused: 10.0.0.3 failed on revision"),
-    ("the pause names why", 3, 2, ["gemma"], [FAILED_G3], states(),
+     states(), "rollout of gemma paused: a change of another box failed"),
+    ("its own failed turn pauses a box too, and it is told why", 3, 3, ["gemma"], [FAILED_G3],
+     states(), "rollout of gemma paused: this box failed on revision"),
+    ("its own pause names why", 3, 3, ["gemma"], [FAILED_G3], states(),
      "gemma Stalled: not answering"),
-    ("its own failed turn pauses a box too", 3, 3, ["gemma"], [FAILED_G3], states(),
-     "rollout of gemma paused"),
     ("a pause holds one model only", 1, 4, ["qwen"], [FAILED_G3], states(),
      (Phase.DRAINING, [sid(4, "qwen")])),
     ("a new revision resumes", 1, 2, ["gemma"],
@@ -139,9 +145,8 @@ CASES = [
      (Phase.DRAINING, [sid(2)])),
     ("names not intended are ignored", 1, 2, ["gemma", "gone", "qwen"], [], states(),
      (Phase.DRAINING, [sid(2)])),
-    ("nothing to drain", 1, 2, [], [turn(3, sid(3))], states(), (Phase.DRAINED, [])),
-    ("only servers that go: nothing to drain", 1, 2, ["gone"], [FAILED_G3], states(),
-     (Phase.DRAINED, [])),
+    ("nothing named: nothing to turn", 1, 2, [], [turn(3, sid(3))], states(), None),
+    ("only servers that go: nothing to turn", 1, 2, ["gone"], [FAILED_G3], states(), None),
     ("its own older turn does not hold it back", 1, 2, ["gemma"],
      [turn(2, sid(2), revision="0123456789abcdef")], states(), (Phase.DRAINING, [sid(2)])),
 ]
@@ -152,10 +157,10 @@ CASES = [
 def test_decide_turn(limit, box, names, turns, known, expected):
     fleet = fleet_with(limit)
     name = f"10.0.0.{box}"
-    decision = decide_turn(fleet, name, fleet.assignment(name).revision, names, turns, known,
-                           NOW)
-    if isinstance(expected, str):
-        assert isinstance(decision, str) and expected in decision
+    decision = decide_turn(fleet, name, fleet.assignment(name).revision, names, turns,
+                           healthy_by_model(fleet, known), NOW)
+    if expected is None or isinstance(expected, str):
+        assert decision is None if expected is None else expected in decision
         return
     phase, servers = expected
     assert isinstance(decision, Turn), decision
@@ -171,19 +176,63 @@ def test_asking_again_returns_the_active_turn_as_it_is():
     # Even though another box changes meanwhile and the rules would now refuse.
     stored = [held, turn(3, sid(3))]
     for later in (NOW + 1, NOW + 99):
-        assert decide_turn(fleet_with(), "10.0.0.2", rev(2), ["gemma"], stored, states(),
+        assert decide_turn(fleet_with(), "10.0.0.2", rev(2), ["gemma"], stored, healthy(),
                            later) is held
+
+
+def test_asking_again_for_more_servers_decides_again_for_all_of_them():
+    held = turn(5, sid(5), phase=Phase.DRAINED)
+    both = decide_turn(fleet_with(), "10.0.0.5", rev(5), ["gemma", "gemma-b"], [held],
+                       healthy(), NOW)
+    assert isinstance(both, Turn) and both.phase is Phase.DRAINING
+    assert set(both.servers) == {sid(5), sid(5, "gemma-b")}
+    # With another gemma changing, the same ask waits (the held turn stays as it is).
+    assert "are changing" in decide_turn(fleet_with(), "10.0.0.5", rev(5),
+                                         ["gemma", "gemma-b"], [held, turn(3, sid(3))],
+                                         healthy(), NOW)
+
+
+@pytest.mark.parametrize("stored", [
+    pytest.param(turn(2, phase=Phase.DRAINED), id="a turn of no server"),
+    pytest.param(turn(2, sid(2, "qwen"), phase=Phase.DRAINED), id="a turn of other servers"),
+])
+def test_a_turn_for_other_servers_is_never_handed_to_a_real_ask(stored):
+    """A fleet-key holder asked as box 2 first: the box's own ask still obeys every rule."""
+    for rivals, expected in (([turn(3, sid(3))], "are changing"),
+                             ([FAILED_G3], "paused"),
+                             ([], "never the last healthy")):
+        known = healthy(b1_gemma=State.LOADING, b3_gemma=State.UNHEALTHY,
+                        b5_gemma=State.STALLED, b5_gemma_b=State.AWAITING) \
+            if not rivals else healthy()
+        decision = decide_turn(fleet_with(3 if not rivals else 1), "10.0.0.2", rev(2),
+                               ["gemma"], [stored, *rivals], known, NOW)
+        assert isinstance(decision, str) and expected in decision, decision
+
+
+def test_a_box_that_applied_the_revision_is_granted_no_turn():
+    decision = decide_turn(fleet_with(), "10.0.0.2", rev(2), ["gemma"], [], healthy(), NOW,
+                           applied=rev(2))
+    assert decision == f"10.0.0.2 already applied revision {rev(2)}: there is nothing to turn"
+    assert isinstance(decide_turn(fleet_with(), "10.0.0.2", rev(2), ["gemma"], [], healthy(),
+                                  NOW, applied="0123456789abcdef"), Turn)
+
+
+def test_a_wait_never_names_another_box_its_revision_or_its_reason():
+    for stored in ([FAILED_G3], [turn(3, sid(3))]):
+        why = decide_turn(fleet_with(), "10.0.0.2", rev(2), ["gemma"], stored, healthy(), NOW)
+        assert isinstance(why, str)
+        assert "10.0.0.3" not in why and rev(3) not in why and "not answering" not in why
 
 
 def test_a_stale_revision_is_refused():
     with pytest.raises(ValueError, match="not what 10.0.0.2 is meant to run"):
-        decide_turn(fleet_with(), "10.0.0.2", "0123456789abcdef", ["gemma"], [], states(), NOW)
+        decide_turn(fleet_with(), "10.0.0.2", "0123456789abcdef", ["gemma"], [], healthy(), NOW)
     with pytest.raises(ValueError):
-        decide_turn(fleet_with(), "10.9.9.9", rev(2), ["gemma"], [], states(), NOW)
+        decide_turn(fleet_with(), "10.9.9.9", rev(2), ["gemma"], [], healthy(), NOW)
 
 
 def test_a_box_name_is_read_as_the_server_reads_it():
-    decision = decide_turn(fleet_with(), "::ffff:10.0.0.2", rev(2), ["gemma"], [], states(),
+    decision = decide_turn(fleet_with(), "::ffff:10.0.0.2", rev(2), ["gemma"], [], healthy(),
                            NOW)
     assert isinstance(decision, Turn) and decision.box == "10.0.0.2"
 
