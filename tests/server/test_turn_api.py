@@ -13,6 +13,7 @@ from flask.testing import FlaskClient
 
 from llmao_server.state import ServerState, app_state
 from llmao_server.store import ReconcilePass
+from llmao_server.turns import ASK_BURST
 from tests.server.fleet_pair import KNOWN, LEGACY, OTHER_KNOWN, UNKNOWN, box_headers, config
 from tests.server.test_admin_api import admin
 
@@ -85,7 +86,7 @@ def test_another_box_of_the_model_waits_and_is_audited_once(
     assert all(answer.status_code == 200 for answer in waits)
     assert waits[0].json["granted"] is False and waits[0].json["phase"] is None
     assert waits[0].json["apply"] is False
-    assert "gemma: 1 server(s) already changing, max_unavailable is 1" in waits[0].json["why"]
+    assert "gemma: other servers of it are changing, max_unavailable is 1" in waits[0].json["why"]
     lines = audit_lines(caplog)
     assert len(lines) == 1 and "action=turn outcome=waiting" in lines[0]
     # Another model's server is not held back.
@@ -144,11 +145,14 @@ def test_a_failed_turn_pauses_the_model_and_says_why(client: FlaskClient,
     update(client, state, "failed", why="gemma Stalled: not answering after the grace")
     answer = ask(client, state, LEGACY).json
     assert answer["granted"] is False
-    assert answer["why"].startswith(f"rollout of gemma paused: {KNOWN} failed on revision")
-    assert "gemma Stalled" in answer["why"]
-    # The failed box itself sees its turn failed.
+    assert answer["why"].startswith("rollout of gemma paused: a change of another box failed")
+    # Another box's name, revision and probe reason are not told to a fleet-key holder.
+    assert KNOWN not in answer["why"] and revision(state) not in answer["why"]
+    assert "Stalled" not in answer["why"]
+    # The failed box itself sees its turn failed, and why.
     own = ask(client, state).json
     assert (own["granted"], own["phase"]) == (False, "failed")
+    assert "gemma Stalled: not answering after the grace" in own["why"]
 
 
 def test_never_the_last_healthy_server(client: FlaskClient, state: ServerState) -> None:
@@ -160,9 +164,64 @@ def test_never_the_last_healthy_server(client: FlaskClient, state: ServerState) 
     assert ask(client, state, LEGACY).json["granted"] is True
 
 
-def test_nothing_to_drain_is_drained_at_once(client: FlaskClient, state: ServerState) -> None:
+def test_only_servers_that_go_are_granted_nothing_and_nothing_is_kept(
+        client: FlaskClient, state: ServerState) -> None:
     answer = ask(client, state, servers=("gone",)).json
-    assert (answer["granted"], answer["phase"], answer["apply"]) == (True, "drained", True)
+    assert (answer["granted"], answer["phase"], answer["apply"]) == (True, None, True)
+    assert state.store.turns() == []
+
+
+def test_an_empty_ask_is_refused(client: FlaskClient, state: ServerState) -> None:
+    answer = ask(client, state, servers=())
+    assert answer.status_code == 400 and answer.json["error"]["code"] == "bad_turn"
+    assert state.store.turns() == []
+
+
+@pytest.mark.parametrize("first", [(), ("gone",)], ids=["empty", "servers that go"])
+def test_an_ask_made_first_for_nothing_never_lets_the_real_ask_past_the_rules(
+        client: FlaskClient, state: ServerState, first: tuple[str, ...]) -> None:
+    """A fleet-key holder asks as LEGACY for nothing while KNOWN's gemma changes: LEGACY's
+    own ask for its gemma must still wait for max_unavailable."""
+    assert ask(client, state).json["granted"] is True
+    ask(client, state, LEGACY, servers=first)
+    answer = ask(client, state, LEGACY).json
+    assert (answer["granted"], answer["apply"]) == (False, False)
+    assert "max_unavailable is 1" in answer["why"]
+
+
+def test_a_box_that_applied_the_revision_is_granted_no_turn(client: FlaskClient,
+                                                             state: ServerState) -> None:
+    report = {"revision": revision(state), "applied_at": "2026-01-31T12:00:00Z", "servers": []}
+    assert client.post("/vllm/applied", headers=box_headers(), json=report).status_code == 200
+    answer = ask(client, state).json
+    assert (answer["granted"], answer["apply"], answer["phase"]) == (False, False, None)
+    assert "already applied" in answer["why"]
+    assert state.store.turns() == []
+
+
+def test_asking_too_often_is_429_with_retry_after(client: FlaskClient,
+                                                  state: ServerState) -> None:
+    answers = [ask(client, state) for _ in range(ASK_BURST + 1)]
+    assert [a.status_code for a in answers] == [200] * ASK_BURST + [429]
+    assert answers[-1].json["error"]["code"] == "turn_asked_too_often"
+    assert int(answers[-1].headers["Retry-After"]) >= 1
+    # Another box has its own budget.
+    assert ask(client, state, LEGACY).status_code == 200
+
+
+def test_an_ask_decodes_a_stored_pass_once(client: FlaskClient, state: ServerState,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    now = time.time()
+    state.store.record_pass(ReconcilePass(now, {GEMMA_KNOWN: {"state": "Healthy"}}, (), now))
+    reads = []
+    read = state.store.last_pass
+    monkeypatch.setattr(state.store, "last_pass", lambda: reads.append(1) or read())
+    for box in (KNOWN, LEGACY, KNOWN):
+        assert ask(client, state, box).status_code == 200
+    assert len(reads) == 1
+    state.store.record_pass(ReconcilePass(now + 1, {}, (), now + 1))
+    ask(client, state, LEGACY)
+    assert len(reads) == 2
 
 
 def test_a_stale_revision_is_409(client: FlaskClient, state: ServerState) -> None:
