@@ -59,17 +59,22 @@ def models_document() -> dict[str, object]:
     return {"models": [*recipes, route("gpt-4o-mini", "openai/gpt-4o-mini")]}
 
 
-def config_document(boxes: tuple[str, ...], keys: FleetSecrets) -> dict[str, object]:
+def config_document(boxes: tuple[str, ...], keys: FleetSecrets,
+                    rollout: dict[str, object] | None = None) -> dict[str, object]:
     hosts = {name: box_rows(index) for index, name in enumerate(boxes)}
-    return {"fleet": fleet_section(keys, hosts), "server": {"state": "llmao-state.sqlite3"},
-            "admin": {"token": keys.admin_token}}
+    document = {"fleet": fleet_section(keys, hosts), "server": {"state": "llmao-state.sqlite3"},
+                "admin": {"token": keys.admin_token}}
+    return document if rollout is None else {**document, "rollout": rollout}
 
 
-def write_fleet(folder: Path, boxes: int) -> GeneratedFleet:
-    """Write a ``boxes``-box fleet into ``folder`` (created if needed)."""
+def write_fleet(folder: Path, boxes: int,
+                rollout: dict[str, object] | None = None) -> GeneratedFleet:
+    """Write a ``boxes``-box fleet into ``folder`` (created if needed), with config.yaml's
+    ``rollout`` section when given (a fleet whose boxes follow and ask for turns)."""
     names = tuple(box_names(boxes))
     keys = FleetSecrets()
-    write_files(folder, config_document(names, keys), models_document(), compact=True)
+    write_files(folder, config_document(names, keys, rollout), models_document(),
+                compact=True)
     return GeneratedFleet(folder, keys, names)
 
 
