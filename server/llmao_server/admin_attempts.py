@@ -6,8 +6,10 @@ peer and so many from everyone in a window, whichever worker or instance
 answers. Each attempt is counted in the store *before* the token is compared,
 by one atomic statement per scope, so tries sent in parallel cannot all slip in
 under the limit: once a count is over, the token is not even looked at. The
-right token gives its attempt back and clears its peer, so reconcile's regular
-calls never use the budget up. The overall limit bounds guessing from many
+right token gives its attempts back and clears its peer, so reconcile's regular
+calls never use the budget up; only the attempts it drew: a trusted peer, never
+counted overall, gives none back there (else each of its calls would hand a
+spread guesser one more try). The overall limit bounds guessing from many
 addresses; it also means such a spread attack locks everyone out until its
 window ends, which is the price of a bound, except the ``trusted_peers`` (the
 controllers reconcile runs on): the overall limit neither counts nor stops
@@ -75,7 +77,8 @@ def admin_token_matches(state: ServerState, presented: str, peer: str | None, ac
     limits = state.fleet.settings.attempts
     scope = peer_scope(peer)
     scopes = [(scope, limits.per_peer, "this address")]
-    if not limits.trusts(peer):
+    counted_overall = not limits.trusts(peer)
+    if counted_overall:
         scopes.append((OVERALL_SCOPE, limits.overall, "all addresses"))
     for counted, limit, whose in scopes:
         now = time.time()
@@ -94,7 +97,7 @@ def admin_token_matches(state: ServerState, presented: str, peer: str | None, ac
                                       f"in {max(1, round(wait_s / 60))} min", wait_s)
     expected = (state.fleet.settings.admin_token or "").encode("utf-8")
     if hmac.compare_digest(presented.encode("utf-8"), expected):
-        state.store.release_attempt(scope)
+        state.store.release_attempt(scope, give_back_overall=counted_overall)
         return True
     audit(state.redact, action, "refused", who, peer, why="wrong token")
     return False

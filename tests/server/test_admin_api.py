@@ -269,3 +269,23 @@ def test_the_lease_needs_the_admin_token(client: FlaskClient, method: str, path:
                          headers=admin("wrong-token"))
     assert answer.status_code == 403
     assert client.get(LEASE, headers=admin()).json["holder"] is None
+
+
+def test_a_trusted_peers_right_token_gives_back_no_overall_attempt(
+        make_app: Callable[..., Flask]) -> None:
+    """Issue 18 item 8: reconcile's calls from a trusted controller must not hand a guesser
+    spread over many addresses one more try each."""
+    document = config()
+    document["admin"]["attempts"] = {"per_peer": 5, "overall": 3, "window_s": 600,
+                                     "trusted_peers": ["127.0.0.1"]}
+    client = make_app(document).test_client()
+
+    def guess(peer: str, token: str = "a-wrong-guess") -> int:
+        return client.get(OBSERVATIONS, headers=admin(token),
+                          environ_base={"REMOTE_ADDR": peer}).status_code
+
+    assert [guess(f"198.51.100.{n}") for n in range(1, 4)] == [403, 403, 403]
+    assert guess("198.51.100.4") == 429  # the overall limit is reached
+    for _ in range(3):
+        assert guess("127.0.0.1", ADMIN_TOKEN) == 200  # the controller is never stopped
+    assert guess("198.51.100.5") == 429  # and gave the guessers nothing back

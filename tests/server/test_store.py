@@ -178,9 +178,14 @@ def test_admin_attempts_are_counted_per_scope_within_a_window(store: StateStore)
     assert store.claim_attempt("10.0.0.2", 101.0, 60.0) == (1, 101.0)
     assert store.claim_attempt("10.0.0.1", 161.0, 60.0) == (1, 161.0)  # a new window
     assert store.claim_attempt(state_store.OVERALL_SCOPE, 102.0, 60.0) == (3, 100.0)
-    store.release_attempt("10.0.0.1")  # the right token: the peer forgotten, its attempt back
+    # The right token: the peer forgotten, its attempt back.
+    store.release_attempt("10.0.0.1", give_back_overall=True)
     assert store.claim_attempt("10.0.0.1", 162.0, 60.0) == (1, 162.0)
     assert store.claim_attempt(state_store.OVERALL_SCOPE, 103.0, 60.0) == (3, 100.0)
+    # A trusted peer's right token: it drew nothing overall, so it gives nothing back there.
+    store.release_attempt("10.0.0.1", give_back_overall=False)
+    assert store.claim_attempt("10.0.0.1", 163.0, 60.0) == (1, 163.0)
+    assert store.claim_attempt(state_store.OVERALL_SCOPE, 104.0, 60.0) == (4, 100.0)
 
 
 def test_admin_attempts_are_kept_for_a_bounded_number_of_peers(store: StateStore) -> None:

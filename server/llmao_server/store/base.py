@@ -226,8 +226,9 @@ class StateStore(ABC):
         """
 
     @abstractmethod
-    def release_attempt(self, peer: str) -> None:
-        """The credential was right: forget ``peer``'s attempts, give back its overall one."""
+    def release_attempt(self, peer: str, give_back_overall: bool) -> None:
+        """The credential was right: forget ``peer``'s attempts and, when its attempt was
+        counted overall (``give_back_overall``), give that one back."""
 
     @abstractmethod
     def server_secret(self, name: str, candidate: str) -> str:

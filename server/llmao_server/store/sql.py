@@ -344,9 +344,9 @@ class SqlStore(base.StateStore):
                 self._write((TRIM_ATTEMPTS, [()]))
         return attempts, since
 
-    def release_attempt(self, peer: str) -> None:
+    def release_attempt(self, peer: str, give_back_overall: bool) -> None:
         self._write(("DELETE FROM admin_attempts WHERE scope = ?", [(peer,)]),
-                    (GIVE_BACK_ATTEMPT, [()]))
+                    (GIVE_BACK_ATTEMPT, [()] if give_back_overall else []))
 
     def server_secret(self, name: str, candidate: str) -> str:
         self._write((KEEP_FIRST_SECRET, [(name, candidate)]))
