@@ -115,3 +115,18 @@ def test_strong_secrets_raise_no_warning(tmp_path: Path) -> None:
     fleet = load_fleet(*write_pair(tmp_path))
     assert fleet.settings.weak_secrets == ()
     assert not [w for w in fleet.warnings if "fleet.key" in w or "vllm_api_salt" in w]
+
+
+@pytest.mark.parametrize("key", [
+    "cl\u00e9-de-la-flotte-0123456789abcdefghijklmnop",  # long, strong-looking, not ASCII
+    "fleet-key-with-a-tab\t0123456789abcdefghijklmnop",
+    " fleet-key-with-a-leading-space-0123456789abcdef",
+], ids=["non-ASCII", "a control character", "a leading space"])
+def test_a_fleet_key_no_box_can_present_is_refused_naming_file_and_key(
+        tmp_path: Path, key: str) -> None:
+    with pytest.raises(ConfigError) as refused:
+        load_fleet(*write_pair(tmp_path, {**CONFIG, "fleet": {**CONFIG["fleet"], "key": key}}))
+    message = str(refused.value)
+    assert "config.yaml: fleet.key: " in message
+    assert "no box can send" in message or "the server trims" in message
+    assert key not in message

@@ -22,7 +22,7 @@ from .config_errors import Problems
 from .field_checks import Section, shown, type_name
 from .hostnames import normalize_host
 from .payload_rules import BOX_NAME_RE, MAX_SERVERS, ROLLOUT_LIMITS, SERVER_NAME_RE
-from .secret_strength import MAKE_ONE, secret_weakness
+from .secret_strength import MAKE_ONE, secret_weakness, unpresentable
 from .yaml_source import read_yaml
 
 LISTEN_PORTS = (8001, 8002, 8003)
@@ -172,6 +172,9 @@ def load_settings(path: str, problems: Problems, warnings: list[str]) -> Setting
     top = Section(problems, path, (), read_yaml(path), required=True)
     fleet = top.sub("fleet", required=True)
     fleet_key = fleet.text("key")
+    if not is_placeholder(fleet_key) and (why := unpresentable(fleet_key)):
+        fleet.problem("key", f"{why}: every box would be refused (403). Make one with: "
+                             f"{MAKE_ONE}")
     salt = fleet.text("vllm_api_salt")
     selfhost = fleet.text("selfhost_api_key")
     legacy = _read_legacy(fleet)

@@ -8,7 +8,9 @@ printable ASCII characters, without spaces, and differs from every other secret
 of the file: a box's fleet key must never open the admin API. ``fleet.key`` and
 ``fleet.vllm_api_salt`` are judged by the same rule but only warned about: they
 are baked into boxes or behind every bearer, so changing them means
-re-provisioning, and refusing to load would strand a running fleet.
+re-provisioning, and refusing to load would strand a running fleet. A
+``fleet.key`` no box can present at all (:func:`unpresentable`) is refused: it
+strands the fleet already.
 """
 
 from __future__ import annotations
@@ -25,4 +27,20 @@ def secret_weakness(value: str) -> str | None:
         return "holds characters other than printable ASCII (spaces and non-ASCII included)"
     if len(value) < MIN_SECRET_LENGTH:
         return f"is shorter than {MIN_SECRET_LENGTH} characters"
+    return None
+
+
+def unpresentable(value: str) -> str | None:
+    """Why no box can ever present ``value`` as ``Authorization: Bearer <value>``, or None.
+
+    A header is sent as ASCII (HTTP clients refuse other characters or encode them
+    as no server reads them back), control characters end or break it, and the
+    server trims the credential (:mod:`bearer_header`), so a key that begins or
+    ends with a space would never match.
+    """
+    if not all(" " <= ch <= LAST_PRINTABLE for ch in value):
+        return ("holds characters other than printable ASCII (non-ASCII or control "
+                "characters), which no box can send in its Authorization header")
+    if value != value.strip():
+        return "begins or ends with a space, which the server trims from what a box presents"
     return None
