@@ -21,7 +21,7 @@ from tests.unit.box_program.helpers import load_install_set
 BOX = load_install_set()
 PINNED = ["BOX_NAME_RE", "SERVER_NAME_RE", "API_KEY_RE", "UNSAFE_CHAR_RE", "MAX_TEXT",
           "MAX_ARGS", "MAX_ARG", "MAX_SERVERS", "API_KEY_FLAG", "NUMBER_LIMITS",
-          "INTEGER_NUMBERS", "ROLLOUT_LIMITS"]
+          "INTEGER_NUMBERS", "ROLLOUT_LIMITS", "FOLLOW_PROGRAM"]
 # Characters that matter, mixed with any others: the edges of every rule.
 EDGES = "-_.=/ \t\n\x00\x1f\x7f\x85\x9f\xa0\u200b\u200f\u2028\u2029\u202e\u2066\ufeff\ud800\"'%;#"
 texts = st.text(st.one_of(st.sampled_from(EDGES), st.characters()), max_size=12) | \
@@ -42,6 +42,13 @@ def test_the_copy_equals_the_original(name: str):
 def test_the_box_checks_every_recipe_number_and_the_loader_every_server():
     assert tuple(BOX.OPTIONAL_NUMBERS) == RECIPE_NUMBERS == tuple(core.NUMBER_LIMITS)
     assert MAX_SERVERS_PER_BOX == core.MAX_SERVERS
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sampled_from(["follow", "llmao-follow", "llmao-llmao-follow", "follow2", "gemma"])
+       | texts)
+def test_a_name_that_clashes_with_the_follow_program_is_judged_alike(name: str):
+    assert core.clashes_with_follow_program(name) == BOX.clashes_with_follow_program(name)
 
 
 def box_accepts(check, *args) -> bool:

@@ -630,10 +630,15 @@ def validate_assignment(doc: Any) -> Assignment:
         else None
     if rollout is not None:
         for i, server in enumerate(servers):
-            if FOLLOW_PROGRAM in (server.name, f"llmao-{server.name}"):
+            if clashes_with_follow_program(server.name):
                 raise Refused(f"servers[{i}].name: {server.name!r} is the follow program's "
                               f"name ({FOLLOW_FILE}) while boxes follow; rename the server")
     return Assignment(host=host, revision=revision, servers=servers, rollout=rollout)
+
+
+def clashes_with_follow_program(server_name: str) -> bool:
+    """Whether a server of this name would take the follow program's name on this box."""
+    return FOLLOW_PROGRAM in (server_name, f"llmao-{server_name}")
 
 
 def validate_rollout(value: Any, where: str) -> Rollout:

@@ -21,7 +21,14 @@ from .bearer import is_placeholder
 from .config_errors import Problems
 from .field_checks import Section, shown, type_name
 from .hostnames import normalize_host
-from .payload_rules import BOX_NAME_RE, MAX_SERVERS, ROLLOUT_LIMITS, SERVER_NAME_RE
+from .payload_rules import (
+    BOX_NAME_RE,
+    FOLLOW_PROGRAM,
+    MAX_SERVERS,
+    ROLLOUT_LIMITS,
+    SERVER_NAME_RE,
+    clashes_with_follow_program,
+)
 from .secret_strength import MAKE_ONE, secret_weakness, unpresentable
 from .yaml_source import read_yaml
 
@@ -218,6 +225,8 @@ def load_settings(path: str, problems: Problems, warnings: list[str]) -> Setting
     metrics_token = metrics.token("token")
     metrics.close()
     rollout = _read_rollout(top.sub("rollout"))
+    if rollout.following:
+        _check_follow_names(fleet, hosts)
     others = {"fleet.key": fleet_key, "fleet.vllm_api_salt": salt,
               "fleet.selfhost_api_key": selfhost, "litellm.master_key": master_key,
               **{f"providers.{kind}.api_key": p.api_key for kind, p in providers.items()}}
@@ -281,6 +290,18 @@ def _read_rollout(section: Section) -> Rollout:
     )
     section.close()
     return rollout
+
+
+def _check_follow_names(fleet: Section, hosts: Mapping[str, tuple[HostRow, ...]]) -> None:
+    """While boxes follow, a server named ``follow`` or ``llmao-follow`` would take the
+    follow program's name, and every box would refuse its assignment: refused here."""
+    for box, rows in hosts.items():
+        for row in rows:
+            if clashes_with_follow_program(row.name):
+                fleet.problem(f"hosts.{box}[{row.index}]",
+                              f"the name {row.name!r} is the follow program's "
+                              f"({FOLLOW_PROGRAM}) while rollout.follow_s is set; give the "
+                              "row another name (a third element)")
 
 
 def _read_attempts(section: Section) -> AttemptLimits:

@@ -21,7 +21,7 @@ from .config_file import LISTEN_PORTS, HostRow, Settings, load_settings
 from .hostnames import normalize_host
 from .intent import BoxAssignment, IntendedServer, assign
 from .models_file import ModelEntry, load_models
-from .payload_rules import API_KEY_RE, BOX_NAME_RE
+from .payload_rules import API_KEY_RE, BOX_NAME_RE, FOLLOW_PROGRAM, clashes_with_follow_program
 
 
 class ApprovalError(ValueError):
@@ -113,6 +113,9 @@ def approval_refusal(fleet: Fleet, box: str, model_names: Sequence[str]) -> str 
             return f"{name!r} is not in models.yaml"
         if not entry.self_hosted:
             return f"{name!r} is a commercial route, not a self-hosted model"
+        if fleet.settings.rollout.following and clashes_with_follow_program(name):
+            return (f"{name!r} would name a server as the follow program ({FOLLOW_PROGRAM}) "
+                    "while boxes follow")
     return None
 
 

@@ -41,6 +41,14 @@ NUMBER_LIMITS = {"gpu_memory_utilization": 1, "max_model_len": 10**8, "vram_gb":
 INTEGER_NUMBERS = frozenset({"max_model_len", "kv_bytes_per_token"})
 # The payload's ``rollout`` object (sent only when boxes follow): its keys and their bounds.
 ROLLOUT_LIMITS = {"follow_s": (1, 86400), "drain_s": (0, 3600)}
+# The Supervisor program a following box runs to follow llmao; a server's program is
+# ``llmao-<name>``, so while boxes follow, no server may be named so that they clash.
+FOLLOW_PROGRAM = "llmao-follow"
+
+
+def clashes_with_follow_program(server_name: str) -> bool:
+    """Whether a server of this name would take the follow program's name on a box."""
+    return FOLLOW_PROGRAM in (server_name, f"llmao-{server_name}")
 
 
 def text_problem(value: str) -> str | None:

@@ -335,6 +335,18 @@ def test_rollout_reads_its_bounds_inclusive(tmp_path):
     assert rollout.following and rollout.payload() == {"follow_s": 1.0, "drain_s": 0.0}
 
 
+@pytest.mark.parametrize("name", ["follow", "llmao-follow"])
+def test_a_server_named_as_the_follow_program_is_refused_while_boxes_follow(tmp_path, name):
+    def named(config):
+        _hosts(config)["198.51.100.7"] = [["gemma", 8001, name]]
+
+    following = with_config(lambda c: (named(c), c.update(rollout={"follow_s": 30})))
+    assert f"config.yaml: fleet.hosts.198.51.100.7[0]: the name {name!r} is the follow " \
+        "program's (llmao-follow) while rollout.follow_s is set" in refused(tmp_path, following)
+    # Without following, no box runs the follow program: the name is free.
+    assert load(tmp_path, with_config(named)).assignment("198.51.100.7").servers[0].name == name
+
+
 def test_attempt_limits_default_and_read(tmp_path):
     limits = load(tmp_path).settings.attempts
     assert (limits.per_peer, limits.overall, limits.window_s, limits.trusted_peers) == \
