@@ -7,6 +7,7 @@ database per test.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -242,6 +243,31 @@ def test_processes_on_one_store_share_the_state(location: str) -> None:
 def test_a_store_in_a_missing_folder_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(StoreError, match="cannot open the state store"):
         SqliteStore(str(tmp_path / "missing" / "state.sqlite3"))
+
+
+def test_a_new_sqlite_store_is_readable_by_its_owner_only(tmp_path: Path) -> None:
+    """It holds the cookie signing key and the session ids, whatever the umask."""
+    path = tmp_path / "state.sqlite3"
+    previous = os.umask(0o022)
+    try:
+        opened = SqliteStore(str(path))
+        opened.record_pass(ReconcilePass(1.0, {}, (), 1.0))  # the WAL files exist now
+    finally:
+        os.umask(previous)
+    modes = {name.name: name.stat().st_mode & 0o777 for name in tmp_path.iterdir()}
+    opened.close()
+    assert modes == {"state.sqlite3": 0o600, "state.sqlite3-wal": 0o600,
+                     "state.sqlite3-shm": 0o600}
+
+
+def test_an_existing_sqlite_store_open_to_others_is_tightened_and_said(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    path = tmp_path / "state.sqlite3"
+    SqliteStore(str(path)).close()
+    path.chmod(0o644)
+    SqliteStore(str(path)).close()
+    assert path.stat().st_mode & 0o777 == 0o600
+    assert "was readable by others (mode 644): made 600" in caplog.text
 
 
 
