@@ -145,6 +145,23 @@ def test_a_session_holds_across_workers_and_instances_with_the_same_token(
     assert rotated.get("/fleet").status_code == 302
 
 
+def test_rolling_the_token_back_revives_no_session_opened_under_it(
+        make_app: Callable[..., Flask]) -> None:
+    """Issue 18 item 12: A, then B, then A again; a cookie of A's first time opens nothing."""
+    first = make_app().test_client()
+    log_in(first)
+    cookie = first.get_cookie(SESSION_COOKIE)
+    assert cookie is not None
+    rotated_token = {**CONFIG, "admin": {"token": strong_secret("rotated-admin-")}}
+    make_app(rotated_token, folder="rotated")
+    assert first.get("/fleet").status_code == 200, "an instance still on A keeps it"
+    rolled_back = make_app(folder="rolled-back").test_client()
+    rolled_back.set_cookie(SESSION_COOKIE, cookie.value)
+    assert rolled_back.get("/fleet").status_code == 302
+    log_in(rolled_back)  # a session opened under A now holds
+    assert rolled_back.get("/fleet").status_code == 200
+
+
 def test_logging_out_ends_the_session(client: FlaskClient) -> None:
     log_in(client)
     answer = client.post("/logout", data={"csrf_token": csrf_token(client, "/fleet")})

@@ -10,7 +10,10 @@ A signed cookie alone cannot be taken back, so a login also opens a session in
 the store, named by a random id the cookie carries and tied to the admin token
 it was opened under (an HMAC of the token under the signing key). A cookie
 opens nothing once its session is gone: logged out, past
-``admin.session_lifetime_s``, or opened under another ``admin.token``.
+``admin.session_lifetime_s``, or opened under another ``admin.token``. A server
+that starts under a token other than the last one in force ends every session
+ever opened under its token (:meth:`StateStore.note_token_in_force`), so rolling
+``admin.token`` back to an old value revives none of that value's old sessions.
 
 Every login attempt draws on the admin credentials' one attempt limit
 (:mod:`..admin_attempts`), shared with the admin API's bearer and kept in the
@@ -76,6 +79,9 @@ def configure_sessions(app: Flask, state: ServerState) -> None:
     """Sign cookies with the store's shared key, made now if this is the first server."""
     app.secret_key = bytes.fromhex(state.store.server_secret(SIGNING_KEY_NAME,
                                                              secrets.token_hex(32)))
+    admin_token = state.fleet.settings.admin_token
+    if not is_placeholder(admin_token):
+        state.store.note_token_in_force(token_check_of(app.secret_key, admin_token))
     app.config.update(
         SESSION_COOKIE_NAME=SESSION_COOKIE,
         SESSION_COOKIE_HTTPONLY=True,
@@ -92,8 +98,11 @@ def configure_sessions(app: Flask, state: ServerState) -> None:
 
 def token_check() -> str:
     """What ties a session to the admin token in force, without storing the token."""
-    token = (app_state().fleet.settings.admin_token or "").encode("utf-8")
-    return hmac.new(current_app.secret_key, TOKEN_CHECK_LABEL + token,
+    return token_check_of(current_app.secret_key, app_state().fleet.settings.admin_token)
+
+
+def token_check_of(signing_key: bytes, admin_token: str | None) -> str:
+    return hmac.new(signing_key, TOKEN_CHECK_LABEL + (admin_token or "").encode("utf-8"),
                     hashlib.sha256).hexdigest()
 
 

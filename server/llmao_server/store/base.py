@@ -246,6 +246,13 @@ class StateStore(ABC):
         or ended."""
 
     @abstractmethod
+    def note_token_in_force(self, token_check: str) -> None:
+        """A server starts under the admin token ``token_check`` stands for. When another
+        token was the last one in force, this one comes back (or is new): every session
+        ever opened under it ends, so rolling a token back revives none. Sessions of the
+        token it replaces stay, for instances not yet moved to this one. One transaction."""
+
+    @abstractmethod
     def end_session(self, session_id: str) -> None:
         """Forget a session (its admin logged out): its cookie opens nothing after."""
 

@@ -219,6 +219,13 @@ PASS_LEASE_COLUMNS = "lease_id, holder, taken_at, expires_at"
 KEEP_FIRST_SECRET = """
     INSERT INTO server_secrets (name, value) VALUES (?, ?) ON CONFLICT (name) DO NOTHING"""
 
+# The admin token in force, as a session's token_check: kept among the server secrets.
+TOKEN_IN_FORCE = "admin-token-in-force"
+
+KEEP_TOKEN_IN_FORCE = """
+    INSERT INTO server_secrets (name, value) VALUES (?, ?)
+    ON CONFLICT (name) DO UPDATE SET value = excluded.value"""
+
 OPEN_SESSION = """
     INSERT INTO admin_sessions (id, token_check, opened_at, expires_at) VALUES (?, ?, ?, ?)"""
 
@@ -356,6 +363,20 @@ class SqlStore(base.StateStore):
                      expires_at: float) -> None:
         self._write(("DELETE FROM admin_sessions WHERE expires_at <= ?", [(now,)]),
                     (OPEN_SESSION, [(session_id, token_check, now, expires_at)]))
+
+    def note_token_in_force(self, token_check: str) -> None:
+        with self._store_errors("note the admin token in force"), \
+                self._transaction() as cursor:
+            cursor.execute(self.turns_lock)  # one start at a time: read, then write
+            cursor.execute(self._sql("SELECT value FROM server_secrets WHERE name = ?"),
+                           (TOKEN_IN_FORCE,))
+            row = cursor.fetchone()
+            if row is not None and row[0] == token_check:
+                return
+            if row is not None:
+                cursor.execute(self._sql("DELETE FROM admin_sessions WHERE token_check = ?"),
+                               (token_check,))
+            cursor.execute(self._sql(KEEP_TOKEN_IN_FORCE), (TOKEN_IN_FORCE, token_check))
 
     def end_session(self, session_id: str) -> None:
         self._write(("DELETE FROM admin_sessions WHERE id = ?", [(session_id,)]))
