@@ -224,6 +224,19 @@ def test_a_session_is_open_until_it_ends_expires_or_the_token_changes(
     assert not store.session_open("s1", "check-a", 150.0)
 
 
+def test_a_token_coming_back_into_force_ends_its_old_sessions(store: StateStore) -> None:
+    store.note_token_in_force("check-a")
+    store.open_session("a1", "check-a", 100.0, 900.0)
+    store.note_token_in_force("check-a")  # another worker or instance, the same token
+    assert store.session_open("a1", "check-a", 150.0)
+    store.note_token_in_force("check-b")  # rotated: a's sessions stay for instances on a
+    store.open_session("b1", "check-b", 160.0, 900.0)
+    assert store.session_open("a1", "check-a", 170.0)
+    store.note_token_in_force("check-a")  # rolled back: a's old sessions are not revived
+    assert not store.session_open("a1", "check-a", 180.0)
+    assert store.session_open("b1", "check-b", 180.0)
+
+
 def _note_from_another_process(location: str, box: str) -> None:
     other = open_store(location)
     other.note_fetches({box: 42.0})
