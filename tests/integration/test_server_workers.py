@@ -360,7 +360,7 @@ def test_boxes_asking_at_once_across_workers_get_one_turn(tmp_path: Path) -> Non
             answers = ask_round(running, revisions)
             granted = [answer["host"] for answer in answers if answer["granted"]]
             assert len(granted) == 1, answers
-            assert all("already changing, max_unavailable is 1" in answer["why"]
+            assert all("are changing, max_unavailable is 1" in answer["why"]
                        for answer in answers if not answer["granted"])
             (turn,) = [t for t in SqliteStore(str(running.state)).turns() if t.active]
             assert (turn.box, turn.revision) == (granted[0], revisions[granted[0]])

@@ -11,6 +11,7 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
+from ansible_collections.llmao.fleet.plugins.module_utils.fleet import Fleet
 from llmao_server.state import ServerState, app_state
 from llmao_server.store import ReconcilePass
 from llmao_server.turns import ASK_BURST
@@ -272,3 +273,20 @@ def test_the_push_path_takes_a_turn_by_the_same_rule(client: FlaskClient,
 def test_malformed_updates_are_400(client: FlaskClient, body) -> None:
     answer = client.post(UPDATES, headers=admin(), json=body)
     assert answer.status_code == 400 and answer.json["error"]["code"] == "bad_turn"
+
+
+def test_deciding_an_ask_never_walks_every_server(client: FlaskClient, state: ServerState,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fleet is walked once per stored pass (the Healthy servers per model), never per
+    ask: inside the store's lock only the boxes of the turns are looked at."""
+    now = time.time()
+    state.store.record_pass(ReconcilePass(now, {GEMMA_KNOWN: {"state": "Healthy"},
+                                                GEMMA_LEGACY: {"state": "Healthy"}}, (), now))
+    assert ask(client, state).json["granted"] is True  # the pass is read once, here
+
+    def walked(fleet: Fleet):
+        raise AssertionError("an ask walked every server of the fleet")
+
+    monkeypatch.setattr(Fleet, "servers", walked)
+    for box in (LEGACY, KNOWN, LEGACY):
+        assert ask(client, state, box).status_code == 200
