@@ -24,11 +24,13 @@ import multiprocessing
 import os
 import statistics
 import tempfile
+import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from bench.arguments import run_bench
 from bench.bench_config_endpoint import fetch_headers, free_port, llmao_command, serving
@@ -79,10 +81,10 @@ def asks(port: int, fleet: GeneratedFleet) -> list[tuple[dict[str, str], bytes]]
     return prepared
 
 
-def ask_flood(port: int, prepared: list[tuple[dict[str, str], bytes]], stop, counts) -> None:
-    """One thread per asker, asking back to back until ``stop`` is set; statuses counted."""
-    import threading
-
+def ask_flood(port: int, prepared: list[tuple[dict[str, str], bytes]], stop: Any,
+              counts: Any) -> None:
+    """One thread per asker, asking back to back until ``stop`` (an event) is set; the
+    statuses are counted into ``counts`` (a shared dict)."""
     seen: Counter[int] = Counter()
     lock = threading.Lock()
 
