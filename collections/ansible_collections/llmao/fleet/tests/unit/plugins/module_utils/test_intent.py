@@ -17,6 +17,7 @@ from ansible_collections.llmao.fleet.tests.unit.fleets import (
     base_models,
     write_pair,
 )
+from rig.fleet_files import recipe
 
 
 @pytest.fixture
@@ -102,6 +103,21 @@ def test_approved_box_gets_listen_ports_in_order(fleet):
 def test_approval_refusals(fleet, box, models, reason):
     with pytest.raises(ApprovalError, match=reason):
         fleet.approved_assignment(box, models)
+
+
+def test_an_approval_naming_a_server_as_the_follow_program_is_refused_while_boxes_follow(
+        tmp_path):
+    models = base_models()
+    models["models"].append(recipe("follow", "org/follow"))
+    config = base_config()
+    config["rollout"] = {"follow_s": 30}
+    following = load_fleet(*write_pair(tmp_path, config, models))
+    with pytest.raises(ApprovalError, match="would name a server as the follow program"):
+        following.approved_assignment("192.0.2.77", ["gemma", "follow"])
+    (tmp_path / "still").mkdir()
+    still = load_fleet(*write_pair(tmp_path / "still", base_config(), models))
+    assert [s.name for s in still.approved_assignment("192.0.2.77", ["follow"]).servers] == \
+        ["follow"]
 
 
 def test_with_approvals_adds_approved_boxes_after_the_configured_ones(fleet):
