@@ -9,7 +9,8 @@ boxes (one thread and one kept-alive connection each, in a process of their
 own) send ``POST /vllm/turn`` for their intended revision back to back,
 ignoring every ``Retry-After``. The legs alternate, so load from elsewhere on
 the machine lands on both alike; each leg reports its median round. P11 is the
-p99 with the askers over the p99 without (target <= 2). The askers' answers
+p99 with the askers over the p99 without (target <= 2), printed with the spread of
+the rounds' own ratios. The askers' answers
 are counted by status (most are 429: each box's asks are rate-limited). Nothing
 here asserts on time.
 
@@ -156,9 +157,13 @@ def run(rounds: int, fetches: int, boxes: int) -> None:
                       f"askers ({(sum(counts.values()) - before) / elapsed:,.0f} asks/s)")
     without, with_askers = statistics.median(quiet), statistics.median(flooded)
     answered = ", ".join(f"{status}: {count:,}" for status, count in sorted(counts.items()))
+    # Each round's legs ran back to back: their ratios show how much the machine's own load
+    # moved the figures (on a busy shared machine, the quiet leg swings most).
+    ratios = sorted(crowded / alone for alone, crowded in zip(quiet, flooded, strict=True))
     print(f"  asks answered: {answered}")
     print(f"  P11 keyed fetch p99: {without:.2f} ms without askers, {with_askers:.2f} ms with "
-          f"{ASKERS} askers, ratio {with_askers / without:.2f} (target <= 2)")
+          f"{ASKERS} askers, ratio {with_askers / without:.2f} (rounds {ratios[0]:.2f} to "
+          f"{ratios[-1]:.2f}; target <= 2)")
 
 
 def main(argv: list[str] | None = None) -> int:
