@@ -40,6 +40,7 @@ from flask import Blueprint, Response, request
 
 from ansible_collections.llmao.fleet.plugins.module_utils.bearer import is_placeholder
 from ansible_collections.llmao.fleet.plugins.module_utils.fleet_load import read_load_document
+from ansible_collections.llmao.fleet.plugins.module_utils.hostnames import normalize_host
 from ansible_collections.llmao.fleet.plugins.module_utils.lifecycle import State
 from ansible_collections.llmao.fleet.plugins.module_utils.llmao_admin import (
     observations_document,
@@ -51,6 +52,7 @@ from ansible_collections.llmao.fleet.plugins.module_utils.vllm_metrics import (
 from .admin_attempts import AttemptRefused, admin_token_matches
 from .api_errors import JSON, RequestRefused
 from .bearer_header import presented_bearer
+from .bindings import binding_record, release_binding
 from .redaction import clipped
 from .state import ServerState, app_state
 from .store import AppliedReport, PassLease, ReconcilePass
@@ -75,6 +77,8 @@ PASS_LEASE_MIN_S = 1
 PASS_LEASE_MAX_S = 3600
 LEASE_ID = re.compile(r"[A-Za-z0-9_-]{16,64}")
 MAX_HOLDER = 200
+# The reason given for releasing a binding, as the audit line shows it.
+MAX_WHY = 200
 
 
 @bp.before_request
@@ -123,6 +127,8 @@ def observations() -> Response:
         last.pass_at if last else None,
     )
     document["turns"] = [turn.record() for turn in state.store.turns()]
+    document["bindings"] = {binding.box: binding_record(binding)
+                            for binding in state.store.bindings_since(0) if binding.bound}
     return json_answer(document)
 
 
@@ -166,6 +172,22 @@ def take_turn() -> Response:
         raise RequestRefused(404, "unknown_host", f"box {clipped(box or '')!r} is not served")
     return json_answer(ask_turn(state, assignment.box, assignment.revision, revision, names,
                                 "admin-api", request.remote_addr))
+
+
+# ------------------------------------------------------------------ box bindings
+
+
+@bp.delete("/boxes/<path:name>/binding")
+def release_box_binding(name: str) -> Response:
+    """Release a box's binding (docs/box-identity.md): the next box to fetch the name binds
+    it. ``?why=`` says why in the audit line (reconcile names the listing it read)."""
+    state = app_state()
+    assignment = state.served_assignment(name)
+    box = assignment.box if assignment is not None else normalize_host(name)
+    why = clipped(request.args.get("why", "admin"), MAX_WHY)
+    released = release_binding(state, box, "admin-api", request.remote_addr, why)
+    return json_answer({"box": box, "released": released is not None,
+                        "binding": binding_record(released) if released else None})
 
 
 # ------------------------------------------------ the fleet-wide reconcile pass lease
