@@ -13,8 +13,6 @@ from llmao_server.bindings import TOKEN_HEADER, token_hash
 from llmao_server.state import app_state
 from tests.server.fleet_pair import ADMIN_TOKEN, KNOWN, OTHER_KNOWN, box_headers, config
 
-TOKEN_REQUEST = {"X-LLMAO-Box-Token"}
-
 
 def fetch(client: FlaskClient, token: str | None = None, host: str = KNOWN,
           **headers: str) -> tuple[int, str | None, dict]:
@@ -88,7 +86,8 @@ def test_every_box_route_checks_the_token(client: FlaskClient) -> None:
 
 def test_304_works_with_the_token(client: FlaskClient) -> None:
     _, token, _ = fetch(client)
-    etag = client.get("/vllm/config", headers={**box_headers(), TOKEN_HEADER: token}).headers["ETag"]
+    etag = client.get("/vllm/config",
+                      headers={**box_headers(), TOKEN_HEADER: token}).headers["ETag"]
     status, issued, _ = fetch(client, token, **{"If-None-Match": etag})
     assert (status, issued) == (304, None)
     assert fetch(client, None, **{"If-None-Match": etag})[0] == 403
