@@ -59,17 +59,24 @@ def models_document() -> dict[str, object]:
     return {"models": [*recipes, route("gpt-4o-mini", "openai/gpt-4o-mini")]}
 
 
-def config_document(boxes: tuple[str, ...], keys: FleetSecrets) -> dict[str, object]:
+def config_document(boxes: tuple[str, ...], keys: FleetSecrets,
+                    binding: str = "off") -> dict[str, object]:
     hosts = {name: box_rows(index) for index, name in enumerate(boxes)}
-    return {"fleet": fleet_section(keys, hosts), "server": {"state": "llmao-state.sqlite3"},
-            "admin": {"token": keys.admin_token}}
+    return {"fleet": {**fleet_section(keys, hosts), "binding": binding},
+            "server": {"state": "llmao-state.sqlite3"}, "admin": {"token": keys.admin_token}}
 
 
-def write_fleet(folder: Path, boxes: int) -> GeneratedFleet:
-    """Write a ``boxes``-box fleet into ``folder`` (created if needed)."""
+def write_fleet(folder: Path, boxes: int, binding: str = "off") -> GeneratedFleet:
+    """Write a ``boxes``-box fleet into ``folder`` (created if needed).
+
+    ``fleet.binding`` is ``off`` unless asked: the benchmarks' boxes present no box
+    token (the seed's protocol), and under ``first_fetch`` every fetch of such a box
+    would bind its name anew. bench_config_endpoint binds and confirms its boxes.
+    """
     names = tuple(box_names(boxes))
     keys = FleetSecrets()
-    write_files(folder, config_document(names, keys), models_document(), compact=True)
+    write_files(folder, config_document(names, keys, binding), models_document(),
+                compact=True)
     return GeneratedFleet(folder, keys, names)
 
 

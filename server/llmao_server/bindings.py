@@ -70,7 +70,7 @@ def admit_box(state: ServerState, environ: dict[str, Any], box: str, peer: str |
     Returns a new token when this call binds the name (an unbound or pending name's
     ``GET``, ``may_bind``), else None.
     """
-    if not state.fleet.settings.binds_boxes:
+    if not state.binds_boxes:
         return None
     presented = environ.get(TOKEN_ENVIRON)
     cache: BindingCache = state.bindings

@@ -45,6 +45,8 @@ class ServerState:
         self.redact = Redactor.for_settings(fleet.settings)
         self.recorder = FetchRecorder(store, redact=self.redact)
         self.bindings = BindingCache(store)
+        # Decided once: every box call asks it (fleet.binding, docs/box-identity.md).
+        self.binds_boxes = fleet.settings.binds_boxes
         # Decided and encoded once: the gate checks it on every request. None: no usable
         # key is configured (missing, empty or a placeholder), so every fetch answers 503.
         self.fleet_key: bytes | None = (
