@@ -31,3 +31,10 @@ def test_the_paths_and_methods_are_the_box_apis(install_set):
 def test_the_push_paths_box_api_calls_are_the_box_apis():
     assert "GET" in ROUTES[box_turn.CONFIG_PATH][0]
     assert "POST" in ROUTES[box_turn.APPLIED_PATH][0]
+
+
+def test_the_box_token_headers_are_the_ones_the_server_reads(install_set):
+    from llmao_server.bindings import INSTANCE_HEADER, TOKEN_HEADER
+
+    assert install_set.TOKEN_HEADER == TOKEN_HEADER
+    assert install_set.INSTANCE_HEADER == INSTANCE_HEADER
