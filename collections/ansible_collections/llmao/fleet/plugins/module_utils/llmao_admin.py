@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import quote
 
 from .bearer import is_placeholder
 from .config_file import Settings
@@ -26,6 +27,8 @@ VERDICTS_PATH = "/admin/api/verdicts"
 PASS_LEASE_PATH = "/admin/api/pass-lease"
 TURNS_PATH = "/admin/api/turns"
 TAKE_TURN_PATH = "/admin/api/turns/take"
+# One box's resources: /admin/api/boxes/<name>/applied, /turn, /binding.
+BOXES_PATH = "/admin/api/boxes"
 
 
 class LlmaoAdminError(RuntimeError):
@@ -110,6 +113,25 @@ class LlmaoAdmin(JsonService):
                                             {"box": box, "revision": revision,
                                              "servers": list(servers)}))
 
+    def report_applied(self, box: str, report: Mapping[str, Any]) -> None:
+        """Report what the push applied on ``box`` (``revision``, ``applied_at``,
+        ``servers``), as the controller; llmao refuses a revision it does not intend."""
+        self._call("POST", box_path(box, "applied"), dict(report))
+
+    def box_turn(self, box: str) -> Turn | None:
+        """``box``'s latest rollout turn, if it holds one."""
+        answer = self._call("GET", box_path(box, "turn"), None)
+        turn = answer.get("turn") if isinstance(answer, Mapping) else None
+        if turn is None:
+            return None
+        return _turns([turn])[0]
+
+    def release_binding(self, box: str, why: str) -> bool:
+        """Release ``box``'s binding (docs/box-identity.md); whether it was bound."""
+        answer = self._call("DELETE", f"{box_path(box, 'binding')}?why={quote(why, safe='')}",
+                            None)
+        return isinstance(answer, Mapping) and answer.get("released") is True
+
     def claim_pass_lease(self, lease_id: str, holder: str, ttl_s: float) -> PassLeaseState:
         """Take (or renew, with the same ``lease_id``) the one-pass-at-a-time lease."""
         return parse_pass_lease(self._call("POST", PASS_LEASE_PATH,
@@ -134,6 +156,10 @@ class LlmaoAdmin(JsonService):
                 raise LlmaoAdminError(f"llmao at {self.url} refused the admin token "
                                       f"(HTTP {exc.status}): check admin.token") from None
             raise LlmaoAdminError(f"llmao at {self.url}: {exc}") from None
+
+
+def box_path(box: str, resource: str) -> str:
+    return f"{BOXES_PATH}/{quote(box, safe='')}/{resource}"
 
 
 def observations_document(now: float, last_fetches: Mapping[str, float | None],
