@@ -46,6 +46,8 @@ class ServerObservations:
     pass_at: float | None = None
     approved: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     turns: tuple[Turn, ...] = ()
+    # Bound box names to the provider instance id each bound with (None: not reported).
+    bindings: Mapping[str, str | None] = field(default_factory=dict)
 
     @property
     def memories(self) -> dict[str, Memory]:
@@ -208,7 +210,8 @@ def parse_observations(document: Any) -> ServerObservations:
                               {str(k): v for k, v in verdicts.items() if isinstance(v, Mapping)},
                               float(pass_at) if isinstance(pass_at, int | float) else None,
                               _approved(document.get("approved", {})),
-                              _turns(document.get("turns", [])))
+                              _turns(document.get("turns", [])),
+                              _bindings(document.get("bindings", {})))
 
 
 def parse_pass_lease(document: Any) -> PassLeaseState:
@@ -246,6 +249,15 @@ def _approved(approved: Any) -> dict[str, tuple[str, ...]]:
                                   "of model names")
         result[str(box)] = tuple(models)
     return result
+
+
+def _bindings(bindings: Any) -> dict[str, str | None]:
+    """Bound box to its instance id; misread, reconcile could release a box's binding."""
+    if not isinstance(bindings, Mapping) or not all(
+            isinstance(binding, Mapping) for binding in bindings.values()):
+        raise LlmaoAdminError("llmao's observations: 'bindings' is not an object of objects")
+    return {str(box): binding.get("instance") if isinstance(binding.get("instance"), str)
+            else None for box, binding in bindings.items()}
 
 
 def _turns(turns: Any) -> tuple[Turn, ...]:
