@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 
 from .process_id import pid
 from .store import BoxBinding, StateStore
@@ -31,6 +30,7 @@ class BindingCache:
         self._seq = 0
         self._lock = threading.Lock()
         self._refresher_pid: int | None = None
+        self._stop = threading.Event()
         self._failing = False
 
     def held(self, box: str) -> BoxBinding | None:
@@ -53,14 +53,19 @@ class BindingCache:
             if self._refresher_pid == pid():
                 return
             self._refresher_pid = pid()
+            self._stop = threading.Event()
         self._refresh_quietly()
-        threading.Thread(target=self._run, name="llmao-binding-refresh", daemon=True).start()
+        threading.Thread(target=self._run, args=(self._stop,), name="llmao-binding-refresh",
+                         daemon=True).start()
 
-    def _run(self) -> None:
-        started_in = pid()
-        while self._refresher_pid == started_in:
-            time.sleep(self.interval_s)
+    def _run(self, stop: threading.Event) -> None:
+        while not stop.wait(self.interval_s):
             self._refresh_quietly()
+
+    def close(self) -> None:
+        """Stop this process's refresher (the app is closing)."""
+        self._stop.set()
+        self._refresher_pid = None
 
     def _refresh_quietly(self) -> None:
         """A refresh whose failure keeps what is held: every doubt is decided by the store."""

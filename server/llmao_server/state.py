@@ -87,4 +87,5 @@ class ServerState:
     def close(self) -> None:
         """Write what the recorder holds and release this process's connection."""
         self.recorder.close()
+        self.bindings.close()
         self.store.close()

@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
+from ansible_collections.llmao.fleet.plugins.module_utils.config_errors import ConfigError
+from llmao_server.binding_cache import BindingCache
 from llmao_server.bindings import TOKEN_HEADER, token_hash
 from llmao_server.state import app_state
+from llmao_server.store import SqliteStore
 from tests.server.fleet_pair import ADMIN_TOKEN, KNOWN, OTHER_KNOWN, box_headers, config
 
 
@@ -162,6 +166,24 @@ def test_fleet_binding_is_checked(make_app: Callable[..., Flask], binding: objec
         _, token, _ = fetch(client)
         assert token is None and fetch(client)[0] == 200 and fetch(client, "any")[0] == 200
         return
-    from ansible_collections.llmao.fleet.plugins.module_utils.config_errors import ConfigError
     with pytest.raises(ConfigError, match="fleet.binding"):
         make_app(config(binding=binding))
+
+
+def test_each_worker_refreshes_its_bindings_in_the_background(tmp_path: Path) -> None:
+    store = SqliteStore(str(tmp_path / "state.sqlite3"))
+    cache = BindingCache(store, interval_s=0.02)
+    try:
+        assert cache.held(KNOWN) is None  # loads, and starts the refresher
+        store.bind_box(KNOWN, token_hash("t" * 43), None, None, 1.0)
+        deadline = time.monotonic() + 5
+        while cache.held(KNOWN) is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert cache.held(KNOWN).token_hash == token_hash("t" * 43)
+        cache.close()
+        store.release_binding(KNOWN)
+        time.sleep(0.1)
+        assert cache._bindings[KNOWN].bound  # stopped: no more reads of the store
+    finally:
+        cache.close()
+        store.close()
