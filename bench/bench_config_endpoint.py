@@ -1,11 +1,13 @@
-"""P1 and P2: what ``GET /vllm/config`` costs under gunicorn, against a bare WSGI app.
+"""P1, P2 and P9: what ``GET /vllm/config`` costs under gunicorn, against a bare WSGI app.
 
-Three servers run side by side on loopback:
+Four servers run side by side on loopback:
 
-- ``llmao-server`` on a 10,000-box fleet;
+- ``llmao-server`` on a 10,000-box fleet with ``fleet.binding: first_fetch``, every
+  box bound and confirmed before the rounds, each fetch presenting its box token;
 - a bare WSGI app that answers each box's request with the very same bytes,
   run by the same gunicorn configuration (workers, worker class, read time limit);
-- ``llmao-server`` on a 10-box fleet.
+- ``llmao-server`` on the same fleet with ``fleet.binding: off`` (no token);
+- ``llmao-server`` on a 10-box fleet (bound and confirmed too).
 
 Each round drives the first two with many connections (throughput) and the two
 llmao servers with one (the latency of a single fetch), one leg after the
@@ -15,12 +17,15 @@ elsewhere on the machine does not land on one leg alone.
 P1 is llmao's throughput over the bare app's (target >= 0.8), the median of the
 rounds' ratios, printed with the server CPU per request of each, which a busy
 machine moves less; P2 is the p50
-latency of a fetch at 10,000 boxes over 10 boxes (target <= 1.2). The load
+latency of a fetch at 10,000 boxes over 10 boxes (target <= 1.2); P9 is the
+throughput without binding over that with a confirmed token, the median of the
+rounds' ratios (target <= 1.1: a fetch reads no store). The load
 comes from Debian's ``wrk`` when installed, else from a small Python
 generator (which then bounds both legs, so its ratios say less). Nothing here
 asserts on time: the numbers are printed.
 
     python -m bench.bench_config_endpoint [--seconds 2] [--rounds 5] [--connections 16]
+        [--boxes 10000]
 """
 
 from __future__ import annotations
@@ -38,9 +43,10 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +60,10 @@ START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 20.0
 MAX_SAMPLES_PER_THREAD = 200_000
 REPO = Path(__file__).resolve().parents[1]
+TOKEN_HEADER = "X-LLMAO-Box-Token"
+# Boxes bound at once before the rounds: each confirmation counts a credential attempt
+# from the one loopback peer until it succeeds, under admin.attempts.per_peer (5).
+BINDING_THREADS = 4
 
 
 @dataclass(frozen=True)
@@ -73,6 +83,8 @@ class Server:
     port: int
     pid: int
     fleet: GeneratedFleet
+    # Box name -> its confirmed box token, when the server binds boxes (:func:`bind_all`).
+    tokens: Mapping[str, str] = field(default_factory=dict)
 
 
 # ----------------------------------------------------------------- the bare app
@@ -124,8 +136,39 @@ def fetch_status(port: int, fleet: GeneratedFleet) -> int | None:
         return None
 
 
-def fetch_headers(fleet: GeneratedFleet, box: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {fleet.fleet_key}", "X-LLMAO-Host": box}
+def fetch_headers(fleet: GeneratedFleet, box: str, token: str | None = None) -> dict[str, str]:
+    headers = {"Authorization": f"Bearer {fleet.fleet_key}", "X-LLMAO-Host": box}
+    if token is not None:
+        headers[TOKEN_HEADER] = token
+    return headers
+
+
+def bind_all(server: Server) -> Server:
+    """Bind and confirm every box of the server's fleet (a first fetch, then one presenting
+    the token handed out); the server with the tokens its requests present."""
+    def bind(boxes: Sequence[str]) -> dict[str, str]:
+        connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+        tokens = {}
+        for box in boxes:
+            token = None
+            for _ in range(2):
+                connection.request("GET", "/vllm/config",
+                                   headers=fetch_headers(server.fleet, box, token))
+                answer = connection.getresponse()
+                answer.read()
+                if answer.status != 200:
+                    raise RuntimeError(f"binding {box} answered {answer.status}")
+                token = answer.getheader(TOKEN_HEADER) or token
+            tokens[box] = token
+        connection.close()
+        return tokens
+
+    boxes = server.fleet.boxes
+    with ThreadPoolExecutor(BINDING_THREADS) as pool:
+        shares = pool.map(bind, [boxes[slot::BINDING_THREADS]
+                                 for slot in range(BINDING_THREADS)])
+        tokens = {box: token for share in shares for box, token in share.items()}
+    return Server(server.port, server.pid, server.fleet, tokens)
 
 
 @contextmanager
@@ -149,6 +192,11 @@ def serving(command: Sequence[str], port: int, fleet: GeneratedFleet,
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+
+
+def with_tokens(server: Server, tokens: Mapping[str, str]) -> Server:
+    """The same server, its requests presenting these tokens (the bare app ignores them)."""
+    return Server(server.port, server.pid, server.fleet, tokens)
 
 
 def llmao_command(fleet: GeneratedFleet, port: int, state: Path) -> list[str]:
@@ -183,8 +231,9 @@ local requests = {}
 local next_request = 0
 init = function(args)
   for i, box in ipairs(boxes) do
-    requests[i] = wrk.format("GET", "/vllm/config",
-      {["Authorization"] = "Bearer %(key)s", ["X-LLMAO-Host"] = box})
+    local headers = {["Authorization"] = "Bearer %(key)s", ["X-LLMAO-Host"] = box[1]}
+    if box[2] ~= "" then headers["%(token_header)s"] = box[2] end
+    requests[i] = wrk.format("GET", "/vllm/config", headers)
   end
 end
 request = function()
@@ -199,10 +248,12 @@ WRK_UNITS_MS = {"us": 0.001, "ms": 1.0, "s": 1000.0}
 def wrk_load(server: Server, connections: int, seconds: int, workdir: Path) -> Load:
     """Drive the server with wrk, each request naming the next box of the fleet."""
     script = workdir / "fetch.lua"
-    boxes = ", ".join(f'"{box}"' for box in server.fleet.boxes)
+    boxes = ", ".join(f'{{"{box}", "{server.tokens.get(box, "")}"}}'
+                      for box in server.fleet.boxes)
     fd = os.open(script, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as handle:  # the script holds the fleet key: owner only
-        handle.write(WRK_SCRIPT % {"boxes": boxes, "key": server.fleet.fleet_key})
+        handle.write(WRK_SCRIPT % {"boxes": boxes, "key": server.fleet.fleet_key,
+                                   "token_header": TOKEN_HEADER})
     try:
         result = subprocess.run(
             ["wrk", "--latency", "-t", "1", "-c", str(connections), "-d", f"{seconds}s",
@@ -242,7 +293,8 @@ def python_load(server: Server, connections: int, seconds: int) -> Load:
             box = (box + connections) % len(boxes)
             started = time.perf_counter()
             connection.request("GET", "/vllm/config",
-                               headers=fetch_headers(server.fleet, boxes[box]))
+                               headers=fetch_headers(server.fleet, boxes[box],
+                                                     server.tokens.get(boxes[box])))
             answer = connection.getresponse()
             answer.read()
             samples[slot].append(time.perf_counter() - started)
@@ -298,8 +350,8 @@ def measure(server: Server, connections: int, seconds: int, workdir: Path) -> Le
 # ----------------------------------------------------------------------- main
 
 
-def run(seconds: int, connections: int, rounds: int) -> None:
-    """Start the three servers, then measure every leg once per round, in turn.
+def run(seconds: int, connections: int, rounds: int, boxes: int = LARGE_FLEET) -> None:
+    """Start the four servers, bind every box, then measure every leg once per round, in turn.
 
     Interleaving the legs means a burst of load from elsewhere on the machine
     hits all of them alike; each leg reports its median round. The server CPU
@@ -311,20 +363,29 @@ def run(seconds: int, connections: int, rounds: int) -> None:
           f"throughput, 1 for latency; load average {os.getloadavg()[0]:.1f}")
     with tempfile.TemporaryDirectory(prefix="llmao-bench-") as tmp, ExitStack() as running:
         work = Path(tmp)
-        large = write_fleet(work / "large", LARGE_FLEET)
-        small = write_fleet(work / "small", SMALL_FLEET)
-        ports = [free_port() for _ in range(3)]
+        large = write_fleet(work / "large", boxes, binding="first_fetch")
+        unbound = write_fleet(work / "unbound", boxes)
+        small = write_fleet(work / "small", SMALL_FLEET, binding="first_fetch")
+        ports = [free_port() for _ in range(4)]
         llmao = running.enter_context(serving(
             llmao_command(large, ports[0], work / "large.sqlite3"), ports[0], large,
             work / "llmao-large.log"))
         bare = running.enter_context(serving(
             bare_command(large, ports[1]), ports[1], large, work / "bare.log"))
+        off = running.enter_context(serving(
+            llmao_command(unbound, ports[2], work / "unbound.sqlite3"), ports[2], unbound,
+            work / "llmao-unbound.log"))
         small_llmao = running.enter_context(serving(
-            llmao_command(small, ports[2], work / "small.sqlite3"), ports[2], small,
+            llmao_command(small, ports[3], work / "small.sqlite3"), ports[3], small,
             work / "llmao-small.log"))
+        started = time.monotonic()
+        llmao, small_llmao = bind_all(llmao), bind_all(small_llmao)
+        print(f"  bound and confirmed {boxes:,} boxes in {time.monotonic() - started:.1f} s")
+        bare = with_tokens(bare, llmao.tokens)  # the very same requests
         legs = {
             "llmao": lambda: measure(llmao, connections, seconds, work),
             "bare": lambda: measure(bare, connections, seconds, work),
+            "off": lambda: measure(off, connections, seconds, work),
             "large_one": lambda: measure(llmao, 1, seconds, work),
             "small_one": lambda: measure(small_llmao, 1, seconds, work),
         }
@@ -332,24 +393,35 @@ def run(seconds: int, connections: int, rounds: int) -> None:
         for _ in range(rounds):
             for name, leg in legs.items():
                 results[name].append(leg())
+    report(results, boxes)
+
+
+def report(results: dict[str, list[Leg]], boxes: int) -> None:
     rate = {name: statistics.median(leg.load.requests_per_s for leg in runs)
             for name, runs in results.items()}
     cost = {name: statistics.median(leg.cpu_ms_per_request for leg in runs)
             for name, runs in results.items()}
     p50 = {name: statistics.median(leg.load.p50_ms for leg in runs)
            for name, runs in results.items()}
-    # Each round's two legs ran back to back, so their ratio is the least touched by load
-    # from elsewhere: P1 is the median of the rounds' ratios, their spread printed beside it.
+    # Each round's legs ran back to back, so their ratio is the least touched by load
+    # from elsewhere: P1 and P9 are the medians of the rounds' ratios, spreads beside.
     ratios = sorted(mine.load.requests_per_s / bare.load.requests_per_s
                     for mine, bare in zip(results["llmao"], results["bare"], strict=True))
-    print(f"  P1 throughput at {LARGE_FLEET:,} boxes: llmao {rate['llmao']:,.0f} req/s, "
-          f"bare WSGI {rate['bare']:,.0f} req/s, ratio {statistics.median(ratios):.2f} "
-          f"(rounds {ratios[0]:.2f} to {ratios[-1]:.2f}; target >= 0.8)")
+    print(f"  P1 throughput at {boxes:,} boxes, every box bound: llmao "
+          f"{rate['llmao']:,.0f} req/s, bare WSGI {rate['bare']:,.0f} req/s, ratio "
+          f"{statistics.median(ratios):.2f} (rounds {ratios[0]:.2f} to {ratios[-1]:.2f}; "
+          f"target >= 0.8)")
     print(f"     server CPU per request: llmao {cost['llmao']:.3f} ms, "
           f"bare WSGI {cost['bare']:.3f} ms, ratio {cost['bare'] / cost['llmao']:.2f}")
-    print(f"  P2 p50 of one fetch: {LARGE_FLEET:,} boxes {p50['large_one']:.3f} ms, "
+    print(f"  P2 p50 of one fetch: {boxes:,} boxes {p50['large_one']:.3f} ms, "
           f"{SMALL_FLEET} boxes {p50['small_one']:.3f} ms, "
           f"ratio {p50['large_one'] / p50['small_one']:.2f} (target <= 1.2)")
+    costs = sorted(off.load.requests_per_s / mine.load.requests_per_s
+                   for mine, off in zip(results["llmao"], results["off"], strict=True))
+    print(f"  P9 a fetch with a confirmed box token over one without binding: "
+          f"{statistics.median(costs):.2f} (rounds {costs[0]:.2f} to {costs[-1]:.2f}; "
+          f"binding off {rate['off']:,.0f} req/s; server CPU per request "
+          f"{cost['llmao'] / cost['off']:.2f} of it; target <= 1.1)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -357,6 +429,7 @@ def main(argv: list[str] | None = None) -> int:
         ("--seconds", 2, "length of one leg in one round, whole seconds (2)"),
         ("--rounds", 5, "rounds over every leg (5)"),
         ("--connections", 16, "concurrent connections of the throughput legs (16)"),
+        ("--boxes", LARGE_FLEET, f"boxes of the large fleet ({LARGE_FLEET})"),
     ])
     parser.add_argument("--serve-bare", nargs=3, metavar=("CONFIG", "MODELS", "BIND"),
                         help=argparse.SUPPRESS)
@@ -364,7 +437,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.serve_bare:
         serve_bare(*args.serve_bare, WORKERS)
         return 0
-    run(args.seconds, args.connections, args.rounds)
+    run(args.seconds, args.connections, args.rounds, args.boxes)
     return 0
 
 

@@ -60,20 +60,26 @@ def models_document() -> dict[str, object]:
 
 
 def config_document(boxes: tuple[str, ...], keys: FleetSecrets,
-                    rollout: dict[str, object] | None = None) -> dict[str, object]:
+                    rollout: dict[str, object] | None = None,
+                    binding: str = "off") -> dict[str, object]:
     hosts = {name: box_rows(index) for index, name in enumerate(boxes)}
-    document = {"fleet": fleet_section(keys, hosts), "server": {"state": "llmao-state.sqlite3"},
-                "admin": {"token": keys.admin_token}}
+    document = {"fleet": {**fleet_section(keys, hosts), "binding": binding},
+                "server": {"state": "llmao-state.sqlite3"}, "admin": {"token": keys.admin_token}}
     return document if rollout is None else {**document, "rollout": rollout}
 
 
-def write_fleet(folder: Path, boxes: int,
-                rollout: dict[str, object] | None = None) -> GeneratedFleet:
+def write_fleet(folder: Path, boxes: int, rollout: dict[str, object] | None = None,
+                binding: str = "off") -> GeneratedFleet:
     """Write a ``boxes``-box fleet into ``folder`` (created if needed), with config.yaml's
-    ``rollout`` section when given (a fleet whose boxes follow and ask for turns)."""
+    ``rollout`` section when given (a fleet whose boxes follow and ask for turns).
+
+    ``fleet.binding`` is ``off`` unless asked: the benchmarks' boxes present no box
+    token (the seed's protocol), and under ``first_fetch`` every fetch of such a box
+    would bind its name anew. bench_config_endpoint binds and confirms its boxes.
+    """
     names = tuple(box_names(boxes))
     keys = FleetSecrets()
-    write_files(folder, config_document(names, keys, rollout), models_document(),
+    write_files(folder, config_document(names, keys, rollout, binding), models_document(),
                 compact=True)
     return GeneratedFleet(folder, keys, names)
 

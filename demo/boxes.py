@@ -28,7 +28,7 @@ from pathlib import Path
 
 from rig import REPO_ROOT
 from rig.box_image import ensure_box_image
-from rig.boxes import start_box
+from rig.boxes import container_name, start_box
 from rig.dockerd import docker
 from rig.web import answers
 
@@ -198,6 +198,15 @@ def boot_boxes(fleet: DemoFleet, boot: BoxBoot, record: Record, demo_dir: Path,
             urls.update({(box, port): url for port, url in done.result().items()})
             say(box)
     return urls
+
+
+def box_token(box: str, demo_dir: Path, containers: bool) -> str:
+    """The box token a booted box keeps (docs/box-identity.md): llmao bound the box's name to
+    it at its first fetch, so a fetch for that name must present it."""
+    if containers:
+        done = docker("exec", container_name(box), "cat", "/data/llmao/box-token")
+        return done.stdout.decode().strip()
+    return (demo_dir / "boxes" / box / "data" / "llmao" / "box-token").read_text().strip()
 
 
 def remove_container(container: str) -> None:

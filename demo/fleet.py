@@ -92,6 +92,12 @@ class CredentialFiles:
     box_headers: Path
 
 
+def add_box_token(files: CredentialFiles, token: str) -> None:
+    """The box's headers with its box token, once it booted: its name is bound to it."""
+    headers = files.box_headers.read_text()
+    write_private(files.box_headers, f"{headers}X-LLMAO-Box-Token: {token}\n")
+
+
 def write_credential_files(folder: Path, fleet: DemoFleet, box: str) -> CredentialFiles:
     """The admin token, LiteLLM's and one box's request headers, for `curl -H @file`."""
     files = CredentialFiles(folder / "admin-token", folder / "litellm.headers",

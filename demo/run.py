@@ -28,11 +28,18 @@ from rig.tls import make_server_tls
 from .boxes import (
     BoxBoot,
     boot_boxes,
+    box_token,
     container_running,
     remove_container,
     wait_serving,
 )
-from .fleet import template_boxes, template_port, write_credential_files, write_demo_fleet
+from .fleet import (
+    add_box_token,
+    template_boxes,
+    template_port,
+    write_credential_files,
+    write_demo_fleet,
+)
 from .paths import demo_dir, shown
 from .processes import Record, stop_process
 from .reconcile import interval_s, run_pass, start_loop
@@ -193,6 +200,7 @@ def bring_up(folder: Path, record: Record, progress: Progress) -> Summary:
     progress.step(2, f"{len(layout.boxes)} boxes boot and pull their assignment")
     boot = BoxBoot(llmao_url, keys.fleet_key, tls.ca_file)
     urls = boot_boxes(fleet, boot, record, folder, layout.mode == "container", progress.add)
+    add_box_token(credentials, box_token(layout.boxes[0], folder, layout.mode == "container"))
     progress.done()
 
     progress.step(3, "LiteLLM proxy (real, .venv-litellm)")

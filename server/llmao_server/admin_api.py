@@ -12,7 +12,11 @@ adds its load sample to the history; the dashboard and ``/metrics`` show them.
 The observations carry every box's latest rollout turn (``turns``);
 ``POST /admin/api/turns`` moves turns as reconcile sees them progress, and
 ``POST /admin/api/turns/take`` asks for a box's turn for the push path, by the
-same rules as a box's own ``POST /vllm/turn`` (:mod:`.turns`).
+same rules as a box's own ``POST /vllm/turn`` (:mod:`.turns`); the push path reports
+what it applied (``POST /admin/api/boxes/<name>/applied``) and watches one box's turn
+(``GET /admin/api/boxes/<name>/turn``) as the controller, never speaking as the box.
+``DELETE /admin/api/boxes/<name>/binding`` releases a box's binding
+(docs/box-identity.md).
 ``/admin/api/pass-lease`` keeps one reconcile pass at a time, fleet-wide: a
 pass takes (``POST``), renews and releases an expiring lease in the store; any
 other pass is told who holds it (``GET`` reads it without taking it).
@@ -40,6 +44,8 @@ from flask import Blueprint, Response, request
 
 from ansible_collections.llmao.fleet.plugins.module_utils.bearer import is_placeholder
 from ansible_collections.llmao.fleet.plugins.module_utils.fleet_load import read_load_document
+from ansible_collections.llmao.fleet.plugins.module_utils.hostnames import normalize_host
+from ansible_collections.llmao.fleet.plugins.module_utils.intent import BoxAssignment
 from ansible_collections.llmao.fleet.plugins.module_utils.lifecycle import State
 from ansible_collections.llmao.fleet.plugins.module_utils.llmao_admin import (
     observations_document,
@@ -50,7 +56,9 @@ from ansible_collections.llmao.fleet.plugins.module_utils.vllm_metrics import (
 
 from .admin_attempts import AttemptRefused, admin_token_matches
 from .api_errors import JSON, RequestRefused
+from .applied_report import read_applied_report
 from .bearer_header import presented_bearer
+from .bindings import binding_record, release_binding
 from .redaction import clipped
 from .state import ServerState, app_state
 from .store import AppliedReport, PassLease, ReconcilePass
@@ -75,6 +83,8 @@ PASS_LEASE_MIN_S = 1
 PASS_LEASE_MAX_S = 3600
 LEASE_ID = re.compile(r"[A-Za-z0-9_-]{16,64}")
 MAX_HOLDER = 200
+# The reason given for releasing a binding, as the audit line shows it.
+MAX_WHY = 200
 
 
 @bp.before_request
@@ -123,6 +133,8 @@ def observations() -> Response:
         last.pass_at if last else None,
     )
     document["turns"] = [turn.record() for turn in state.store.turns()]
+    document["bindings"] = {binding.box: binding_record(binding)
+                            for binding in state.store.bindings_since(0) if binding.bound}
     return json_answer(document)
 
 
@@ -166,6 +178,63 @@ def take_turn() -> Response:
         raise RequestRefused(404, "unknown_host", f"box {clipped(box or '')!r} is not served")
     return json_answer(ask_turn(state, assignment.box, assignment.revision, revision, names,
                                 "admin-api", request.remote_addr))
+
+
+# ------------------------------------------------------- the push path, as the controller
+
+
+def served_box(state: ServerState, name: str) -> BoxAssignment:
+    """The assignment of the served box ``name`` names; 404 when none."""
+    assignment = state.served_assignment(name)
+    if assignment is None:
+        raise RequestRefused(404, "unknown_host", f"box {clipped(name)!r} is not served")
+    return assignment
+
+
+@bp.post("/boxes/<path:name>/applied")
+def report_box_applied(name: str) -> Response:
+    """The push path reports what it applied on a box, as the controller (never as the box):
+    the body of ``POST /vllm/applied``. Its servers restarted, so their Loading window starts
+    now, as a pull box's fetch starts it. A revision llmao does not intend is refused (409)."""
+    state = app_state()
+    assignment = served_box(state, name)
+    now = time.time()
+    report = read_applied_report(read_json_body(), assignment.box, now)
+    if report.revision != assignment.revision:
+        raise RequestRefused(409, "not_intended",
+                             f"llmao serves {assignment.box} revision {assignment.revision}, "
+                             f"not {clipped(report.revision)}: reload llmao (SIGHUP) with the "
+                             "same config.yaml and models.yaml")
+    state.note_fetch(assignment.box, now)
+    state.store.record_applied(report)
+    return json_answer({"host": assignment.box, "revision": report.revision,
+                        "intended_revision": assignment.revision, "current": True})
+
+
+@bp.get("/boxes/<path:name>/turn")
+def read_box_turn(name: str) -> Response:
+    """One box's latest rollout turn (null without one), and the revision llmao intends."""
+    state = app_state()
+    assignment = served_box(state, name)
+    turn = next((turn for turn in state.store.turns() if turn.box == assignment.box), None)
+    return json_answer({"box": assignment.box, "revision": assignment.revision,
+                        "turn": turn.record() if turn else None})
+
+
+# ------------------------------------------------------------------ box bindings
+
+
+@bp.delete("/boxes/<path:name>/binding")
+def release_box_binding(name: str) -> Response:
+    """Release a box's binding (docs/box-identity.md): the next box to fetch the name binds
+    it. ``?why=`` says why in the audit line (reconcile names the listing it read)."""
+    state = app_state()
+    assignment = state.served_assignment(name)
+    box = assignment.box if assignment is not None else normalize_host(name)
+    why = clipped(request.args.get("why", "admin"), MAX_WHY)
+    released = release_binding(state, box, "admin-api", request.remote_addr, why)
+    return json_answer({"box": box, "released": released is not None,
+                        "binding": binding_record(released) if released else None})
 
 
 # ------------------------------------------------ the fleet-wide reconcile pass lease

@@ -74,11 +74,26 @@ def admin_token_matches(state: ServerState, presented: str, peer: str | None, ac
     A peer over its own limit is not counted overall: one caller alone never locks
     everybody out.
     """
+    counted_overall = not state.fleet.settings.attempts.trusts(peer)
+    scope = claim_attempts(state, peer, action, who)
+    expected = (state.fleet.settings.admin_token or "").encode("utf-8")
+    if hmac.compare_digest(presented.encode("utf-8"), expected):
+        state.store.release_attempt(scope, give_back_overall=counted_overall)
+        return True
+    audit(state.redact, action, "refused", who, peer, why="wrong token")
+    return False
+
+
+def claim_attempts(state: ServerState, peer: str | None, action: str, who: str = "-",
+                   overall: bool = True, what: str = "admin token") -> str:
+    """Count one credential attempt from ``peer`` (and from everyone, when ``overall``),
+    before the credential is looked at; the peer's scope, for
+    :meth:`~.store.StateStore.release_attempt` when it was right. Raises
+    :class:`AttemptRefused` over a limit or when the store cannot count."""
     limits = state.fleet.settings.attempts
     scope = peer_scope(peer)
     scopes = [(scope, limits.per_peer, "this address")]
-    counted_overall = not limits.trusts(peer)
-    if counted_overall:
+    if overall and not limits.trusts(peer):
         scopes.append((OVERALL_SCOPE, limits.overall, "all addresses"))
     for counted, limit, whose in scopes:
         now = time.time()
@@ -86,21 +101,17 @@ def admin_token_matches(state: ServerState, presented: str, peer: str | None, ac
             attempts, since = state.store.claim_attempt(counted, now, limits.window_s)
         except StoreError as exc:
             audit(state.redact, action, "refused", who, peer, why=f"not counted: {exc}")
-            raise AttemptRefused(503, "the state store cannot count admin attempts now, so "
-                                      "none is accepted; try again when it is writable") from None
+            raise AttemptRefused(503, f"the state store cannot count {what} attempts now, "
+                                      "so none is accepted; try again when it is writable"
+                                 ) from None
         if attempts > limit:
             if worth_auditing(attempts - limit):
                 audit(state.redact, action, "refused", who, peer,
                       why=f"attempt limit: {attempts} from {whose} in the window")
             wait_s = max(1, round(since + limits.window_s - now))
-            raise AttemptRefused(429, f"too many admin token attempts from {whose}: try again "
+            raise AttemptRefused(429, f"too many {what} attempts from {whose}: try again "
                                       f"in {max(1, round(wait_s / 60))} min", wait_s)
-    expected = (state.fleet.settings.admin_token or "").encode("utf-8")
-    if hmac.compare_digest(presented.encode("utf-8"), expected):
-        state.store.release_attempt(scope, give_back_overall=counted_overall)
-        return True
-    audit(state.redact, action, "refused", who, peer, why="wrong token")
-    return False
+    return scope
 
 
 def worth_auditing(over: int) -> bool:

@@ -37,6 +37,7 @@ from ansible_collections.llmao.fleet.plugins.module_utils.payload_rules import B
 from .api_errors import JSON, RequestRefused, error_answer
 from .applied_report import APPLIED_MAX_BYTES, read_applied_report
 from .bearer_header import presented_bearer
+from .bindings import TOKEN_HEADER, admit_box
 from .logs import RequestLog
 from .redaction import clipped
 from .state import ServerState
@@ -87,6 +88,8 @@ class BoxRequest:
         self.if_none_match: str = environ.get("HTTP_IF_NONE_MATCH", "")
         # The box name the request claims, and how (``header``, ``forwarded``, ``peer``).
         self.claim = claimed_box_name(ClaimHeaders(environ), self.peer)
+        # A box token this request's answer hands out (it bound the box's name).
+        self.issued_token: str | None = None
 
     def json_body(self) -> Any:
         """The body decoded as JSON (None when it is not JSON); 413 beyond the limit."""
@@ -112,7 +115,8 @@ def check_fleet_key(state: ServerState, request: BoxRequest) -> None:
 
 
 def resolve_box(state: ServerState, request: BoxRequest) -> BoxAssignment:
-    """The assignment of the box this request speaks for; an unknown box is remembered.
+    """The assignment of the box this request speaks for; an unknown box is remembered; a
+    bound box must present its token (:mod:`.bindings`), and a ``GET`` may bind one.
 
     An empty name (``X-LLMAO-Host:`` with no value) is present, so it is the only
     key, as the protocol says; no box can be called that, so it is unknown (404),
@@ -135,6 +139,8 @@ def resolve_box(state: ServerState, request: BoxRequest) -> BoxAssignment:
         raise RequestRefused(404, "unknown_host",
                              f"box {clipped(name)!r} is not in fleet.hosts; add it there, or "
                              "ask an admin to approve it")
+    request.issued_token = admit_box(state, request.environ, assignment.box, request.peer,
+                                     may_bind=request.method == "GET")
     return assignment
 
 
@@ -156,9 +162,12 @@ def fetch_config(state: ServerState, request: BoxRequest) -> Answer:
         note = state.note_check if request.if_none_match else state.note_fetch
         note(assignment.box, time.time())
     etag = assignment.etag
+    headers = [("ETag", etag)]
+    if request.issued_token is not None:
+        headers.append((TOKEN_HEADER, request.issued_token))
     if request.if_none_match and names_etag(request.if_none_match, etag):
-        return 304, b"", [("ETag", etag)]
-    return 200, assignment.body, [("ETag", etag)]
+        return 304, b"", headers
+    return 200, assignment.body, headers
 
 
 def names_etag(if_none_match: str, etag: str) -> bool:
@@ -232,9 +241,10 @@ class BoxApi:
             return handler(self.state, request)
         except Exception as exc:  # the one error handler of the box API: every fault answers
             status, body = error_answer(exc, self.state.redact)
-            allow = [("Allow", ", ".join(route[0]))] if status == 405 and route else []
-            own = list(exc.headers.items()) if isinstance(exc, RequestRefused) else []
-            return status, body, allow + own
+            extra = list(exc.headers.items()) if isinstance(exc, RequestRefused) else []
+            if status == 405 and route:
+                extra.append(("Allow", ", ".join(route[0])))
+            return status, body, extra
 
     def log_request(self, request: BoxRequest, status: int) -> None:
         """One line per request: the claim, how it was made, the peer, the raw XFF, the status.

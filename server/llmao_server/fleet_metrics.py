@@ -118,11 +118,26 @@ class FleetCollector:
         yield GaugeMetricFamily("llmao_unknown_boxes",
                                 "Names presenting the fleet key that are not in fleet.hosts "
                                 "nor approved.", value=len(unknown))
+        yield from binding_metrics(self.state)
         if last is None:
             return  # no pass yet: every figure reconcile gives is unknown
         yield GaugeMetricFamily("llmao_reconcile_last_pass_timestamp_seconds",
                                 "When the latest reconcile pass ran.", value=last.pass_at)
         yield from pass_metrics(last)
+
+
+def binding_metrics(state: ServerState) -> Iterator[Metric]:
+    """Bound box names, and the refused claims of each (a series per bound name only, so a
+    caller cannot grow it: docs/box-identity.md)."""
+    bound = [binding for binding in state.store.bindings_since(0) if binding.bound]
+    yield GaugeMetricFamily("llmao_bound_boxes", "Box names bound to the box that first "
+                            "fetched them (fleet.binding).", value=len(bound))
+    claims = CounterMetricFamily("llmao_box_claims_refused",
+                                 "Calls refused for presenting a bound box's name without its "
+                                 "token, since the binding was made.", labels=["box"])
+    for conflict in state.store.binding_conflicts():
+        claims.add_metric([conflict.box], conflict.count)
+    yield claims
 
 
 def pass_metrics(last: ReconcilePass) -> Iterator[Metric]:

@@ -15,6 +15,7 @@ from ansible_collections.llmao.fleet.plugins.module_utils.fleet import Fleet
 from ansible_collections.llmao.fleet.plugins.module_utils.hostnames import normalize_host
 from ansible_collections.llmao.fleet.plugins.module_utils.intent import BoxAssignment
 
+from .binding_cache import BindingCache
 from .recorder import FetchRecorder
 from .redaction import Redactor
 from .store import Approval, StateStore
@@ -43,6 +44,9 @@ class ServerState:
         self.store = store
         self.redact = Redactor.for_settings(fleet.settings)
         self.recorder = FetchRecorder(store, redact=self.redact)
+        self.bindings = BindingCache(store)
+        # Decided once: every box call asks it (fleet.binding, docs/box-identity.md).
+        self.binds_boxes = fleet.settings.binds_boxes
         # Decided and encoded once: the gate checks it on every request. None: no usable
         # key is configured (missing, empty or a placeholder), so every fetch answers 503.
         self.fleet_key: bytes | None = (
@@ -83,4 +87,5 @@ class ServerState:
     def close(self) -> None:
         """Write what the recorder holds and release this process's connection."""
         self.recorder.close()
+        self.bindings.close()
         self.store.close()

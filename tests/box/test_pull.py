@@ -45,6 +45,7 @@ PROGRAMS = [(box, row[2] if len(row) > 2 else row[0]) for box, rows in ROWS.item
             for row in rows]
 CONF_DIR = "/etc/supervisor/conf.d"
 RECORD = "/data/llmao/applied.json"
+TOKEN_FILE = "/data/llmao/box-token"
 
 by_program = pytest.mark.parametrize(("box", "name"), PROGRAMS,
                                      ids=[f"{box}:{name}" for box, name in PROGRAMS])
@@ -59,6 +60,7 @@ class Pulled:
     server: LlmaoServer
     boxes: dict[str, Box]
     boots: dict[str, subprocess.CompletedProcess[bytes]]
+    server_ca: Path
 
     def server_of(self, box: str, name: str):
         return next(s for s in self.fleet.fleet.assignment(box).servers if s.name == name)
@@ -79,7 +81,7 @@ def pulled(box_image: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator
             boxes[name] = start_box(name, image=box_image,
                                     env=template_env(FLEET_KEY, server.url, name))
         boots = {name: boot(box, tls.ca_file) for name, box in boxes.items()}
-        yield Pulled(fleet, server, boxes, boots)
+        yield Pulled(fleet, server, boxes, boots, tls.ca_file)
     finally:
         for box in boxes.values():
             box.remove()
@@ -162,6 +164,43 @@ def test_booting_again_changes_nothing(pulled, box):
     assert again.returncode == 0
     assert "unchanged: revision" in again.stdout.decode()
     assert programs_on(target, pulled.fleet.secrets()) == before
+
+
+@by_box
+def test_each_box_keeps_its_box_token_and_is_bound_to_it(pulled, box):
+    """fleet.binding is first_fetch by default: the boot's report confirmed the binding, and a
+    box program run again (the reboot above) presented the kept token (docs/box-identity.md)."""
+    target = pulled.boxes[box]
+    mode = target.exec(["stat", "-c", "%a", TOKEN_FILE]).stdout.decode().strip()
+    assert mode == "600"
+    token = target.read_file(TOKEN_FILE).decode().strip()
+    store = open_store(pulled.fleet.fleet.settings.server_state)
+    try:
+        bindings = {binding.box: binding for binding in store.bindings_since(0)}
+    finally:
+        store.close()
+    assert bindings[box].confirmed
+    assert bindings[box].token_hash == hashlib.sha256(token.encode()).hexdigest()
+    assert token not in pulled.server.log()
+
+
+def test_a_second_box_with_a_bound_name_is_refused_and_writes_nothing(pulled, box_image):
+    """A copy of the template with the fleet key claims pull-box-a from its own container (its
+    own data dir): one clear line, exit 2, no program, no token kept."""
+    impostor = start_box("pull-box-impostor", image=box_image,
+                         env=template_env(FLEET_KEY, pulled.server.url, "pull-box-a"))
+    try:
+        booted = boot(impostor, pulled.server_ca)
+        said = booted.stderr.decode().strip()
+        assert booted.returncode == 2, said
+        refusal = [line for line in said.splitlines() if "bound to another box" in line]
+        assert len(refusal) == 1 and "'pull-box-a'" in refusal[0], said
+        listing = impostor.exec(["sh", "-c", f"ls {CONF_DIR}; ls /data/llmao || true"])
+        assert "llmao-" not in listing.stdout.decode()
+        assert "box-token" not in listing.stdout.decode()
+    finally:
+        impostor.remove()
+    assert "box_claim outcome=refused" in pulled.server.log()
 
 
 def test_no_secret_in_the_server_log_or_what_the_boxes_said(pulled):

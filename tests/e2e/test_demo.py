@@ -76,7 +76,9 @@ def demo_secrets(folder: Path) -> list[str]:
     settings = yaml.safe_load(config.read_text())
     found = [settings["fleet"]["key"], settings["fleet"]["vllm_api_salt"],
              settings["litellm"]["master_key"], settings["admin"]["token"]]
-    return found + [server.api_key for server in fleet.servers()]
+    tokens = [path.read_text().strip() for path in folder.glob("boxes/*/data/llmao/box-token")]
+    assert len(tokens) == len(fleet.assignments), "every box keeps its box token"
+    return found + [server.api_key for server in fleet.servers()] + tokens
 
 
 def wait_for_loop_pass(log: Path, passes: int, timeout: float = 90.0) -> None:
@@ -131,7 +133,7 @@ def test_demo_starts_answers_a_chat_and_stops_without_a_trace(demo_env):
             assert re.fullmatch(r"answered by 127\.0\.0\.[234] port 800[12]", answer)
             fetched = subprocess.run(printed_command(first.stdout, "assignment"),
                                      capture_output=True, text=True, timeout=60, check=True)
-            assignment = json.loads(fetched.stdout)
+            assignment = json.loads(fetched.stdout)  # the box's headers hold its box token
             assert assignment["host"] == "127.0.0.2"
             assert [server["port"] for server in assignment["servers"]] == [8001, 8002]
         for name in ("admin-token", "litellm.headers", "box.headers", "fleet/config.yaml"):

@@ -71,7 +71,7 @@ def test_before_any_pass_only_what_the_server_saw_is_there(client: FlaskClient,
                                                            state: ServerState) -> None:
     state.store.note_unknown([UnknownBox(UNKNOWN, 1.0, 2.0, 3)])
     seen = samples(client.get("/metrics"))
-    assert seen == {("llmao_unknown_boxes", ()): 1.0}
+    assert seen == {("llmao_unknown_boxes", ()): 1.0, ("llmao_bound_boxes", ()): 0.0}
 
 
 def test_a_pass_shows_states_loads_verdicts_and_costs(client: FlaskClient,

@@ -439,3 +439,42 @@ def test_a_wait_is_new_once_per_box_and_revision(store: StateStore) -> None:
     assert store.note_wait("b2", "r1") is True
     assert store.note_wait("b1", "r2") is True
     assert store.note_wait("b1", "r2") is False
+
+
+# ------------------------------------------------------------------ box bindings
+
+
+def test_a_binding_is_pending_then_confirmed_and_a_confirmed_one_is_not_replaced(
+        store: StateStore) -> None:
+    assert store.bind_box("box-a", "h1", "192.0.2.1", None, 1.0)
+    assert store.bind_box("box-a", "h2", "192.0.2.1", "i-7", 2.0)  # pending: replaced
+    assert not store.confirm_binding("box-a", "h1", "192.0.2.1", None, 3.0)  # void token
+    assert store.confirm_binding("box-a", "h2", "192.0.2.2", None, 3.0)
+    assert not store.bind_box("box-a", "h3", "192.0.2.9", None, 4.0)
+    [binding] = store.bindings_since(0)
+    assert (binding.token_hash, binding.confirmed, binding.peer, binding.instance,
+            binding.bound_at) == ("h2", True, "192.0.2.2", "i-7", 3.0)
+
+
+def test_bindings_since_reads_only_changes_and_sees_releases(store: StateStore) -> None:
+    store.bind_box("box-a", "h1", None, None, 1.0)
+    store.bind_box("box-b", "h2", None, None, 1.0)
+    seen = max(binding.seq for binding in store.bindings_since(0))
+    assert store.bindings_since(seen) == []
+    released = store.release_binding("box-a")
+    assert released is not None and released.token_hash == "h1"
+    [change] = store.bindings_since(seen)
+    assert change.box == "box-a" and not change.bound
+    assert store.release_binding("box-a") is None
+    assert store.bind_box("box-a", "h3", None, None, 2.0)
+
+
+def test_conflicts_are_kept_for_bound_names_only(store: StateStore) -> None:
+    store.bind_box("box-a", "h1", None, None, 1.0)
+    store.note_binding_conflict("box-a", "192.0.2.5", 5.0)
+    store.note_binding_conflict("box-a", "192.0.2.6", 6.0)
+    [conflict] = store.binding_conflicts()
+    assert (conflict.box, conflict.count, conflict.last_at, conflict.last_peer) == \
+        ("box-a", 2, 6.0, "192.0.2.6")
+    store.release_binding("box-a")
+    assert store.binding_conflicts() == []

@@ -16,7 +16,11 @@ Steps
              TLS verified with the default context (``SSL_CERT_FILE`` works);
              network errors and 5xx are retried with capped exponential backoff,
              4xx are not. ``--payload FILE`` (``-`` = stdin) applies a given
-             assignment instead: no URL, no key, nothing reported.
+             assignment instead: no URL, no key, nothing reported. Every call
+             presents the box token kept from llmao's first answer
+             (``X-LLMAO-Box-Token``, docs/box-identity.md); a token llmao hands out
+             is kept, 0600 (never on ``--dry-run``). A name bound to another box
+             is refused in one line, nothing written.
   2. preflight  the sum of ``vram_gb`` against the free memory of the first GPU
              (``nvidia-smi``; a multi-GPU box is judged by GPU 0) and the sum of
              ``disk_gb`` against the free space of DATA_DIRECTORY. Sizes are GiB.
@@ -71,6 +75,11 @@ Environment
   LLMAO_FETCH_ATTEMPTS     attempts per request (default 8)
   LLMAO_FETCH_BACKOFF_S    first retry delay, doubled each time up to 60 s (default 2)
   LLMAO_FETCH_TIMEOUT_S    timeout of one request (default 30)
+  LLMAO_TOKEN_FILE     where the box token is kept (default: under /workspace on
+                       RunPod, whose volume alone survives a restart; else
+                       $DATA_DIRECTORY/llmao/box-token)
+  CONTAINER_ID, RUNPOD_POD_ID   the provider's instance id (Vast, RunPod), sent as
+                       X-LLMAO-Box-Instance: llmao keeps it with the binding
   SSL_CERT_FILE, SSL_CERT_DIR, PATH    only passed on to the follow program
 
 Exit codes
@@ -88,6 +97,7 @@ Exit codes
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import difflib
 import functools
 import ipaddress
@@ -124,6 +134,8 @@ DEFAULT_VLLM_HOST = "0.0.0.0"
 # Copies of the protocol's names, pinned to llmao's own by the box program's unit tests
 # (this file runs alone on a box, it cannot import them).
 HOST_HEADER = "X-LLMAO-Host"
+TOKEN_HEADER = "X-LLMAO-Box-Token"
+INSTANCE_HEADER = "X-LLMAO-Box-Instance"
 CONFIG_PATH = "/vllm/config"
 APPLIED_PATH = "/vllm/applied"
 TURN_PATH = "/vllm/turn"
@@ -162,6 +174,16 @@ MAX_WAIT_S = 3600.0
 
 # DATA_DIRECTORY lands in environment= and stdout_logfile=: keep it plain.
 DATA_DIRECTORY_RE = re.compile(r"/[A-Za-z0-9._/@+-]*\Z")
+# A box token as llmao hands it out (URL-safe); anything else in the file is not presented.
+BOX_TOKEN_RE = re.compile(r"[A-Za-z0-9_-]{32,128}\Z")
+# Where the box token is kept when LLMAO_TOKEN_FILE does not say: RunPod keeps only its
+# volume across a pod's restarts, so there under /workspace; elsewhere (Vast keeps the
+# container disk across stop and start) beside the applied record.
+RUNPOD_VOLUME = Path("/workspace")
+TOKEN_FILE_NAME = "box-token"
+# The provider's instance id, reported with each call (llmao keeps it with the binding).
+INSTANCE_ENV = ("CONTAINER_ID", "RUNPOD_POD_ID")
+INSTANCE_RE = re.compile(r"[!-~]{1,128}\Z")
 # What a fleet key may hold: it travels in an HTTP header.
 FLEET_KEY_RE = re.compile(r"[!-~]([ -~]*[!-~])?\Z")
 ENV_BEARER_RE = re.compile(r'VLLM_API_KEY="[^"]*"')
@@ -174,7 +196,8 @@ FOLLOW_FILE = f"{FOLLOW_PROGRAM}.conf"
 # reads, what TLS verification reads, and PATH (supervisorctl and nvidia-smi are found by it).
 FOLLOW_ENV = ("LLMAO_URL", "FLEET_KEY", "LLMAO_HOST", "DATA_DIRECTORY", "SUPERVISOR_CONF_DIR",
               "VLLM_BIN", "VLLM_HOST", "LLMAO_FETCH_ATTEMPTS", "LLMAO_FETCH_BACKOFF_S",
-              "LLMAO_FETCH_TIMEOUT_S", "SSL_CERT_FILE", "SSL_CERT_DIR", "PATH")
+              "LLMAO_FETCH_TIMEOUT_S", "SSL_CERT_FILE", "SSL_CERT_DIR", "PATH",
+              "LLMAO_TOKEN_FILE", *INSTANCE_ENV)
 # Each wait of the follow loop is its period times a draw from this range, so boxes that
 # booted together do not check together.
 FOLLOW_JITTER = (0.8, 1.2)
@@ -235,6 +258,11 @@ class Settings:
     timeout_s: float = 30.0
     # What the follow program is given of this run's environment (FOLLOW_ENV, when set).
     follow_env: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+    # Where the box token is kept (docs/box-identity.md), and the provider's instance id.
+    token_path: Path | None = None
+    instance: str | None = None
+    # A box token llmao hands out is stored (not on a dry run, which stores nothing).
+    keeps_token: bool = True
 
     @property
     def record_path(self) -> Path:
@@ -280,7 +308,15 @@ def read_settings(environ: Mapping[str, str], fetching: bool) -> Settings:
     except ValueError:
         raise Refused(f"VLLM_HOST {vllm_host!r} must be an IP address (the one vLLM "
                       "binds)") from None
+    token_file = environ.get("LLMAO_TOKEN_FILE", "").strip()
+    if token_file and not os.path.isabs(token_file):
+        raise Refused(f"LLMAO_TOKEN_FILE {token_file!r} must be an absolute path")
+    instance = next((environ[name].strip() for name in INSTANCE_ENV
+                     if INSTANCE_RE.match(environ.get(name, "").strip())), None)
     return Settings(
+        token_path=Path(token_file) if token_file else default_token_path(
+            environ, Path(data_dir.rstrip("/") or "/")),
+        instance=instance,
         url=url.rstrip("/") if url else None,
         fleet_key=fleet_key,
         host=host,
@@ -293,6 +329,32 @@ def read_settings(environ: Mapping[str, str], fetching: bool) -> Settings:
         timeout_s=env_number(environ, "LLMAO_FETCH_TIMEOUT_S", 30.0, float, 0.001, MAX_WAIT_S),
         follow_env=tuple((name, environ[name]) for name in FOLLOW_ENV if environ.get(name)),
     )
+
+
+def default_token_path(environ: Mapping[str, str], data_dir: Path) -> Path:
+    """Where the box token survives the provider's restarts (docs/box-identity.md)."""
+    if environ.get("RUNPOD_POD_ID") and RUNPOD_VOLUME.is_dir():
+        return RUNPOD_VOLUME / ".llmao" / TOKEN_FILE_NAME
+    return data_dir / "llmao" / TOKEN_FILE_NAME
+
+
+def read_token(settings: Settings) -> str | None:
+    """The kept box token, or None (none kept yet, or not one llmao could have made)."""
+    if settings.token_path is None:
+        return None
+    try:
+        token = settings.token_path.read_text(encoding="ascii").strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    return token if BOX_TOKEN_RE.match(token) else None
+
+
+def keep_token(settings: Settings, token: str | None) -> None:
+    """Store a box token llmao handed out (0600, atomically), unless told not to."""
+    if (token is None or not settings.keeps_token or settings.token_path is None
+            or not BOX_TOKEN_RE.match(token) or token == read_token(settings)):
+        return
+    atomic_write(settings.token_path, token + "\n", 0o600)
 
 
 def env_number(environ: Mapping[str, str], name: str, default: Any, kind: type,
@@ -359,12 +421,15 @@ def build_opener(ca_file: str | None, ca_dir: str | None) -> urllib.request.Open
 
 
 def http_request(method: str, url: str, headers: Mapping[str, str], body: bytes | None,
-                 timeout: float) -> tuple[int, bytes]:
-    """One request. Any HTTP answer is returned as (status, body); network faults raise."""
+                 timeout: float, issued: dict[str, str] | None = None) -> tuple[int, bytes]:
+    """One request. Any HTTP answer is returned as (status, body); network faults raise.
+    A box token the answer hands out goes into ``issued`` when given."""
     request = urllib.request.Request(url, data=body, method=method, headers=dict(headers))
     opener = build_opener(os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR"))
     try:
         with opener.open(request, timeout=timeout) as answer:
+            if issued is not None and answer.headers.get(TOKEN_HEADER):
+                issued[TOKEN_HEADER] = answer.headers[TOKEN_HEADER].strip()
             return answer.status, answer.read(MAX_ANSWER_BYTES)
     except urllib.error.HTTPError as answer:
         with answer:
@@ -376,6 +441,11 @@ def auth_headers(settings: Settings) -> dict[str, str]:
                "Accept": "application/json", "User-Agent": USER_AGENT}
     if settings.host is not None:
         headers[HOST_HEADER] = settings.host
+    token = read_token(settings)
+    if token is not None:
+        headers[TOKEN_HEADER] = token
+    if settings.instance is not None:
+        headers[INSTANCE_HEADER] = settings.instance
     return headers
 
 
@@ -424,6 +494,13 @@ def with_retries(send: Callable[[], tuple[int, bytes]], attempts: int, backoff_s
 
 def refusal(status: int, body: bytes, host: str | None) -> Refused:
     """What a 3xx/4xx from llmao means for the operator, in one message."""
+    if status == 403 and error_code(body) in BOUND_ELSEWHERE:
+        name = repr(host) if host else "this box's address"
+        return Refused(f"llmao refused {name} (403 {error_code(body)}): the name is bound to "
+                       "another box, the first that fetched it; nothing was written. If this "
+                       "box replaced that one, ask an admin to release the binding (the "
+                       "dashboard's Release button) and run again; if not, someone holds the "
+                       "fleet key (docs/box-identity.md)")
     if status == 403:
         return Refused("llmao refused the fleet key (403): the template's FLEET_KEY does not "
                        "match llmao's fleet.key")
@@ -435,6 +512,19 @@ def refusal(status: int, body: bytes, host: str | None) -> Refused:
         return Refused(f"llmao answered a redirect ({status}); set LLMAO_URL to the final "
                        "address: the fleet key is not sent on to another one")
     return Refused(f"llmao refused the request ({status}): {server_message(body)}")
+
+
+# llmao's codes for a call for a name bound to another box (docs/box-protocol.md).
+BOUND_ELSEWHERE = ("box_token_required", "box_token_mismatch")
+
+
+def error_code(body: bytes) -> str | None:
+    """The ``error.code`` of llmao's JSON error, when it is a short word."""
+    try:
+        code = json.loads(body.decode("utf-8", "replace"))["error"]["code"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    return code if isinstance(code, str) and re.fullmatch(r"[a-z_]{1,64}", code) else None
 
 
 def server_message(body: bytes) -> str:
@@ -463,9 +553,12 @@ def fetch_assignment(settings: Settings, say: Callable[[str], None],
     headers = auth_headers(settings)
     if applied_revision is not None:
         headers["If-None-Match"] = f'"{applied_revision}"'
+    issued: dict[str, str] = {}
     status, body = with_retries(
-        lambda: http_request("GET", url, headers, None, settings.timeout_s),
+        lambda: http_request("GET", url, headers, None, settings.timeout_s, issued),
         attempts or settings.attempts, settings.backoff_s, f"GET {url}", say)
+    if status in (200, 304):
+        keep_token(settings, issued.get(TOKEN_HEADER))
     if status == 304 and applied_revision is not None:
         return None
     if status != 200:
@@ -1674,8 +1767,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def run(args: argparse.Namespace, environ: Mapping[str, str], console: Console) -> None:
     fetching = args.payload is None
     settings = read_settings(environ, fetching)
-    if settings.fleet_key:
-        console.secrets.add(settings.fleet_key)
+    if args.dry_run:
+        settings = dataclasses.replace(settings, keeps_token=False)
+    for secret in (settings.fleet_key, read_token(settings)):
+        if secret:
+            console.secrets.add(secret)
     if args.follow:
         Follower(settings, console).run()
     doc = fetch_assignment(settings, console.say) if fetching else load_payload(args.payload)

@@ -37,7 +37,7 @@ from ansible_collections.llmao.fleet.plugins.module_utils.vllm_metrics import (
     MetricsRecordError,
 )
 
-from ..store import Approval, LoadSample, UnknownBox
+from ..store import Approval, BindingConflict, BoxBinding, LoadSample, UnknownBox
 from .charts import Chart, line_chart
 
 HOUR_S = 3600.0
@@ -92,6 +92,11 @@ PAUSED_ADVICE = ("A server did not come up Healthy on the new revision, so no ot
                  "server's vLLM log, fix models.yaml or fleet.hosts and restart llmao-server: "
                  "the fixed config is a new revision, and the rollout resumes with it "
                  "(docs/troubleshooting.md).")
+CONFLICT_ADVICE = ("A call presented the fleet key and a bound box's name without that box's "
+                   "token: it was refused and got nothing. If you replaced the box, release its "
+                   "binding (the Release button on its row) and it binds again on its next "
+                   "fetch; if not, the fleet key has leaked: rotate fleet.key "
+                   "(docs/box-identity.md).")
 ROUTE_DRIFT = (Drift.ORPHAN_ROUTE, Drift.UNMANAGED_ROUTE)
 
 
@@ -109,6 +114,9 @@ class Observed:
     models: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     history: Sequence[LoadSample] = ()
     turns: Sequence[Turn] = ()
+    # Bound box names (docs/box-identity.md) and the refused claims of them.
+    bindings: Mapping[str, BoxBinding] = field(default_factory=dict)
+    conflicts: Sequence[BindingConflict] = ()
 
 
 @dataclass(frozen=True)
@@ -138,6 +146,9 @@ class Row:
     intended_revision: str
     approved_by: str | None = None
     load: ServerLoad | None = None
+    # The box's binding: "pending" or "confirmed" (None: not bound), and what it says.
+    binding: str | None = None
+    binding_detail: str = ""
 
     @property
     def public_port(self) -> str:
@@ -279,10 +290,35 @@ def build_row(fleet: Fleet, server: IntendedServer, assignment: BoxAssignment,
         in_litellm = None
         public = f"{server.box}:{server.listen_port}" if not fleet.settings.providers else None
     provider = provider_of(fleet.settings.providers, (verdict or {}).get("provider"))
+    binding = observed.bindings.get(server.box)
     return Row(provider, server.box, server.name, server.model_name,
                server.listen_port, public, state, reason, age(now, fetched_at), in_litellm,
                short(observed.applied.get(server.box)), short(assignment.revision) or "",
-               approval.approved_by if approval else None, loads.get(key) if verdict else None)
+               approval.approved_by if approval else None, loads.get(key) if verdict else None,
+               *binding_shown(binding, now))
+
+
+def binding_shown(binding: BoxBinding | None, now: float) -> tuple[str | None, str]:
+    """A box's binding as its row shows it: its state, and when, from where, which instance."""
+    if binding is None or not binding.bound:
+        return None, ""
+    instance = f", instance {binding.instance}" if binding.instance else ""
+    return ("confirmed" if binding.confirmed else "pending",
+            f"bound {age(now, binding.bound_at).text} from {binding.peer or 'unknown'}"
+            f"{instance}")
+
+
+def conflicts_problem(conflicts: Sequence[BindingConflict], now: float) -> Problem | None:
+    """Refused claims of bound names: someone else holds the fleet key, or a box was replaced."""
+    if not conflicts:
+        return None
+    return Problem("conflicts", "Bound box names claimed by another box", CONFLICT_ADVICE,
+                   tuple((conflict.box,
+                          f"someone holding the fleet key claimed box {conflict.box} from peer "
+                          f"{conflict.last_peer or 'unknown'}: rotate the fleet key if this "
+                          f"was not you ({conflict.count} refused, last "
+                          f"{age(now, conflict.last_at).text})")
+                         for conflict in conflicts))
 
 
 def build_rows(fleet: Fleet, served: Served, observed: Observed, now: float,
@@ -459,7 +495,8 @@ def build_page(fleet: Fleet, observed: Observed, now: float, query: str = "") ->
     server_loads, model_loads = read_loads(observed)
     rows = build_rows(fleet, served, observed, now, server_loads)
     rolling = rollout(fleet, observed)
-    problems = [secrets_problem(fleet), paused_problem(rolling), oversized_problem(rows),
+    problems = [secrets_problem(fleet), conflicts_problem(observed.conflicts, now),
+                paused_problem(rolling), oversized_problem(rows),
                 saturated_problem(model_loads), *state_problems(rows),
                 revision_problem(served, observed.applied, rolling_boxes(fleet, rolling)),
                 *drift_problems(observed.drift),

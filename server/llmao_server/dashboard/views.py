@@ -1,4 +1,5 @@
-"""The fleet page and the one action on it: approving a box that is not in ``fleet.hosts``."""
+"""The fleet page and its actions: approving a box that is not in ``fleet.hosts``, and
+releasing a box's binding (docs/box-identity.md)."""
 
 from __future__ import annotations
 
@@ -9,9 +10,10 @@ from flask import Response, flash, redirect, render_template, request, url_for
 from ansible_collections.llmao.fleet.plugins.module_utils.config_file import LISTEN_PORTS
 from ansible_collections.llmao.fleet.plugins.module_utils.fleet import ApprovalError
 
+from ..bindings import release_binding
 from ..state import app_state
 from ..store import StateStore
-from .auth import audit, current_admin
+from .auth import audit, client_address, current_admin
 from .fleet_view import CHART_SPAN_S, ROLLOUT_COLUMNS, Observed, build_page
 
 QUERY_LENGTH = 100
@@ -32,6 +34,9 @@ def observe(store: StateStore, now: float) -> Observed:
         models=last_pass.models if last_pass else {},
         history=store.load_history(now - CHART_SPAN_S, servers=False),
         turns=store.turns(),
+        bindings={binding.box: binding for binding in store.bindings_since(0)
+                  if binding.bound},
+        conflicts=store.binding_conflicts(),
     )
 
 
@@ -68,4 +73,17 @@ def approve() -> Response:
                        for server in assignment.servers)
     flash(f"Approved {assignment.box}: {served}. Its next config fetch gets them, until the "
           "server restarts.", "info")
+    return redirect(url_for("dashboard.fleet"))
+
+
+def release() -> Response:
+    """Release a box's binding (docs/box-identity.md): the next box to fetch its name binds it."""
+    box = request.form.get("box", "").strip()[:BOX_NAME_LENGTH]
+    released = release_binding(app_state(), box, current_admin() or "admin", client_address(),
+                               "dashboard")
+    if released is None:
+        flash(f"{box} was not bound: nothing to release.", "error")
+    else:
+        flash(f"Released the binding of {box}. The next box to fetch its config binds the "
+              "name.", "info")
     return redirect(url_for("dashboard.fleet"))

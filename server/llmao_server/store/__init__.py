@@ -13,6 +13,8 @@ from .base import (
     AppliedReport,
     AppliedServer,
     Approval,
+    BindingConflict,
+    BoxBinding,
     LoadSample,
     PassLease,
     ReconcilePass,
@@ -24,7 +26,8 @@ from .sqlite import SqliteStore
 
 __all__ = ["ATTEMPT_PEER_LIMIT", "HISTORY_BUCKET_S", "HISTORY_FULL_S", "HISTORY_KEEP_S",
            "HISTORY_LIMIT", "OVERALL_SCOPE", "UNKNOWN_LIMIT", "AppliedReport",
-           "AppliedServer", "Approval", "LoadSample", "PassLease", "ReconcilePass", "SqliteStore",
+           "AppliedServer", "Approval", "BindingConflict", "BoxBinding", "LoadSample",
+           "PassLease", "ReconcilePass", "SqliteStore",
            "StateStore", "StoreError", "UnknownBox", "open_store"]
 
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")

@@ -110,6 +110,35 @@ class PassLease:
     expires_at: float
 
 
+@dataclass(frozen=True)
+class BoxBinding:
+    """A box name bound to the box that first fetched it (docs/box-identity.md): only the
+    SHA-256 of its token is kept. ``token_hash`` empty: released (kept so that every worker
+    sees the release); ``seq`` orders the changes, so a worker reads only what is new."""
+
+    box: str
+    token_hash: str = field(repr=False)
+    confirmed: bool
+    bound_at: float
+    peer: str | None
+    instance: str | None
+    seq: int
+
+    @property
+    def bound(self) -> bool:
+        return bool(self.token_hash)
+
+
+@dataclass(frozen=True)
+class BindingConflict:
+    """Refused claims of one bound name: how many, the latest when and from which peer."""
+
+    box: str
+    count: int
+    last_at: float
+    last_peer: str | None
+
+
 class StateStore(ABC):
     """The fleet's observed state. Times are seconds since the epoch (``time.time()``)."""
 
@@ -270,6 +299,33 @@ class StateStore(ABC):
     @abstractmethod
     def release_pass_lease(self, lease_id: str) -> bool:
         """Give the lease back if ``lease_id`` holds it; whether it did."""
+
+    @abstractmethod
+    def bind_box(self, box: str, token_hash: str, peer: str | None, instance: str | None,
+                 now: float) -> bool:
+        """Bind ``box`` to a new token (pending) unless a confirmed binding holds it, by one
+        atomic write; whether it did (a pending one is replaced: its token is void)."""
+
+    @abstractmethod
+    def confirm_binding(self, box: str, token_hash: str, peer: str | None,
+                        instance: str | None, now: float) -> bool:
+        """Confirm ``box``'s pending binding if it is this token's; whether it did."""
+
+    @abstractmethod
+    def release_binding(self, box: str) -> BoxBinding | None:
+        """Release ``box``'s binding, whatever its state; the binding released, if any."""
+
+    @abstractmethod
+    def bindings_since(self, seq: int) -> list[BoxBinding]:
+        """Every binding (released ones included) changed after ``seq``, in change order."""
+
+    @abstractmethod
+    def note_binding_conflict(self, box: str, peer: str | None, now: float) -> None:
+        """Count one refused claim of the bound name ``box``."""
+
+    @abstractmethod
+    def binding_conflicts(self) -> list[BindingConflict]:
+        """The refused claims of every name bound now, most recent first."""
 
     @abstractmethod
     def close(self) -> None:

@@ -95,6 +95,29 @@ SCHEMA = (
     """CREATE TABLE IF NOT EXISTS turn_waits (
         box TEXT PRIMARY KEY,
         revision TEXT NOT NULL)""",
+    # Box bindings (docs/box-identity.md): a token's SHA-256, never the token; an empty
+    # token_hash is a released binding. seq orders changes for the workers' refresh.
+    """CREATE TABLE IF NOT EXISTS box_bindings (
+        box TEXT PRIMARY KEY,
+        token_hash TEXT NOT NULL,
+        confirmed INTEGER NOT NULL,
+        bound_at DOUBLE PRECISION NOT NULL,
+        peer TEXT,
+        instance TEXT,
+        seq BIGINT NOT NULL)""",
+    "CREATE INDEX IF NOT EXISTS box_bindings_by_seq ON box_bindings (seq)",
+    # One row: the last seq given; taking the next one locks it till the commit, so
+    # changes commit in seq order and a refresh by seq misses none.
+    """CREATE TABLE IF NOT EXISTS binding_seq (
+        slot INTEGER PRIMARY KEY,
+        seq BIGINT NOT NULL)""",
+    "INSERT INTO binding_seq (slot, seq) VALUES (1, 0) ON CONFLICT (slot) DO NOTHING",
+    # Refused claims of bound names: one row per bound name at most.
+    """CREATE TABLE IF NOT EXISTS binding_conflicts (
+        box TEXT PRIMARY KEY,
+        claims BIGINT NOT NULL,
+        last_at DOUBLE PRECISION NOT NULL,
+        last_peer TEXT)""",
     # What counted failed logins only, before every attempt was counted.
     "DROP TABLE IF EXISTS login_failures",
 )
@@ -215,6 +238,29 @@ CLAIM_PASS_LEASE = """
     WHERE pass_lease.lease_id = excluded.lease_id OR pass_lease.expires_at <= excluded.taken_at"""
 
 PASS_LEASE_COLUMNS = "lease_id, holder, taken_at, expires_at"
+
+NEXT_BINDING_SEQ = "UPDATE binding_seq SET seq = seq + 1 WHERE slot = 1 RETURNING seq"
+
+# A new pending binding, unless a confirmed one holds the name.
+BIND_BOX = """
+    INSERT INTO box_bindings (box, token_hash, confirmed, bound_at, peer, instance, seq)
+    VALUES (?, ?, 0, ?, ?, ?, ?)
+    ON CONFLICT (box) DO UPDATE SET token_hash = excluded.token_hash, confirmed = 0,
+        bound_at = excluded.bound_at, peer = excluded.peer, instance = excluded.instance,
+        seq = excluded.seq
+    WHERE box_bindings.confirmed = 0"""
+
+CONFIRM_BINDING = """
+    UPDATE box_bindings SET confirmed = 1, bound_at = ?, peer = ?,
+        instance = COALESCE(?, instance), seq = ?
+    WHERE box = ? AND token_hash = ? AND token_hash <> '' AND confirmed = 0"""
+
+BINDING_COLUMNS = "box, token_hash, confirmed, bound_at, peer, instance, seq"
+
+NOTE_CONFLICT = """
+    INSERT INTO binding_conflicts (box, claims, last_at, last_peer) VALUES (?, 1, ?, ?)
+    ON CONFLICT (box) DO UPDATE SET claims = binding_conflicts.claims + 1,
+        last_at = excluded.last_at, last_peer = excluded.last_peer"""
 
 KEEP_FIRST_SECRET = """
     INSERT INTO server_secrets (name, value) VALUES (?, ?) ON CONFLICT (name) DO NOTHING"""
@@ -381,7 +427,53 @@ class SqlStore(base.StateStore):
     def end_session(self, session_id: str) -> None:
         self._write(("DELETE FROM admin_sessions WHERE id = ?", [(session_id,)]))
 
+    def bind_box(self, box: str, token_hash: str, peer: str | None, instance: str | None,
+                 now: float) -> bool:
+        with self._store_errors("bind a box"), self._transaction() as cursor:
+            seq = self._next_binding_seq(cursor)
+            cursor.execute(self._sql(BIND_BOX), (box, token_hash, now, peer, instance, seq))
+            return cursor.rowcount == 1
+
+    def confirm_binding(self, box: str, token_hash: str, peer: str | None,
+                        instance: str | None, now: float) -> bool:
+        with self._store_errors("confirm a binding"), self._transaction() as cursor:
+            seq = self._next_binding_seq(cursor)
+            cursor.execute(self._sql(CONFIRM_BINDING),
+                           (now, peer, instance, seq, box, token_hash))
+            return cursor.rowcount == 1
+
+    def release_binding(self, box: str) -> base.BoxBinding | None:
+        with self._store_errors("release a binding"), self._transaction() as cursor:
+            cursor.execute(self._sql(f"SELECT {BINDING_COLUMNS} FROM box_bindings "
+                                     "WHERE box = ? AND token_hash <> ''"), (box,))
+            row = cursor.fetchone()
+            if row is None:
+                return None
+            seq = self._next_binding_seq(cursor)
+            cursor.execute(self._sql("UPDATE box_bindings SET token_hash = '', confirmed = 0, "
+                                     "seq = ? WHERE box = ?"), (seq, box))
+            cursor.execute(self._sql("DELETE FROM binding_conflicts WHERE box = ?"), (box,))
+            return _binding(row)
+
+    def note_binding_conflict(self, box: str, peer: str | None, now: float) -> None:
+        self._write((NOTE_CONFLICT, [(box, now, peer)]))
+
+    def _next_binding_seq(self, cursor: Any) -> int:
+        cursor.execute(NEXT_BINDING_SEQ)
+        return int(cursor.fetchone()[0])
+
     # ------------------------------------------------------------------- reads
+
+    def bindings_since(self, seq: int) -> list[base.BoxBinding]:
+        rows = self._query(f"SELECT {BINDING_COLUMNS} FROM box_bindings WHERE seq > ? "
+                           "ORDER BY seq", (seq,))
+        return [_binding(row) for row in rows]
+
+    def binding_conflicts(self) -> list[base.BindingConflict]:
+        rows = self._query("SELECT c.box, c.claims, c.last_at, c.last_peer "
+                           "FROM binding_conflicts c JOIN box_bindings b ON b.box = c.box "
+                           "WHERE b.token_hash <> '' ORDER BY c.last_at DESC, c.box")
+        return [base.BindingConflict(*row) for row in rows]
 
     def pass_lease(self, now: float) -> base.PassLease | None:
         rows = self._query(f"SELECT {PASS_LEASE_COLUMNS} FROM pass_lease "
@@ -490,6 +582,11 @@ class SqlStore(base.StateStore):
 
 def _turn(row: Sequence[Any]) -> Turn:
     return Turn.from_record(json.loads(row[0]))
+
+
+def _binding(row: Sequence[Any]) -> base.BoxBinding:
+    box, token_hash, confirmed, bound_at, peer, instance, seq = row
+    return base.BoxBinding(box, token_hash, bool(confirmed), bound_at, peer, instance, int(seq))
 
 
 def _approval(row: Sequence[Any]) -> base.Approval:

@@ -31,7 +31,7 @@ def box(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Box:
     """A fresh box; the process environment is the box's, with nothing of ours inherited."""
     the_box = Box(tmp_path)
     for name in ("LLMAO_URL", "FLEET_KEY", "LLMAO_HOST", "VLLM_BIN", "SSL_CERT_FILE",
-                 "SSL_CERT_DIR"):
+                 "SSL_CERT_DIR", "LLMAO_TOKEN_FILE", "CONTAINER_ID", "RUNPOD_POD_ID"):
         monkeypatch.delenv(name, raising=False)
     for name, value in the_box.env().items():
         monkeypatch.setenv(name, value)

@@ -1,16 +1,13 @@
 """The box program's copies of the protocol's names are llmao's own.
 
 install_set.py runs alone on a box with the standard library, so it cannot import the core or
-the server: it carries copies. So does the module box_turn, which speaks for a pushed box on
-the controller, where the server is not installed. A change on either side must fail here, not
-on a fleet.
+the server: it carries copies. A change on either side must fail here, not on a fleet.
 """
 
 from __future__ import annotations
 
 from ansible_collections.llmao.fleet.plugins.module_utils.hostnames import HOST_HEADER
 from ansible_collections.llmao.fleet.plugins.module_utils.models_file import RECIPE_NUMBERS
-from ansible_collections.llmao.fleet.plugins.modules import box_turn
 from llmao_server.box_api import ROUTES
 
 
@@ -28,6 +25,8 @@ def test_the_paths_and_methods_are_the_box_apis(install_set):
     assert "POST" in ROUTES[install_set.TURN_PATH][0]
 
 
-def test_the_push_paths_box_api_calls_are_the_box_apis():
-    assert "GET" in ROUTES[box_turn.CONFIG_PATH][0]
-    assert "POST" in ROUTES[box_turn.APPLIED_PATH][0]
+def test_the_box_token_headers_are_the_ones_the_server_reads(install_set):
+    from llmao_server.bindings import INSTANCE_HEADER, TOKEN_HEADER
+
+    assert install_set.TOKEN_HEADER == TOKEN_HEADER
+    assert install_set.INSTANCE_HEADER == INSTANCE_HEADER

@@ -20,3 +20,10 @@ if (filter) {
   filter.addEventListener("input", applyFilter);
   applyFilter();
 }
+
+// A form that says data-confirm (releasing a box's binding) asks before it is sent.
+for (const form of document.querySelectorAll("form[data-confirm]")) {
+  form.addEventListener("submit", (event) => {
+    if (!window.confirm(form.dataset.confirm)) event.preventDefault();
+  });
+}

@@ -48,6 +48,11 @@ MAX_ATTEMPT_WINDOW_S = 86400.0
 MAX_ATTEMPTS_PER_PEER = 1000
 MAX_ATTEMPTS_OVERALL = 100_000
 MAX_TRUSTED_PEERS = 100
+# fleet.binding (docs/box-identity.md): a box is who it first proved to be, or (off) whoever
+# holds the fleet key and names it, the seed's protocol exactly.
+BINDING_FIRST_FETCH = "first_fetch"
+BINDING_OFF = "off"
+BINDINGS = (BINDING_FIRST_FETCH, BINDING_OFF)
 
 
 @dataclass(frozen=True)
@@ -159,6 +164,13 @@ class Settings:
     load: LoadKnobs = LoadKnobs()
     cost_per_hour: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
     rollout: Rollout = Rollout()
+    # fleet.binding: BINDING_FIRST_FETCH (the default) or BINDING_OFF.
+    binding: str = BINDING_FIRST_FETCH
+
+    @property
+    def binds_boxes(self) -> bool:
+        """Whether a box name is bound to the first box that fetched it (a box token)."""
+        return self.binding == BINDING_FIRST_FETCH
 
     def is_legacy(self, box: str, listen_port: int) -> bool:
         """A pair that predates the salt and serves ``selfhost_api_key`` (box normalised)."""
@@ -206,6 +218,7 @@ def load_settings(path: str, problems: Problems, warnings: list[str]) -> Setting
                                         maximum=1),
     )
     cost_per_hour = _read_costs(fleet)
+    binding = _read_binding(fleet)
     fleet.close()
     providers = _read_providers(top.sub("providers"))
     litellm = top.sub("litellm")
@@ -243,7 +256,7 @@ def load_settings(path: str, problems: Problems, warnings: list[str]) -> Setting
         server_state=_state_location(path, state), admin_token=admin_token,
         session_lifetime_s=session_lifetime_s, attempts=attempts, metrics_token=metrics_token,
         weak_secrets=weak,
-        load=load, cost_per_hour=cost_per_hour, rollout=rollout,
+        load=load, cost_per_hour=cost_per_hour, rollout=rollout, binding=binding,
     )
 
 
@@ -275,6 +288,15 @@ def _state_location(config_path: str, state: str) -> str:
     if "://" in state or os.path.isabs(state):
         return state
     return os.path.join(os.path.dirname(os.path.abspath(config_path)), state)
+
+
+def _read_binding(fleet: Section) -> str:
+    """``fleet.binding``: one of :data:`BINDINGS`."""
+    value = fleet.text("binding", BINDING_FIRST_FETCH)
+    if value not in BINDINGS:
+        fleet.problem("binding", f"must be one of {', '.join(BINDINGS)}, not {shown(value)}")
+        return BINDING_FIRST_FETCH
+    return value
 
 
 def _read_rollout(section: Section) -> Rollout:

@@ -19,7 +19,6 @@ import json
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Mapping
 from typing import Any
 
 MAX_ERROR_BODY = 4096
@@ -71,16 +70,12 @@ def shown_url(url: str) -> str:
 
 
 def call_json(method: str, url: str, bearer: str | None, body: Any = None,
-              timeout: float = 10.0, headers: Mapping[str, str] | None = None) -> Any:
-    """Send ``body`` as JSON (when given) and decode the JSON answer (None when empty).
-
-    ``headers`` are sent as well: the push path speaks for a box, whose name travels in
-    ``X-LLMAO-Host`` beside the fleet key.
-    """
+              timeout: float = 10.0) -> Any:
+    """Send ``body`` as JSON (when given) and decode the JSON answer (None when empty)."""
     request_name = f"{method} {shown_url(url)}"
     if urllib.parse.urlsplit(url).scheme not in SCHEMES:
         raise HttpCallError(request_name, "the URL must be http:// or https://")
-    sent = {**(headers or {}), "Accept": "application/json"}
+    sent = {"Accept": "application/json"}
     if bearer:
         sent["Authorization"] = f"Bearer {bearer}"
     data = None

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import quote
 
 from .bearer import is_placeholder
 from .config_file import Settings
@@ -26,6 +27,8 @@ VERDICTS_PATH = "/admin/api/verdicts"
 PASS_LEASE_PATH = "/admin/api/pass-lease"
 TURNS_PATH = "/admin/api/turns"
 TAKE_TURN_PATH = "/admin/api/turns/take"
+# One box's resources: /admin/api/boxes/<name>/applied, /turn, /binding.
+BOXES_PATH = "/admin/api/boxes"
 
 
 class LlmaoAdminError(RuntimeError):
@@ -43,6 +46,8 @@ class ServerObservations:
     pass_at: float | None = None
     approved: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     turns: tuple[Turn, ...] = ()
+    # Bound box names to the provider instance id each bound with (None: not reported).
+    bindings: Mapping[str, str | None] = field(default_factory=dict)
 
     @property
     def memories(self) -> dict[str, Memory]:
@@ -110,6 +115,25 @@ class LlmaoAdmin(JsonService):
                                             {"box": box, "revision": revision,
                                              "servers": list(servers)}))
 
+    def report_applied(self, box: str, report: Mapping[str, Any]) -> None:
+        """Report what the push applied on ``box`` (``revision``, ``applied_at``,
+        ``servers``), as the controller; llmao refuses a revision it does not intend."""
+        self._call("POST", box_path(box, "applied"), dict(report))
+
+    def box_turn(self, box: str) -> Turn | None:
+        """``box``'s latest rollout turn, if it holds one."""
+        answer = self._call("GET", box_path(box, "turn"), None)
+        turn = answer.get("turn") if isinstance(answer, Mapping) else None
+        if turn is None:
+            return None
+        return _turns([turn])[0]
+
+    def release_binding(self, box: str, why: str) -> bool:
+        """Release ``box``'s binding (docs/box-identity.md); whether it was bound."""
+        answer = self._call("DELETE", f"{box_path(box, 'binding')}?why={quote(why, safe='')}",
+                            None)
+        return isinstance(answer, Mapping) and answer.get("released") is True
+
     def claim_pass_lease(self, lease_id: str, holder: str, ttl_s: float) -> PassLeaseState:
         """Take (or renew, with the same ``lease_id``) the one-pass-at-a-time lease."""
         return parse_pass_lease(self._call("POST", PASS_LEASE_PATH,
@@ -134,6 +158,10 @@ class LlmaoAdmin(JsonService):
                 raise LlmaoAdminError(f"llmao at {self.url} refused the admin token "
                                       f"(HTTP {exc.status}): check admin.token") from None
             raise LlmaoAdminError(f"llmao at {self.url}: {exc}") from None
+
+
+def box_path(box: str, resource: str) -> str:
+    return f"{BOXES_PATH}/{quote(box, safe='')}/{resource}"
 
 
 def observations_document(now: float, last_fetches: Mapping[str, float | None],
@@ -182,7 +210,8 @@ def parse_observations(document: Any) -> ServerObservations:
                               {str(k): v for k, v in verdicts.items() if isinstance(v, Mapping)},
                               float(pass_at) if isinstance(pass_at, int | float) else None,
                               _approved(document.get("approved", {})),
-                              _turns(document.get("turns", [])))
+                              _turns(document.get("turns", [])),
+                              _bindings(document.get("bindings", {})))
 
 
 def parse_pass_lease(document: Any) -> PassLeaseState:
@@ -220,6 +249,15 @@ def _approved(approved: Any) -> dict[str, tuple[str, ...]]:
                                   "of model names")
         result[str(box)] = tuple(models)
     return result
+
+
+def _bindings(bindings: Any) -> dict[str, str | None]:
+    """Bound box to its instance id; misread, reconcile could release a box's binding."""
+    if not isinstance(bindings, Mapping) or not all(
+            isinstance(binding, Mapping) for binding in bindings.values()):
+        raise LlmaoAdminError("llmao's observations: 'bindings' is not an object of objects")
+    return {str(box): binding.get("instance") if isinstance(binding.get("instance"), str)
+            else None for box, binding in bindings.items()}
 
 
 def _turns(turns: Any) -> tuple[Turn, ...]:

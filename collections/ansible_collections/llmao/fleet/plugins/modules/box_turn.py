@@ -22,11 +22,12 @@ description:
     box may apply (reconcile moved the turn to C(drained) and C(rollout.drain_s) has passed).
     The same rules as a following box's own C(POST /vllm/turn) apply; a model whose rollout is
     paused gets no turn.
-  - With I(state=done), speaks for the box as a pull box does after it applied; it fetches the
-    box's assignment (C(GET /vllm/config), fleet key, C(X-LLMAO-Host) naming the box), which
-    starts its servers' Loading window as a boot's fetch does, and reports I(applied)
-    (C(POST /vllm/applied)). When the box holds a turn for the revision, it then waits until
-    reconcile moved the turn to C(done), and fails with the turn's reason when it C(failed).
+  - With I(state=done), reports I(applied) as the controller (C(POST
+    /admin/api/boxes/<box>/applied), admin token), which starts the box's servers' Loading
+    window as a pull box's fetch does; it never speaks as the box, so it needs no box token.
+    When the box holds a turn for the revision, it then waits (C(GET
+    /admin/api/boxes/<box>/turn)) until reconcile moved the turn to C(done), and fails with
+    the turn's reason when it C(failed).
   - The revision is the one llmao's files on the controller give the box; llmao must serve the
     same files (reload it after a change) or it refuses the turn as stale.
   - A wait longer than I(wait_timeout) fails, naming the turn's phase and llmao's reason.
@@ -149,14 +150,7 @@ from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.llmao.fleet.plugins.module_utils.config_file import Settings
 from ansible_collections.llmao.fleet.plugins.module_utils.fleet_files import module_args
-from ansible_collections.llmao.fleet.plugins.module_utils.hostnames import HOST_HEADER
-from ansible_collections.llmao.fleet.plugins.module_utils.http_json import (
-    HttpCallError,
-    call_json,
-    shown_url,
-)
 from ansible_collections.llmao.fleet.plugins.module_utils.llmao_admin import (
     LlmaoAdmin,
     LlmaoAdminError,
@@ -177,8 +171,6 @@ OPTIONS: dict[str, dict[str, Any]] = {
     "timeout": {"type": "float", "default": 15.0},
 }
 RULES = {"required_if": [("state", "done", ("applied",))]}
-CONFIG_PATH = "/vllm/config"
-APPLIED_PATH = "/vllm/applied"
 STALL_HINT = "is reconcile running? It moves turns on (playbooks/reconcile.yml)"
 
 
@@ -229,8 +221,8 @@ def wait_drained(admin: LlmaoAdmin, box: str, revision: str, servers: Sequence[s
 
 def box_turn(admin: LlmaoAdmin, box: str, revision: str) -> Turn | None:
     """The box's stored turn for ``revision``, if it has one."""
-    return next((turn for turn in admin.observations().turns
-                 if turn.box == box and turn.revision == revision), None)
+    turn = admin.box_turn(box)
+    return turn if turn is not None and turn.revision == revision else None
 
 
 def wait_done(admin: LlmaoAdmin, box: str, revision: str,
@@ -250,43 +242,21 @@ def wait_done(admin: LlmaoAdmin, box: str, revision: str,
         waiting.pause(waiting.poll_s)
 
 
-def as_the_box(settings: Settings, box: str, method: str, path: str, body: Any,
-               timeout: float) -> Any:
-    """One call of the box API for ``box``: the fleet key, the box's name in X-LLMAO-Host."""
-    url = f"{(settings.server_url or '').rstrip('/')}{path}"
-    try:
-        return call_json(method, url, settings.fleet_key, body, timeout, {HOST_HEADER: box})
-    except HttpCallError as exc:
-        if exc.status in (401, 403):
-            raise TurnError(f"llmao at {shown_url(url)} refused the fleet key "
-                            f"(HTTP {exc.status}): check fleet.key") from None
-        raise TurnError(f"llmao, speaking for {box}: {exc}") from None
+def report_applied(admin: LlmaoAdmin, box: str, revision: str,
+                   record: Mapping[str, Any]) -> None:
+    """Tell llmao the box applied ``record``, as the controller.
 
-
-def report_applied(settings: Settings, box: str, revision: str, record: Mapping[str, Any],
-                   timeout: float) -> None:
-    """Tell llmao the box applied ``record``, as a pull box does.
-
-    The fetch comes first: a pull box fetches its assignment when it applies, and llmao
-    starts the Loading window of the box's servers from that fetch. Without it, a pushed
-    server restarting would be judged a Healthy server failing, not one starting up. Only
-    the revision of the answer is read; the bearers in it are dropped here.
+    llmao starts the Loading window of the box's servers from this report, as it does from
+    a pull box's fetch: without it, a pushed server restarting would be judged a Healthy
+    server failing, not one starting up. llmao refuses a revision it does not intend.
     """
     if record.get("revision") != revision:
         raise TurnError(f"{box} records revision {record.get('revision') or 'none'}, llmao "
                         f"intends {revision}: the push did not apply it")
-    fetched = as_the_box(settings, box, "GET", CONFIG_PATH, None, timeout)
-    served = fetched.get("revision") if isinstance(fetched, Mapping) else None
-    if served != revision:
-        raise TurnError(f"llmao serves {box} revision {served or 'none'}, these files give "
-                        f"{revision}: reload llmao (SIGHUP) with the same config.yaml and "
-                        "models.yaml")
-    report = {"revision": revision, "applied_at": record.get("applied_at"),
-              "servers": [{key: server.get(key) for key in ("name", "port",
-                                                            "served_model_name")}
-                          for server in record.get("servers") or []
-                          if isinstance(server, Mapping)]}
-    as_the_box(settings, box, "POST", APPLIED_PATH, report, timeout)
+    admin.report_applied(box, {
+        "revision": revision, "applied_at": record.get("applied_at"),
+        "servers": [{key: server.get(key) for key in ("name", "port", "served_model_name")}
+                    for server in record.get("servers") or [] if isinstance(server, Mapping)]})
 
 
 def take(module: AnsibleModule, admin: LlmaoAdmin, box: str, revision: str,
@@ -307,8 +277,8 @@ def take(module: AnsibleModule, admin: LlmaoAdmin, box: str, revision: str,
             "msg": f"{box} is drained for revision {revision} after {waited:.0f} s"}
 
 
-def see_through(module: AnsibleModule, admin: LlmaoAdmin, settings: Settings, box: str,
-                revision: str, waiting: Waiting) -> dict[str, Any]:
+def see_through(module: AnsibleModule, admin: LlmaoAdmin, box: str, revision: str,
+                waiting: Waiting) -> dict[str, Any]:
     """``state=done``: the applied revision reported and the turn, if any, done."""
     record = module.params["applied"]
     known = admin.observations().applied.get(box) == revision
@@ -318,7 +288,7 @@ def see_through(module: AnsibleModule, admin: LlmaoAdmin, settings: Settings, bo
                 "why": turn.why if turn else "", "waited": 0.0,
                 "msg": f"would report that {box} applied revision {revision}"}
     if not known:
-        report_applied(settings, box, revision, record, module.params["timeout"])
+        report_applied(admin, box, revision, record)
     turn, waited = wait_done(admin, box, revision, waiting)
     done = "its turn is done: Healthy and routed" if turn else "it held no turn"
     return {"changed": not known, "phase": turn.phase.value if turn else None,
@@ -341,8 +311,7 @@ def main() -> None:
         if params["state"] == "drained":
             result = take(module, admin, assignment.box, assignment.revision, waiting)
         else:
-            result = see_through(module, admin, fleet.settings, assignment.box,
-                                 assignment.revision, waiting)
+            result = see_through(module, admin, assignment.box, assignment.revision, waiting)
     except TurnError as exc:
         module.fail_json(msg=str(exc), box=assignment.box, revision=assignment.revision,
                          phase=exc.phase, why=exc.why)

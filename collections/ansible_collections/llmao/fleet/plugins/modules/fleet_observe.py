@@ -27,7 +27,11 @@ description:
     C(/model/info) shows it, without any key.
   - LiteLLM or llmao unreachable, or refusing its credential, fails the task before anything is
     changed, and the message says so.
-  - It only reads, so it reports C(changed=false) and runs the same in check mode.
+  - "It only reads, with one exception: a box name bound to the box that first fetched it
+    (C(fleet.binding), docs/box-identity.md) whose provider listing now names another instance
+    than the one it bound with (Vast C(CONTAINER_ID), RunPod C(RUNPOD_POD_ID)) is released
+    (C(DELETE /admin/api/boxes/<name>/binding)), so that the replacement can bind; the task then
+    reports C(changed=true) and warns naming each. In check mode it only says so."
 extends_documentation_fragment:
   - llmao.fleet.fleet_files
   - llmao.fleet.controller
@@ -105,6 +109,13 @@ ambiguous_addresses:
   returned: success
   type: dict
   sample: {"203.0.113.50": ["vast 4242", "vast 4343"]}
+released_bindings:
+  description:
+    - Each binding released (would be, in check mode) because a listing names its box as
+      another instance: C(box), C(bound_instance), C(listed) (C(vast 4242)).
+  returned: success
+  type: list
+  elements: dict
 counts:
   description: How many boxes, deployments and listed boxes were seen.
   returned: success
@@ -116,6 +127,10 @@ from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.llmao.fleet.plugins.module_utils.binding_rules import (
+    ReplacedBinding,
+    replaced_bindings,
+)
 from ansible_collections.llmao.fleet.plugins.module_utils.fleet import Fleet
 from ansible_collections.llmao.fleet.plugins.module_utils.fleet_files import module_args
 from ansible_collections.llmao.fleet.plugins.module_utils.listings import read_listings
@@ -139,16 +154,39 @@ class ObserveError(RuntimeError):
     """The pass cannot start; the message ends by saying nothing was changed."""
 
 
-def observe(fleet: Fleet, timeout: float) -> Observations:
-    """llmao's records, LiteLLM's routes and the listings, read once for this pass."""
+def observe(fleet: Fleet, timeout: float) -> tuple[Observations, list[ReplacedBinding]]:
+    """llmao's records, LiteLLM's routes and the listings, read once for this pass; and the
+    bindings a listing says belong to a replaced box."""
     try:
         llmao = LlmaoAdmin.from_settings(fleet.settings, timeout).observations()
         routes = LiteLLM.from_settings(fleet.settings, timeout).routes()
     except (LlmaoAdminError, LiteLLMError) as exc:
         raise ObserveError(f"{exc}: {NOTHING_CHANGED}") from None
     listings = read_listings(fleet.settings.providers, timeout)
-    return Observations(llmao.now, llmao.last_fetches, llmao.applied, llmao.memories, listings,
-                        tuple(routes), llmao.approved, llmao.turns)
+    return (Observations(llmao.now, llmao.last_fetches, llmao.applied, llmao.memories,
+                         listings, tuple(routes), llmao.approved, llmao.turns),
+            replaced_bindings(llmao.bindings, listings))
+
+
+def release_replaced(module: AnsibleModule, fleet: Fleet,
+                     replaced: list[ReplacedBinding]) -> list[ReplacedBinding]:
+    """Release each replaced box's binding (not in check mode); the ones released, or that
+    would be. One that cannot be released is a warning: the pass goes on."""
+    released = []
+    admin = LlmaoAdmin.from_settings(fleet.settings, module.params["timeout"])
+    for binding in replaced:
+        try:
+            if not module.check_mode:
+                admin.release_binding(binding.box, binding.why)
+        except LlmaoAdminError as exc:
+            module.warn(f"could not release the binding of {binding.box} ({binding.why}): "
+                        f"{exc}")
+            continue
+        verb = "would release" if module.check_mode else "released"
+        module.warn(f"{verb} the binding of {binding.box}: {binding.why}; the box that "
+                    "fetches its config next binds the name")
+        released.append(binding)
+    return released
 
 
 def observe_result(observations: Observations) -> dict[str, Any]:
@@ -168,10 +206,13 @@ def main() -> None:
     module = AnsibleModule(**module_args({"timeout": {"type": "float", "default": 15.0}}))
     fleet = load_reconcile_fleet(module)
     try:
-        observations = observe(fleet, module.params["timeout"])
+        observations, replaced = observe(fleet, module.params["timeout"])
     except ObserveError as exc:
         module.fail_json(msg=str(exc))
+    released = release_replaced(module, fleet, replaced) if replaced else []
     result = observe_result(observations)
+    result["released_bindings"] = [binding.record() for binding in released]
+    result["changed"] = bool(released) and not module.check_mode
     for provider, reason in result["listing_failures"].items():
         module.warn(f"the {provider} listing could not be read ({reason}); its boxes are "
                     "neither listed nor unlisted this pass")

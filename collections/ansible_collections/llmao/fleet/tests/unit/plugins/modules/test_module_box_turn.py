@@ -2,9 +2,10 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The module llmao.fleet.box_turn run in-process against a contract-shaped llmao on loopback.
 
-The fake keeps one turn per box and answers the four routes the module uses as llmao does
-(docs/rolling-changes.md, docs/box-protocol.md: ``POST /admin/api/turns/take``,
-``GET /admin/api/observations``, ``GET /vllm/config``, ``POST /vllm/applied``); its ``moves``
+The fake keeps one turn per box and answers the admin routes the module uses as llmao does
+(docs/rolling-changes.md: ``POST /admin/api/turns/take``, ``GET /admin/api/observations``,
+``POST /admin/api/boxes/<box>/applied``, ``GET /admin/api/boxes/<box>/turn``), and refuses
+any box API call: the push path speaks as the controller, never as the box. Its ``moves``
 stand in for reconcile: each ask moves the turn one phase on, and a report of the applied
 revision ends it as ``ends`` says.
 """
@@ -38,7 +39,6 @@ class RollingLlmao(FakeLlmao):
     ends: str = "done"
     turn: dict[str, Any] | None = None
     applied: str | None = None
-    fetched: bool = False
     notes: list[str] = field(default_factory=list)
     files: dict[str, str] = field(default_factory=dict)
 
@@ -47,8 +47,7 @@ class RollingLlmao(FakeLlmao):
         route = ROUTES.get((request.method, request.path))
         if route is None:
             return 404, b'{"error": {"message": "no route"}}', {}
-        key = self.admin_token if request.path.startswith("/admin/") else self.fleet_key
-        if request.headers.get("authorization") != f"Bearer {key}":
+        if request.headers.get("authorization") != f"Bearer {self.admin_token}":
             return 403, b'{"error": {"message": "wrong key"}}', {}
         status, document = route(self, request)
         return status, json.dumps(document).encode(), {}
@@ -76,26 +75,24 @@ class RollingLlmao(FakeLlmao):
         return 200, {"now": NOW, "boxes": {BOX: {"last_fetch": NOW, "applied": applied}},
                      "verdicts": {}, "turns": [self.turn] if self.turn else []}
 
-    def config(self, request: Seen) -> tuple[int, Any]:
-        if request.headers.get("x-llmao-host") != BOX:
-            return 404, {"error": {"message": "unknown box"}}
-        self.fetched = True
-        return 200, {"revision": self.revision, "servers": [{"api_key": self.fleet_key}]}
+    def box_turn(self, request: Seen) -> tuple[int, Any]:
+        return 200, {"box": BOX, "revision": self.revision, "turn": self.turn}
 
     def report(self, request: Seen) -> tuple[int, Any]:
         report = json.loads(request.body)
-        if request.headers.get("x-llmao-host") != BOX or not self.fetched:
-            return 400, {"error": {"message": "fetch first, as the box"}}
+        if report["revision"] != self.revision:
+            return 409, {"error": {"message": "not the intended revision"}}
         self.applied = report["revision"]
         if self.moves and self.turn and self.turn["phase"] == "drained":
             self.turn.update(phase=self.ends, why=FAILED_WHY if self.ends == "failed" else "")
         return 200, {"intended": True}
 
 
+APPLIED = f"/admin/api/boxes/{BOX}/applied"
 ROUTES = {("POST", "/admin/api/turns/take"): RollingLlmao.take,
           ("GET", "/admin/api/observations"): RollingLlmao.observations,
-          ("GET", "/vllm/config"): RollingLlmao.config,
-          ("POST", "/vllm/applied"): RollingLlmao.report}
+          ("GET", f"/admin/api/boxes/{BOX}/turn"): RollingLlmao.box_turn,
+          ("POST", APPLIED): RollingLlmao.report}
 
 
 @pytest.fixture
@@ -136,13 +133,15 @@ def test_a_turn_is_taken_and_waited_for_until_the_box_may_apply(capsys, llmao):
                                         "servers": ["gemma4-26b"]}
 
 
-def test_the_applied_revision_is_fetched_reported_and_the_turn_seen_done(capsys, llmao):
+def test_the_applied_revision_is_reported_as_the_controller_and_the_turn_seen_done(capsys,
+                                                                                   llmao):
     run(capsys, llmao, servers=["gemma4-26b"])
     result = run(capsys, llmao, state="done", applied=record(llmao))
     assert (result["phase"], result["changed"]) == ("done", True)
     assert llmao.applied == llmao.revision
-    assert llmao.notes.index("GET /vllm/config") < llmao.notes.index("POST /vllm/applied")
-    (report,) = llmao.requests_to("/vllm/applied")
+    assert not any(seen.path.startswith("/vllm/") for seen in llmao.seen)
+    assert not any("x-llmao-host" in seen.headers for seen in llmao.seen)
+    (report,) = llmao.requests_to(APPLIED)
     assert json.loads(report.body) == {
         "revision": llmao.revision, "applied_at": "2026-01-02T03:04:05Z",
         "servers": [{"name": "gemma4-26b", "port": 8001, "served_model_name": "gemma4-26b"}]}
@@ -153,7 +152,7 @@ def test_a_revision_llmao_knows_applied_is_not_reported_again(capsys, llmao):
     run(capsys, llmao, state="done", applied=record(llmao))
     again = run(capsys, llmao, state="done", applied=record(llmao))
     assert (again["phase"], again["changed"]) == ("done", False)
-    assert len(llmao.requests_to("/vllm/applied")) == 1
+    assert len(llmao.requests_to(APPLIED)) == 1
 
 
 def test_a_failed_turn_fails_the_task_with_its_reason(capsys, llmao):
@@ -176,7 +175,7 @@ def test_a_turn_that_never_drains_times_out_naming_phase_and_reconcile(capsys, l
 def test_a_record_of_another_revision_is_not_reported(capsys, llmao):
     result = run(capsys, llmao, state="done", applied={**record(llmao), "revision": "0" * 16})
     assert result["failed"] is True and "the push did not apply it" in result["msg"]
-    assert llmao.requests_to("/vllm/applied") == []
+    assert llmao.requests_to(APPLIED) == []
 
 
 def test_a_stale_revision_is_refused_by_llmao(capsys, llmao):

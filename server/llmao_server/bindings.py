@@ -1,0 +1,144 @@
+"""Per-box identity (``fleet.binding: first_fetch``, docs/box-identity.md): a box name is
+bound to the box that first fetched it, like SSH's known hosts.
+
+The first accepted ``GET /vllm/config`` of an unbound name hands out a box token in
+the ``X-LLMAO-Box-Token`` answer header; the box presents it on every later call.
+The binding is pending until the box first presents it (a fetch without a token
+then gets a fresh one, so a lost answer never strands a box), confirmed after:
+from then on a call for that name without the token, or with another, is refused
+(403) and nothing of that box is handed out. Only each token's SHA-256 is kept (a
+token is 256 random bits, so a fast hash is as safe as a slow one), in the shared
+store.
+
+A fetch must not read the store (bench P9): each worker keeps every binding in
+memory (:class:`~.binding_cache.BindingCache`). A presented token the memory confirms
+is admitted at once; anything else (a first token, a stale memory, a refusal) is
+decided against the store, after the attempt is counted per peer in the admin
+credentials' limiter (:mod:`.admin_attempts`), so guessing is bounded.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+import time
+from typing import Any, NoReturn
+
+from .admin_attempts import AttemptRefused, claim_attempts
+from .api_errors import RequestRefused
+from .audit import audit
+from .binding_cache import BindingCache
+from .state import ServerState
+from .store import BoxBinding
+
+TOKEN_HEADER = "X-LLMAO-Box-Token"
+INSTANCE_HEADER = "X-LLMAO-Box-Instance"
+# Where WSGI keeps them (PEP 3333).
+TOKEN_ENVIRON = "HTTP_X_LLMAO_BOX_TOKEN"
+INSTANCE_ENVIRON = "HTTP_X_LLMAO_BOX_INSTANCE"
+TOKEN_BYTES = 32
+# A provider's instance id is short; anything longer or unprintable is not kept.
+MAX_INSTANCE = 128
+
+
+def token_hash(token: str) -> str:
+    return hashlib.sha256(token.encode("utf-8", "surrogateescape")).hexdigest()
+
+
+def new_token() -> str:
+    """A fresh box token: 43 URL-safe characters."""
+    return secrets.token_urlsafe(TOKEN_BYTES)
+
+
+def reported_instance(value: str | None) -> str | None:
+    """The provider instance id a box reports, when it looks like one."""
+    if value and len(value) <= MAX_INSTANCE and value.isascii() and value.isprintable():
+        return value
+    return None
+
+
+def matches(binding: BoxBinding | None, presented: str | None) -> bool:
+    return (binding is not None and binding.bound and presented is not None
+            and hmac.compare_digest(token_hash(presented), binding.token_hash))
+
+
+def admit_box(state: ServerState, environ: dict[str, Any], box: str, peer: str | None,
+              may_bind: bool) -> str | None:
+    """Let a call for ``box`` through, or refuse it (403, or 429 over the attempt limit).
+
+    Returns a new token when this call binds the name (an unbound or pending name's
+    ``GET``, ``may_bind``), else None.
+    """
+    if not state.binds_boxes:
+        return None
+    presented = environ.get(TOKEN_ENVIRON)
+    cache: BindingCache = state.bindings
+    held = cache.held(box)
+    if held is not None and held.confirmed and matches(held, presented):
+        return None
+    scope = None
+    if presented is not None:
+        try:
+            scope = claim_attempts(state, peer, "box_token", f"box {box}", overall=False,
+                                   what="box token")
+        except AttemptRefused as refused:
+            raise RequestRefused(refused.status, "box_token_attempts", refused.message,
+                                 refused.headers()) from None
+    cache.refresh()
+    held = cache.held(box)
+    instance = reported_instance(environ.get(INSTANCE_ENVIRON))
+    now = time.time()
+    if matches(held, presented):
+        if not held.confirmed:
+            state.store.confirm_binding(box, held.token_hash, peer, instance, now)
+            audit(state.redact, "box_binding", "confirmed", f"box {box}", peer,
+                  instance=instance)
+            cache.refresh()
+        state.store.release_attempt(scope, give_back_overall=False)
+        return None
+    if held is None or not held.bound or not held.confirmed:
+        if scope is not None and (held is None or not held.bound):
+            # a token from before a release: no guess
+            state.store.release_attempt(scope, give_back_overall=False)
+        elif presented is not None:
+            refuse(state, box, peer, presented, now)
+        if not may_bind:
+            return None
+        token = new_token()
+        if state.store.bind_box(box, token_hash(token), peer, instance, now):
+            audit(state.redact, "box_binding", "issued", f"box {box}", peer, instance=instance)
+            cache.refresh()
+            return token
+        cache.refresh()  # another worker confirmed it meanwhile
+    refuse(state, box, peer, presented, now)
+
+
+def refuse(state: ServerState, box: str, peer: str | None, presented: str | None,
+           now: float) -> NoReturn:
+    """A claim of the bound name ``box`` without its token: audited, counted, refused."""
+    code = "box_token_required" if presented is None else "box_token_mismatch"
+    audit(state.redact, "box_claim", "refused", f"box {box}", peer, why=code)
+    state.store.note_binding_conflict(box, peer, now)
+    raise RequestRefused(403, code, (
+        f"box {box!r} is bound to another box (the first that fetched its config); if this "
+        f"box replaced it, an admin releases the binding (the dashboard's Release button, or "
+        f"DELETE /admin/api/boxes/{box}/binding) and this box fetches again; if not, someone "
+        f"holds the fleet key: rotate it (docs/box-identity.md)"))
+
+
+def release_binding(state: ServerState, box: str, who: str, peer: str | None,
+                    why: str) -> BoxBinding | None:
+    """Release ``box``'s binding (a replaced box binds again on its next fetch); audited.
+    The binding released, or None when the name was not bound."""
+    released = state.store.release_binding(box)
+    audit(state.redact, "box_binding", "released" if released else "not_bound", who, peer,
+          box=box, why=why, instance=released.instance if released else None)
+    state.bindings.refresh()
+    return released
+
+
+def binding_record(binding: BoxBinding) -> dict[str, Any]:
+    """What the admin API and the dashboard show of a binding: never its token's hash."""
+    return {"state": "confirmed" if binding.confirmed else "pending",
+            "bound_at": binding.bound_at, "peer": binding.peer, "instance": binding.instance}

@@ -1,0 +1,197 @@
+"""Per-box identity through the real ``llmao-server`` (two workers; SQLite and PostgreSQL) and
+the real box program: a box keeps its name, a second box with that name is refused, the
+binding survives a restart and a SIGHUP, an admin releases it, ``fleet.binding: off`` is the
+seed's protocol, and no box token reaches any log or output (docs/box-identity.md)."""
+
+from __future__ import annotations
+
+import http.client
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from llmao_server.store import open_store
+from rig.postgres import session_cluster
+from tests.llmao_process import LlmaoServer, start_llmao_server
+from tests.reliability.box_runs import Ending, run_box
+from tests.server.fleet_pair import (
+    ADMIN_TOKEN,
+    CONFIG,
+    FLEET_KEY,
+    KNOWN,
+    OTHER_KNOWN,
+    SECRETS,
+    box_headers,
+    write_pair,
+)
+from tests.unit.box_program.helpers import Box
+
+pytestmark = pytest.mark.slow
+
+TOKEN_HEADER = "X-LLMAO-Box-Token"
+# Runs of a box program per check: fresh connections, so both workers answer some.
+RUNS = 3
+
+
+class Fleet:
+    """A real server on a fleet, boxes in folders of their own, and every output seen."""
+
+    def __init__(self, folder: Path, state: str, binding: str | None = None):
+        self.folder = folder
+        document = json.loads(json.dumps(CONFIG))
+        document["server"] = {"state": state}
+        if binding is not None:
+            document["fleet"]["binding"] = binding
+        config, models = write_pair(folder / "fleet", document)
+        self.paths = Path(config), Path(models)
+        self.state = state
+        self.outputs: list[str] = []
+        self.logs: list[str] = []
+        self.server = self.start()
+
+    def start(self) -> LlmaoServer:
+        return start_llmao_server(*self.paths, self.folder, workers=2)
+
+    def restart(self) -> None:
+        self.server.stop()
+        self.logs.append(self.server.log())
+        self.server = self.start()
+
+    def box(self, name: str) -> Box:
+        root = self.folder / name
+        root.mkdir()
+        return Box(root)
+
+    def run(self, box: Box, host: str = KNOWN, *args: str) -> Ending:
+        ending = run_box(box, "--no-handover", *args, env={
+            "LLMAO_URL": self.server.url, "FLEET_KEY": FLEET_KEY, "LLMAO_HOST": host})
+        self.outputs.append(ending.out + ending.err)
+        return ending
+
+    def call(self, method: str, path: str, headers: dict[str, str]) -> tuple[int, dict, str]:
+        port = int(self.server.url.rsplit(":", 1)[1])
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        try:
+            connection.request(method, path, headers=headers)
+            answer = connection.getresponse()
+            body = answer.read()
+            return (answer.status, json.loads(body) if body else {},
+                    answer.getheader(TOKEN_HEADER) or "")
+        finally:
+            connection.close()
+
+    def fetch(self, host: str, token: str | None = None, **headers: str) -> tuple[int, str]:
+        sent = {**box_headers(host), **headers}
+        if token:
+            sent[TOKEN_HEADER] = token
+        status, _, issued = self.call("GET", "/vllm/config", sent)
+        return status, issued
+
+    def release(self, host: str) -> dict:
+        status, body, _ = self.call("DELETE", f"/admin/api/boxes/{host}/binding",
+                                    {"Authorization": f"Bearer {ADMIN_TOKEN}"})
+        assert status == 200, body
+        return body
+
+    def everything_said(self) -> str:
+        return "\n".join([*self.logs, self.server.log(), *self.outputs])
+
+
+def token_of(box: Box) -> str | None:
+    path = box.data / "llmao" / "box-token"
+    return path.read_text().strip() if path.exists() else None
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def state(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return str(tmp_path / "state.sqlite3")
+    return session_cluster(request.config).new_database()
+
+
+@pytest.fixture
+def fleet(tmp_path: Path, state: str) -> Iterator[Fleet]:
+    served = Fleet(tmp_path, state)
+    try:
+        yield served
+    finally:
+        served.server.stop()
+
+
+def test_a_box_keeps_its_name_and_a_second_box_is_refused(fleet: Fleet) -> None:
+    first, second = fleet.box("first"), fleet.box("second")
+    ending = fleet.run(first)
+    assert ending.rc == 0, ending.err
+    token = token_of(first)
+    assert token and len(token) >= 32
+    for _ in range(RUNS):
+        again = fleet.run(first)
+        assert again.rc == 0 and "unchanged: revision" in again.out, again.err
+    refused = fleet.run(second)
+    assert refused.rc == 2
+    assert refused.err.count("\n") == 1 and f"'{KNOWN}'" in refused.err
+    assert "bound to another box" in refused.err and "release" in refused.err
+    assert not any(second.conf.iterdir()) and token_of(second) is None
+    # Survives a restart and a SIGHUP: the store keeps it, every new worker reads it.
+    fleet.restart()
+    assert fleet.run(second).rc == 2 and fleet.run(first).rc == 0
+    fleet.server.reload()
+    assert fleet.run(second).rc == 2 and fleet.run(first).rc == 0
+    # Released by an admin, the name goes to the next box that fetches it.
+    assert fleet.release(KNOWN)["released"] is True
+    moved = fleet.run(second)
+    assert moved.rc == 0, moved.err
+    assert fleet.run(second).rc == 0 and fleet.run(first).rc == 2
+    store = open_store(fleet.state)
+    try:
+        [binding] = [b for b in store.bindings_since(0) if b.box == KNOWN]
+        conflicts = {c.box: c.count for c in store.binding_conflicts()}
+    finally:
+        store.close()
+    assert binding.confirmed and binding.peer == "127.0.0.1"
+    assert conflicts == {KNOWN: 1}  # the first box's refusal after the release
+    said = fleet.everything_said()
+    for secret in (token, token_of(second), *SECRETS):
+        assert secret not in said
+    assert "box_claim outcome=refused" in said
+
+
+def test_a_lost_answer_a_wrong_token_and_304(fleet: Fleet) -> None:
+    _, lost = fleet.fetch(OTHER_KNOWN)
+    status, kept = fleet.fetch(OTHER_KNOWN)
+    assert status == 200 and kept and kept != lost
+    assert fleet.fetch(OTHER_KNOWN, lost)[0] == 403
+    assert fleet.fetch(OTHER_KNOWN, kept) == (200, "")
+    port = int(fleet.server.url.rsplit(":", 1)[1])
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    connection.request("GET", "/vllm/config", headers={**box_headers(OTHER_KNOWN),
+                                                       TOKEN_HEADER: kept})
+    etag = connection.getresponse().getheader("ETag")
+    connection.close()
+    for _ in range(RUNS):
+        assert fleet.fetch(OTHER_KNOWN, kept, **{"If-None-Match": etag})[0] == 304
+        assert fleet.fetch(OTHER_KNOWN, "x" * 43)[0] == 403
+    assert fleet.fetch(OTHER_KNOWN, None)[0] == 403  # no token: refused, not a guess
+    # Three wrong tokens counted so far; admin.attempts.per_peer (5) is the limit.
+    assert [fleet.fetch(OTHER_KNOWN, "y" * 43)[0] for _ in range(3)] == [403, 403, 429]
+    assert kept not in fleet.everything_said() and lost not in fleet.everything_said()
+
+
+def test_binding_off_is_the_seeds_protocol(tmp_path: Path) -> None:
+    fleet = Fleet(tmp_path, str(tmp_path / "state.sqlite3"), binding="off")
+    try:
+        first, second = fleet.box("first"), fleet.box("second")
+        assert fleet.run(first).rc == 0 and fleet.run(second).rc == 0
+        assert fleet.run(first).rc == 0
+        assert token_of(first) is None and token_of(second) is None
+        assert fleet.fetch(KNOWN) == (200, "")
+        assert fleet.fetch(KNOWN, "anything-at-all-" * 3) == (200, "")
+    finally:
+        fleet.server.stop()
+    store = open_store(fleet.state)
+    try:
+        assert store.bindings_since(0) == [] and store.binding_conflicts() == []
+    finally:
+        store.close()
