@@ -18,6 +18,7 @@ from types import MappingProxyType
 from typing import Any
 
 from .bearer import is_placeholder
+from .box_tls import BoxTls, read_box_tls
 from .config_errors import Problems
 from .field_checks import Section, shown, type_name
 from .hostnames import normalize_host
@@ -166,6 +167,8 @@ class Settings:
     rollout: Rollout = Rollout()
     # fleet.binding: BINDING_FIRST_FETCH (the default) or BINDING_OFF.
     binding: str = BINDING_FIRST_FETCH
+    # box_tls: the fleet CA, when boxes serve HTTPS (docs/box-tls.md); None: plain HTTP.
+    box_tls: BoxTls | None = None
 
     @property
     def binds_boxes(self) -> bool:
@@ -238,6 +241,7 @@ def load_settings(path: str, problems: Problems, warnings: list[str]) -> Setting
     metrics_token = metrics.token("token")
     metrics.close()
     rollout = _read_rollout(top.sub("rollout"))
+    box_tls = read_box_tls(top.sub("box_tls"), path, warnings)
     if rollout.following:
         _check_follow_names(fleet, hosts)
     others = {"fleet.key": fleet_key, "fleet.vllm_api_salt": salt,
@@ -257,6 +261,7 @@ def load_settings(path: str, problems: Problems, warnings: list[str]) -> Setting
         session_lifetime_s=session_lifetime_s, attempts=attempts, metrics_token=metrics_token,
         weak_secrets=weak,
         load=load, cost_per_hour=cost_per_hour, rollout=rollout, binding=binding,
+        box_tls=box_tls,
     )
 
 

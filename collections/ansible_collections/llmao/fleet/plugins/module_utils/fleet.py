@@ -66,7 +66,8 @@ class Fleet:
                 raise ApprovalError(f"cannot derive a bearer: {exc}") from None
             servers.append(IntendedServer(box, model_name, model_name, port,
                                           self.models[model_name], key))
-        return assign(box, tuple(servers), self.settings.rollout.payload())
+        return assign(box, tuple(servers), self.settings.rollout.payload(),
+                      tls_payload(self.settings))
 
     def with_approvals(self, approvals: Mapping[str, Sequence[str]]) -> Fleet:
         """This fleet plus each admin-approved box, as the config server serves them.
@@ -137,10 +138,15 @@ def load_fleet(config_path: str, models_path: str) -> Fleet:
                         for row in rows)
         assignments[box] = servers
     problems.raise_if_any()
-    rollout = settings.rollout.payload()
-    built = {box: assign(box, servers, rollout) for box, servers in assignments.items()}
+    rollout, tls = settings.rollout.payload(), tls_payload(settings)
+    built = {box: assign(box, servers, rollout, tls) for box, servers in assignments.items()}
     return Fleet(config_path, models_path, settings, MappingProxyType(models),
                  MappingProxyType(built), tuple(warnings))
+
+
+def tls_payload(settings: Settings) -> dict[str, object] | None:
+    """The payload's ``tls`` object, or None when boxes serve plain HTTP."""
+    return None if settings.box_tls is None else settings.box_tls.payload()
 
 
 def _models_or_problems(models_path: str, problems: Problems) -> dict[str, ModelEntry]:

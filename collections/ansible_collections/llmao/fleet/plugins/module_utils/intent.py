@@ -79,29 +79,36 @@ class BoxAssignment:
 
 
 def revision_of(box: str, entries: list[dict[str, Any]],
-                rollout: Mapping[str, float] | None = None) -> str:
+                rollout: Mapping[str, float] | None = None,
+                tls: Mapping[str, object] | None = None) -> str:
     """A stable content hash of what the box is told, secrets included in the input.
 
     Including the bearer means a salt rotation shows up as a new revision the
     box has not applied; the hash never reveals it. The ``rollout`` object is
     covered only when it is sent, so a fleet that does not follow keeps its
-    revisions.
+    revisions; so is ``tls``, so that turning box TLS on rolls box by box.
     """
     told: dict[str, Any] = {"host": box, "servers": entries}
     if rollout is not None:
         told["rollout"] = dict(rollout)
+    if tls is not None:
+        told["tls"] = dict(tls)
     canonical = json.dumps(told, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:REVISION_LENGTH]
 
 
 def assign(box: str, servers: tuple[IntendedServer, ...],
-           rollout: Mapping[str, float] | None = None) -> BoxAssignment:
-    """Build the payload once: ``{"host", "servers", "revision"}`` as bytes, and
-    ``"rollout"`` when boxes follow (:meth:`config_file.Rollout.payload`)."""
+           rollout: Mapping[str, float] | None = None,
+           tls: Mapping[str, object] | None = None) -> BoxAssignment:
+    """Build the payload once: ``{"host", "servers", "revision"}`` as bytes,
+    ``"rollout"`` when boxes follow (:meth:`config_file.Rollout.payload`) and ``"tls"``
+    when they serve HTTPS (:meth:`box_tls.BoxTls.payload`)."""
     entries = [server.payload_entry() for server in servers]
-    revision = revision_of(box, entries, rollout)
+    revision = revision_of(box, entries, rollout, tls)
     payload: dict[str, Any] = {"host": box, "servers": entries, "revision": revision}
     if rollout is not None:
         payload["rollout"] = dict(rollout)
+    if tls is not None:
+        payload["tls"] = dict(tls)
     body = json.dumps(payload, separators=(",", ":")).encode("utf-8")
     return BoxAssignment(box, servers, revision, body)

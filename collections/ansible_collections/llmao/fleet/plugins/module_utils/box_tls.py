@@ -1,0 +1,130 @@
+# Copyright: llmao fleet contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""``box_tls:``: the fleet CA that signs each box's certificate (docs/box-tls.md).
+
+The core checks the section with the standard library's :mod:`ssl` alone, so that
+it stays importable where only PyYAML is (Ansible's module_utils rule): OpenSSL
+itself parses the CA, says whether it is a CA, when it expires, and whether the
+key is its key. Signing needs more than :mod:`ssl` offers and lives in
+llmao-server, the one place the CA key is read for use. The same file also
+makes the client context everything that dials a box verifies it with.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import ssl
+import stat
+import time
+from dataclasses import dataclass, field
+
+from .field_checks import Section
+
+DEFAULT_LEAF_DAYS = 7
+MAX_LEAF_DAYS = 90
+
+
+@dataclass(frozen=True)
+class BoxTls:
+    """A checked ``box_tls`` section: where the CA is, its certificate, how long leaves live."""
+
+    ca_cert: str
+    ca_key: str = field(repr=False)
+    leaf_days: int
+    ca_pem: str = field(repr=False)
+    # The SHA-256 of the CA certificate's DER form (hex): what the payload carries, so a
+    # new CA is a new revision and each box asks for a certificate from it in its turn.
+    ca_sha256: str
+    ca_not_after: float
+
+    def payload(self) -> dict[str, object]:
+        """The payload's ``tls`` object: which CA signs, and for how long."""
+        return {"ca_sha256": self.ca_sha256, "leaf_days": self.leaf_days}
+
+
+def read_box_tls(section: Section, config_path: str, warnings: list[str]) -> BoxTls | None:
+    """``box_tls:`` as checked; None when the section is absent or has problems.
+
+    Paths are relative to the config file's folder. Each problem names its key:
+    the file that is missing or unreadable, the certificate that is not a CA or
+    has expired, the key that does not match it.
+    """
+    if not section.mapping:
+        section.close()
+        return None
+    cert_path = section.text("ca_cert", required=True)
+    key_path = section.text("ca_key", required=True)
+    leaf_days = section.integer("leaf_days", DEFAULT_LEAF_DAYS, maximum=MAX_LEAF_DAYS)
+    section.close()
+    if not cert_path or not key_path:
+        return None
+    folder = os.path.dirname(os.path.abspath(config_path))
+    cert_path, key_path = (os.path.join(folder, p) for p in (cert_path, key_path))
+    readable = [_unreadable(section, key, path)
+                for key, path in (("ca_cert", cert_path), ("ca_key", key_path))]
+    if any(readable):
+        return None
+    checked = _check_ca(section, cert_path, key_path)
+    if checked is None:
+        return None
+    pem, not_after = checked
+    if os.stat(key_path).st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+        warnings.append(f"{config_path}: box_tls.ca_key: {key_path} can be read by others "
+                        f"than its owner; it signs for the whole fleet: chmod 600 it")
+    digest = hashlib.sha256(ssl.PEM_cert_to_DER_cert(pem)).hexdigest()
+    return BoxTls(cert_path, key_path, leaf_days or DEFAULT_LEAF_DAYS, pem, digest, not_after)
+
+
+def _unreadable(section: Section, key: str, path: str) -> bool:
+    try:
+        with open(path, "rb") as handle:
+            handle.read(1)
+    except OSError as exc:
+        section.problem(key, f"cannot read {path}: {exc.strerror or exc}")
+        return True
+    return False
+
+
+def _check_ca(section: Section, cert_path: str, key_path: str) -> tuple[str, float] | None:
+    """The CA's PEM and expiry, or None with the problem recorded."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    try:
+        context.load_verify_locations(cafile=cert_path)
+    except (ssl.SSLError, ValueError) as exc:
+        section.problem("ca_cert", f"{cert_path} is not a PEM certificate ({exc})")
+        return None
+    counts = context.cert_store_stats()
+    if counts["x509"] != 1:
+        section.problem("ca_cert", f"{cert_path} must hold exactly one certificate, "
+                                   f"it holds {counts['x509']}")
+        return None
+    cas = context.get_ca_certs()
+    if not cas:
+        section.problem("ca_cert", f"{cert_path} is not a CA certificate (no basic "
+                                   "constraints CA:TRUE); make one with llmao-fleet-ca init")
+        return None
+    not_after = ssl.cert_time_to_seconds(cas[0]["notAfter"])
+    if not_after <= time.time():
+        section.problem("ca_cert", f"{cert_path} expired on {cas[0]['notAfter']}; make a new "
+                                   "CA (docs/box-tls.md, rotating the CA)")
+        return None
+    try:
+        ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(cert_path, key_path)
+    except ssl.SSLError as exc:
+        why = ("is not the key of box_tls.ca_cert" if exc.reason == "KEY_VALUES_MISMATCH"
+               else f"is not a usable private key ({exc.reason or exc})")
+        section.problem("ca_key", f"{key_path} {why}")
+        return None
+    with open(cert_path, encoding="ascii", errors="replace") as handle:
+        text = handle.read()
+    pem = text[text.index(ssl.PEM_HEADER):]  # OpenSSL read it, so the header is there
+    return ssl.DER_cert_to_PEM_cert(ssl.PEM_cert_to_DER_cert(pem)), not_after
+
+
+def box_context(ca_path: str) -> ssl.SSLContext:
+    """The client context that dials a box: the fleet CA alone is trusted, and the
+    certificate must name the address dialled (chain *and* address)."""
+    context = ssl.create_default_context(cafile=ca_path)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    return context

@@ -1,0 +1,132 @@
+"""``box_tls:`` is checked at load like every key: the CA is a CA, unexpired, and the key is
+its key; each problem names its key path. The test CAs are made with the openssl command,
+as an operator without llmao-fleet-ca would."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import subprocess
+
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+from ansible_collections.llmao.fleet.plugins.module_utils.config_errors import ConfigError
+from ansible_collections.llmao.fleet.plugins.module_utils.fleet import load_fleet
+from ansible_collections.llmao.fleet.tests.unit.fleets import base_config, write_pair
+
+
+def openssl_ca(folder, name="ca", ca=True):
+    """A self-signed P-256 certificate and key in ``folder`` (a CA unless ``ca`` is false)."""
+    cert, key = folder / f"{name}.pem", folder / f"{name}.key"
+    constraint = "critical,CA:TRUE" if ca else "critical,CA:FALSE"
+    command = ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+               "ec_paramgen_curve:P-256", "-nodes", "-keyout", str(key), "-out", str(cert),
+               "-subj", f"/CN={name}", "-addext", f"basicConstraints={constraint}",
+               "-days", "30"]
+    subprocess.run(command, check=True, capture_output=True)
+    os.chmod(key, 0o600)
+    return cert, key
+
+
+def load_with(tmp_path, section):
+    config = base_config()
+    config["box_tls"] = section
+    return load_fleet(*write_pair(tmp_path, config))
+
+
+def refusal(tmp_path, section) -> str:
+    with pytest.raises(ConfigError) as caught:
+        load_with(tmp_path, section)
+    return str(caught.value)
+
+
+def test_no_section_no_tls_and_the_payload_is_unchanged(tmp_path):
+    fleet = load_fleet(*write_pair(tmp_path))
+    assert fleet.settings.box_tls is None
+    assert "tls" not in json.loads(fleet.assignment("203.0.113.10").body)
+
+
+def test_a_good_ca_loads_and_the_payload_names_it_so_the_revision_changes(tmp_path):
+    plain = load_fleet(*write_pair(tmp_path)).assignment("203.0.113.10")
+    cert, key = openssl_ca(tmp_path)
+    fleet = load_with(tmp_path, {"ca_cert": cert.name, "ca_key": str(key)})
+    tls = fleet.settings.box_tls
+    assert tls.leaf_days == 7 and tls.ca_cert == str(cert)
+    assert tls.ca_pem.startswith("-----BEGIN CERTIFICATE-----")
+    served = fleet.assignment("203.0.113.10")
+    payload = json.loads(served.body)
+    assert payload["tls"] == {"ca_sha256": tls.ca_sha256, "leaf_days": 7}
+    assert served.revision != plain.revision
+    assert fleet.warnings == ()
+
+
+def test_leaf_days_is_bounded(tmp_path):
+    cert, key = openssl_ca(tmp_path)
+    assert load_with(tmp_path, {"ca_cert": str(cert), "ca_key": str(key),
+                                "leaf_days": 90}).settings.box_tls.leaf_days == 90
+    assert "box_tls.leaf_days: must be an integer from 1 to 90" in refusal(
+        tmp_path, {"ca_cert": str(cert), "ca_key": str(key), "leaf_days": 91})
+
+
+def test_missing_files_are_named(tmp_path):
+    message = refusal(tmp_path, {"ca_cert": "nope.pem", "ca_key": "nope.key"})
+    assert "box_tls.ca_cert: cannot read" in message and "nope.pem" in message
+    assert "box_tls.ca_key: cannot read" in message
+    assert "box_tls.ca_key: is required" in refusal(tmp_path, {"ca_cert": "x.pem"})
+
+
+def test_a_key_of_another_certificate_is_refused(tmp_path):
+    cert, _ = openssl_ca(tmp_path, "one")
+    _, other_key = openssl_ca(tmp_path, "two")
+    message = refusal(tmp_path, {"ca_cert": str(cert), "ca_key": str(other_key)})
+    assert f"box_tls.ca_key: {other_key} is not the key of box_tls.ca_cert" in message
+
+
+def test_a_leaf_is_not_a_ca(tmp_path):
+    cert, key = openssl_ca(tmp_path, "leaf", ca=False)
+    assert "box_tls.ca_cert:" in (message := refusal(tmp_path, {"ca_cert": str(cert),
+                                                                 "ca_key": str(key)}))
+    assert "is not a CA certificate" in message
+
+
+def expired_ca(folder):
+    """A CA that expired in 2021 (the openssl command cannot backdate one)."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "old")])
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name)
+            .public_key(key.public_key()).serial_number(1)
+            .not_valid_before(datetime.datetime(2020, 1, 1, tzinfo=datetime.UTC))
+            .not_valid_after(datetime.datetime(2021, 1, 1, tzinfo=datetime.UTC))
+            .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+            .sign(key, hashes.SHA256()))
+    (folder / "old.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    (folder / "old.key").write_bytes(key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption()))
+    os.chmod(folder / "old.key", 0o600)
+    return folder / "old.pem", folder / "old.key"
+
+
+def test_an_expired_ca_is_refused(tmp_path):
+    cert, key = expired_ca(tmp_path)
+    message = refusal(tmp_path, {"ca_cert": str(cert), "ca_key": str(key)})
+    assert "box_tls.ca_cert:" in message and "expired on Jan  1 00:00:00 2021 GMT" in message
+
+
+def test_not_pem_is_refused(tmp_path):
+    (tmp_path / "junk.pem").write_text("hello")
+    _, key = openssl_ca(tmp_path)
+    assert "is not a PEM certificate" in refusal(tmp_path, {"ca_cert": "junk.pem",
+                                                           "ca_key": str(key)})
+
+
+def test_a_key_others_can_read_loads_with_a_warning(tmp_path):
+    cert, key = openssl_ca(tmp_path)
+    os.chmod(key, 0o644)
+    fleet = load_with(tmp_path, {"ca_cert": str(cert), "ca_key": str(key)})
+    assert any("box_tls.ca_key" in w and "chmod 600" in w for w in fleet.warnings)

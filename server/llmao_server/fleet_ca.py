@@ -1,0 +1,142 @@
+"""The fleet CA: making one, and signing a box's certificate request (docs/box-tls.md).
+
+The CA key is read here and nowhere else; it never leaves llmao-server. A leaf
+names only the addresses it is given (the caller decides which are the box's),
+is good for server authentication alone, and cannot sign anything itself.
+"""
+
+from __future__ import annotations
+
+import datetime
+import ipaddress
+from dataclasses import dataclass
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+CA_YEARS = 10
+# A request is signed when its key is one of these: EC on the NIST curves of 256 bits and
+# more, Ed25519, or RSA of 2048 to 4096 bits. Anything else is refused, never signed.
+ALLOWED_CURVES = (ec.SECP256R1, ec.SECP384R1)
+RSA_BITS = (2048, 4096)
+# The leaf is valid from a little before now, so that a box whose clock is behind accepts it.
+BACKDATE = datetime.timedelta(minutes=5)
+
+
+class CsrRefused(ValueError):
+    """A certificate request that is not signed; the message says why, for the box."""
+
+
+@dataclass(frozen=True)
+class IssuedCertificate:
+    pem: str
+    not_after: datetime.datetime
+
+
+def make_ca(common_name: str) -> tuple[bytes, bytes]:
+    """A new CA: its certificate and its key (PKCS#8, unencrypted), both PEM.
+
+    EC P-256, valid for :data:`CA_YEARS` years, allowed to sign certificates and
+    nothing else, and only leaves (path length 0).
+    """
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+    now = datetime.datetime.now(datetime.UTC)
+    public = key.public_key()
+    cert = (x509.CertificateBuilder()
+            .subject_name(name).issuer_name(name).public_key(public)
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - BACKDATE)
+            .not_valid_after(now + datetime.timedelta(days=365 * CA_YEARS))
+            .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+            .add_extension(x509.KeyUsage(digital_signature=False, content_commitment=False,
+                                         key_encipherment=False, data_encipherment=False,
+                                         key_agreement=False, key_cert_sign=True, crl_sign=True,
+                                         encipher_only=False, decipher_only=False),
+                           critical=True)
+            .add_extension(x509.SubjectKeyIdentifier.from_public_key(public), critical=False)
+            .sign(key, hashes.SHA256()))
+    key_pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                serialization.NoEncryption())
+    return cert.public_bytes(serialization.Encoding.PEM), key_pem
+
+
+def read_csr(pem: str) -> x509.CertificateSigningRequest:
+    """The request, with its own signature checked and its key one of the allowed set."""
+    try:
+        csr = x509.load_pem_x509_csr(pem.encode("ascii"))
+    except (ValueError, UnicodeEncodeError):
+        raise CsrRefused("csr is not a PEM certificate request") from None
+    if not csr.is_signature_valid:
+        raise CsrRefused("the request's signature does not verify with its own key")
+    key = csr.public_key()
+    if isinstance(key, ec.EllipticCurvePublicKey):
+        if not isinstance(key.curve, ALLOWED_CURVES):
+            raise CsrRefused(f"EC curve {key.curve.name} is not allowed; use prime256v1 "
+                             "(P-256) or secp384r1")
+    elif isinstance(key, rsa.RSAPublicKey):
+        if key.key_size not in RSA_BITS:
+            raise CsrRefused(f"an RSA key of {key.key_size} bits is not allowed; use EC "
+                             "P-256 (or RSA of 2048 or 4096 bits)")
+    elif not isinstance(key, ed25519.Ed25519PublicKey):
+        raise CsrRefused(f"a {type(key).__name__} key is not allowed; use EC P-256")
+    return csr
+
+
+def requested_names(csr: x509.CertificateSigningRequest) -> set[str]:
+    """Every address the request asks for: its subject alternative names and common name."""
+    names: set[str] = set()
+    try:
+        san = csr.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except x509.ExtensionNotFound:
+        san = None
+    if san is not None:
+        for entry in san:
+            if isinstance(entry, x509.IPAddress):
+                names.add(str(entry.value))
+            elif isinstance(entry, x509.DNSName):
+                names.add(entry.value.lower())
+            else:
+                raise CsrRefused(f"a {type(entry).__name__} name is not allowed; ask for IP "
+                                 "addresses and DNS names only")
+    for attribute in csr.subject.get_attributes_for_oid(NameOID.COMMON_NAME):
+        names.add(str(attribute.value).lower())
+    return names
+
+
+def sign_leaf(csr: x509.CertificateSigningRequest, addresses: list[str], ca_cert_pem: bytes,
+              ca_key_pem: bytes, days: int) -> IssuedCertificate:
+    """A certificate for the request's key naming ``addresses`` (and nothing the request
+    said beyond them), valid ``days`` days but never past the CA."""
+    ca_cert = x509.load_pem_x509_certificate(ca_cert_pem)
+    ca_key = serialization.load_pem_private_key(ca_key_pem, password=None)
+    now = datetime.datetime.now(datetime.UTC)
+    not_after = min(now + datetime.timedelta(days=days), ca_cert.not_valid_after_utc)
+    alternative = [x509.IPAddress(ipaddress.ip_address(a)) if is_ip(a) else x509.DNSName(a)
+                   for a in addresses]
+    public = csr.public_key()
+    cert = (x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, addresses[0])]))
+            .issuer_name(ca_cert.subject).public_key(public)
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - BACKDATE).not_valid_after(not_after)
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]),
+                           critical=False)
+            .add_extension(x509.SubjectAlternativeName(alternative), critical=False)
+            .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(
+                ca_key.public_key()), critical=False)
+            .sign(ca_key, None if isinstance(ca_key, ed25519.Ed25519PrivateKey)
+                  else hashes.SHA256()))
+    return IssuedCertificate(cert.public_bytes(serialization.Encoding.PEM).decode("ascii"),
+                             not_after)
+
+
+def is_ip(address: str) -> bool:
+    try:
+        ipaddress.ip_address(address)
+    except ValueError:
+        return False
+    return True
