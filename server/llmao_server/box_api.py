@@ -1,5 +1,6 @@
 """The box API: ``GET /vllm/config`` (the seed's protocol), ``POST /vllm/applied`` and
-``POST /vllm/turn`` (a following box asks for its turn to change, :mod:`.turns`).
+``POST /vllm/turn`` (a following box asks for its turn to change, :mod:`.turns`) and
+``POST /vllm/cert`` (a box's certificate request, :mod:`.box_certs`).
 
 The fleet key is the gate, checked in constant time; the box is who the
 request claims to be (``X-LLMAO-Host``, else the leftmost ``X-Forwarded-For``,
@@ -38,6 +39,12 @@ from .api_errors import JSON, RequestRefused, error_answer
 from .applied_report import APPLIED_MAX_BYTES, read_applied_report
 from .bearer_header import presented_bearer
 from .bindings import TOKEN_HEADER, admit_box
+from .box_certs import (
+    CERT_REQUEST_MAX_BYTES,
+    issue_certificate,
+    require_bound,
+    take_request,
+)
 from .logs import RequestLog
 from .redaction import clipped
 from .state import ServerState
@@ -91,9 +98,9 @@ class BoxRequest:
         # A box token this request's answer hands out (it bound the box's name).
         self.issued_token: str | None = None
 
-    def json_body(self) -> Any:
-        """The body decoded as JSON (None when it is not JSON); 413 beyond the limit."""
-        data = get_input_stream(self.environ, max_content_length=APPLIED_MAX_BYTES).read()
+    def json_body(self, limit: int = APPLIED_MAX_BYTES) -> Any:
+        """The body decoded as JSON (None when it is not JSON); 413 beyond ``limit`` bytes."""
+        data = get_input_stream(self.environ, max_content_length=limit).read()
         try:
             return json.loads(data)
         except (ValueError, RecursionError):  # RecursionError: nesting deeper than Python's stack
@@ -199,10 +206,22 @@ def request_turn(state: ServerState, request: BoxRequest) -> Answer:
     return 200, json.dumps(decided).encode("utf-8"), []
 
 
+def request_certificate(state: ServerState, request: BoxRequest) -> Answer:
+    """``POST /vllm/cert``: ``{"csr": PEM}`` → the box's certificate (:mod:`.box_certs`),
+    counted against the box's hourly limit before the body is read."""
+    assignment = resolve_box(state, request)
+    require_bound(state, assignment.box, request.environ)
+    if state.fleet.settings.box_tls is not None:
+        take_request(state, assignment.box, request.peer)
+    body = request.json_body(CERT_REQUEST_MAX_BYTES)
+    return 200, issue_certificate(state, assignment.box, request.peer, body), []
+
+
 ROUTES: dict[str, tuple[tuple[str, ...], Callable[[ServerState, BoxRequest], Answer]]] = {
     "/vllm/config": (("GET", "HEAD"), fetch_config),
     "/vllm/applied": (("POST",), report_applied),
     "/vllm/turn": (("POST",), request_turn),
+    "/vllm/cert": (("POST",), request_certificate),
 }
 
 

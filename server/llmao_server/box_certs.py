@@ -1,0 +1,123 @@
+"""``POST /vllm/cert``: a box's certificate request, signed by the fleet CA (docs/box-tls.md).
+
+The box made its key and keeps it; it sends a request (``{"csr": PEM}``) with the
+fleet key and its box token, like every box call. The leaf names the addresses
+llmao attributes to the box and nothing else: its name when the name is an IP
+address or a DNS name, else the address the last reconcile pass had from a
+provider listing. Whoever holds the fleet key cannot get a certificate for
+another box's address, a weak key, nor more than a few certificates an hour.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import re
+import time
+from collections.abc import Mapping
+from typing import Any, NoReturn
+
+from .api_errors import RequestRefused
+from .audit import audit
+from .bindings import TOKEN_ENVIRON, TOKEN_HEADER, matches
+from .fleet_ca import CsrRefused, is_ip, read_csr, requested_names, sign_leaf
+from .state import ServerState
+from .store.base import StoreError
+
+# A P-256 or RSA-4096 request in PEM is 0.5 to 2 KiB; anything much larger is not a request.
+CERT_REQUEST_MAX_BYTES = 8 * 1024
+# Requests per box in an hour: a box renews once in two thirds of a leaf's life (days), so
+# a few cover restarts and a lost answer; more is a loop or an abuse.
+CERT_REQUESTS_PER_HOUR = 6
+CERT_WINDOW_S = 3600.0
+# Counted in the store's attempt table, shared by every worker and instance.
+SCOPE_PREFIX = "cert:"
+# A DNS name: dot-separated labels of letters, digits and hyphens, the last not all digits.
+DNS_NAME_RE = re.compile(r"^(?=.{1,253}$)([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)+"
+                         r"[a-z]([a-z0-9-]{0,61}[a-z0-9])?$")
+
+
+def box_addresses(state: ServerState, box: str) -> list[str]:
+    """The addresses a certificate for ``box`` may name: its own name when that is an
+    IP address or a DNS name, else the public address the last pass dialled it at."""
+    if is_ip(box):
+        return [str(ipaddress.ip_address(box))]
+    if DNS_NAME_RE.match(box):
+        return [box]
+    last = state.store.last_pass()
+    listed = set()
+    for verdict in (last.verdicts.values() if last else ()):
+        if isinstance(verdict, Mapping) and verdict.get("box") == box \
+                and isinstance(verdict.get("public"), str):
+            host = verdict["public"].rpartition(":")[0]
+            if is_ip(host) or DNS_NAME_RE.match(host):
+                listed.add(host)
+    return sorted(listed)
+
+
+def require_bound(state: ServerState, box: str, environ: Mapping[str, Any]) -> None:
+    """Under ``fleet.binding: first_fetch``, a certificate goes only to the box holding the
+    name's token: a box that has not fetched its config yet is refused (403)."""
+    if state.binds_boxes and not matches(state.bindings.held(box), environ.get(TOKEN_ENVIRON)):
+        raise RequestRefused(403, "box_token_required",
+                             f"a certificate for {box} goes to the box that holds its name: "
+                             "fetch GET /vllm/config first and present its box token "
+                             f"({TOKEN_HEADER})")
+
+
+def take_request(state: ServerState, box: str, peer: str | None) -> None:
+    """Count one certificate request of ``box``: 429 beyond the hourly limit."""
+    try:
+        count, since = state.store.claim_attempt(SCOPE_PREFIX + box, time.time(), CERT_WINDOW_S)
+    except StoreError as exc:
+        raise RequestRefused(503, "store_unavailable", f"the state store cannot count "
+                                                       f"certificate requests now: {exc}") from None
+    if count > CERT_REQUESTS_PER_HOUR:
+        wait_s = max(1, round(since + CERT_WINDOW_S - time.time()))
+        audit(state.redact, "box_cert", "refused", f"box {box}", peer,
+              why=f"{count} requests in the hour")
+        raise RequestRefused(429, "cert_rate_limited",
+                             f"more than {CERT_REQUESTS_PER_HOUR} certificate requests from "
+                             f"{box} in an hour; try again in {max(1, round(wait_s / 60))} min",
+                             {"Retry-After": str(wait_s)})
+
+
+def issue_certificate(state: ServerState, box: str, peer: str | None, body: Any) -> bytes:
+    """Sign the request in ``body`` for ``box``; the JSON answer, or :class:`RequestRefused`."""
+    tls = state.fleet.settings.box_tls
+    if tls is None:
+        raise RequestRefused(404, "box_tls_off", "this fleet has no box_tls section: boxes "
+                                                 "serve plain HTTP and need no certificate")
+    if not isinstance(body, dict) or not isinstance(body.get("csr"), str) or len(body) != 1:
+        raise RequestRefused(400, "bad_cert_request",
+                             'send {"csr": "<PEM certificate request>"} and nothing else')
+    try:
+        csr = read_csr(body["csr"])
+        asked = requested_names(csr)
+    except CsrRefused as exc:
+        refuse(state, box, peer, 400, "bad_csr", str(exc))
+    addresses = box_addresses(state, box)
+    if not addresses:
+        refuse(state, box, peer, 409, "no_address_yet",
+               f"llmao knows no address of {box} yet (its name is not an IP address or DNS "
+               "name, and no provider listing has given one); ask again after the next "
+               "reconcile pass")
+    foreign = sorted(asked - set(addresses) - {box.lower()})
+    if foreign:
+        refuse(state, box, peer, 403, "address_not_attributed",
+               f"{', '.join(foreign)} is not an address llmao attributes to {box} (it would "
+               f"sign for: {', '.join(addresses)})")
+    with open(tls.ca_key, "rb") as key, open(tls.ca_cert, "rb") as cert:
+        issued = sign_leaf(csr, addresses, cert.read(), key.read(), tls.leaf_days)
+    not_after = issued.not_after.strftime("%Y-%m-%dT%H:%M:%SZ")
+    audit(state.redact, "box_cert", "issued", f"box {box}", peer,
+          names=",".join(addresses), not_after=not_after)
+    return json.dumps({"certificate": issued.pem, "ca": tls.ca_pem,
+                       "not_after": not_after}).encode("utf-8")
+
+
+def refuse(state: ServerState, box: str, peer: str | None, status: int, code: str,
+           message: str) -> NoReturn:
+    """Audit and raise one refusal: nothing is signed."""
+    audit(state.redact, "box_cert", "refused", f"box {box}", peer, why=code)
+    raise RequestRefused(status, code, message)

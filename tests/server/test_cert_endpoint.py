@@ -1,0 +1,162 @@
+"""POST /vllm/cert: a bound box's request signed for the addresses llmao attributes to it,
+and every other request refused with nothing signed (docs/box-tls.md)."""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import ssl
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
+from cryptography.x509.oid import NameOID
+from flask.testing import FlaskClient
+
+from llmao_server.box_certs import CERT_REQUESTS_PER_HOUR
+from llmao_server.fleet_ca_cli import init
+from llmao_server.state import app_state
+from llmao_server.store import ReconcilePass
+from tests.server.fleet_pair import KNOWN, OTHER_KNOWN, box_headers, config
+
+NAMED = "gpu-a"  # a box named by its provider id: its address comes from a listing
+
+
+def tls_config(folder: Path, **changes: Any) -> dict[str, Any]:
+    cert, key = init(str(folder / "ca"), "test fleet CA")
+    document = config(**changes)
+    document["box_tls"] = {"ca_cert": cert, "ca_key": key, "leaf_days": 3}
+    return document
+
+
+def csr_pem(*names: str, key: Any = None) -> str:
+    key = key or ec.generate_private_key(ec.SECP256R1())
+    alternative = [x509.IPAddress(ipaddress.ip_address(n)) if n[0].isdigit()
+                   else x509.DNSName(n) for n in names]
+    builder = x509.CertificateSigningRequestBuilder().subject_name(
+        x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, names[0] if names else "box")]))
+    if alternative:
+        builder = builder.add_extension(x509.SubjectAlternativeName(alternative), critical=False)
+    return builder.sign(key, hashes.SHA256()).public_bytes(serialization.Encoding.PEM).decode()
+
+
+class Box:
+    """A box of the test fleet: fetches once (binding its name), then asks for certificates."""
+
+    def __init__(self, client: FlaskClient, name: str = KNOWN):
+        self.client, self.name = client, name
+        fetched = client.get("/vllm/config", headers=box_headers(host=name))
+        assert fetched.status_code == 200
+        self.token = fetched.headers["X-LLMAO-Box-Token"]
+
+    def ask(self, body: Any, token: str | None = "mine"):
+        headers = {**box_headers(host=self.name), "Content-Type": "application/json"}
+        if token is not None:
+            headers["X-LLMAO-Box-Token"] = self.token if token == "mine" else token
+        data = body if isinstance(body, bytes) else json.dumps(body)
+        return self.client.post("/vllm/cert", data=data, headers=headers)
+
+
+@pytest.fixture
+def tls_client(make_app, tmp_path) -> FlaskClient:
+    hosts = {KNOWN: [["gemma", 8001]], OTHER_KNOWN: [["qwen", 8001]], NAMED: [["qwen", 8001]]}
+    return make_app(tls_config(tmp_path, hosts=hosts, legacy_servers=None)).test_client()
+
+
+def test_a_bound_box_gets_a_leaf_for_its_address_that_verifies_against_the_ca(tls_client,
+                                                                              tmp_path):
+    box = Box(tls_client)
+    answer = box.ask({"csr": csr_pem(KNOWN)})
+    assert answer.status_code == 200, answer.json
+    leaf = x509.load_pem_x509_certificate(answer.json["certificate"].encode())
+    names = leaf.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert [str(ip) for ip in names.get_values_for_type(x509.IPAddress)] == [KNOWN]
+    assert names.get_values_for_type(x509.DNSName) == []
+    assert not leaf.extensions.get_extension_for_class(x509.BasicConstraints).value.ca
+    lifetime = leaf.not_valid_after_utc - leaf.not_valid_before_utc
+    assert 3 * 86400 <= lifetime.total_seconds() <= 3 * 86400 + 600
+    assert answer.json["not_after"] == leaf.not_valid_after_utc.strftime("%Y-%m-%dT%H:%M:%SZ")
+    assert answer.json["ca"] == (tmp_path / "ca" / "ca.pem").read_text()
+    # the chain verifies with the standard library against the fleet CA alone
+    store = ssl.create_default_context(cadata=answer.json["ca"])
+    assert store.cert_store_stats()["x509_ca"] == 1
+    ca = x509.load_pem_x509_certificate(answer.json["ca"].encode())
+    leaf.verify_directly_issued_by(ca)
+
+
+def test_a_request_without_names_gets_the_attributed_address(tls_client):
+    key = ec.generate_private_key(ec.SECP256R1())
+    bare = (x509.CertificateSigningRequestBuilder().subject_name(x509.Name([]))
+            .sign(key, hashes.SHA256()).public_bytes(serialization.Encoding.PEM).decode())
+    answer = Box(tls_client).ask({"csr": bare})
+    assert answer.status_code == 200
+    leaf = x509.load_pem_x509_certificate(answer.json["certificate"].encode())
+    assert leaf.public_key().public_numbers() == key.public_key().public_numbers()
+
+
+def test_another_boxes_address_is_refused(tls_client):
+    answer = Box(tls_client).ask({"csr": csr_pem(KNOWN, OTHER_KNOWN)})
+    assert answer.status_code == 403
+    assert answer.json["error"]["code"] == "address_not_attributed"
+    assert OTHER_KNOWN in answer.json["error"]["message"]
+    assert "certificate" not in answer.json
+
+
+def test_a_box_named_by_id_gets_the_address_of_the_last_listing(tls_client):
+    box = Box(tls_client, NAMED)
+    refused = box.ask({"csr": csr_pem("10.9.8.7")})
+    assert (refused.status_code, refused.json["error"]["code"]) == (409, "no_address_yet")
+    now = time.time()
+    verdict = {"box": NAMED, "public": "10.9.8.7:31001", "state": "healthy"}
+    app_state(tls_client.application).store.record_pass(
+        ReconcilePass(now, {"gpu-a:8001:qwen": verdict}, (), now))
+    assert box.ask({"csr": csr_pem("10.9.8.7")}).status_code == 200
+    assert box.ask({"csr": csr_pem("10.9.8.8")}).status_code == 403
+
+
+@pytest.mark.parametrize(("key", "why"), [
+    (lambda: rsa.generate_private_key(65537, 1024), "RSA key of 1024 bits is not allowed"),
+    (lambda: ec.generate_private_key(ec.SECP521R1()), "curve secp521r1 is not allowed"),
+])
+def test_a_key_outside_the_allowed_set_is_refused(tls_client, key, why):
+    answer = Box(tls_client).ask({"csr": csr_pem(KNOWN, key=key())})
+    assert (answer.status_code, answer.json["error"]["code"]) == (400, "bad_csr")
+    assert why in answer.json["error"]["message"]
+
+
+@pytest.mark.parametrize("body", [{"csr": "not a request"}, {"csr": 1}, [],
+                                  {"csr": "x", "key": "y"}])
+def test_malformed_requests_are_refused(tls_client, body):
+    assert Box(tls_client).ask(body).status_code == 400
+
+
+def test_a_huge_request_is_refused(tls_client):
+    answer = Box(tls_client).ask(json.dumps({"csr": "A" * 100_000}).encode())
+    assert answer.status_code == 413
+
+
+def test_a_flood_is_refused_after_a_few_an_hour(tls_client):
+    box = Box(tls_client)
+    for _ in range(CERT_REQUESTS_PER_HOUR):
+        assert box.ask({"csr": csr_pem(KNOWN)}).status_code == 200
+    answer = box.ask({"csr": csr_pem(KNOWN)})
+    assert (answer.status_code, answer.json["error"]["code"]) == (429, "cert_rate_limited")
+    assert 0 < int(answer.headers["Retry-After"]) <= 3600
+    # another box keeps its own budget
+    assert Box(tls_client, OTHER_KNOWN).ask({"csr": csr_pem(OTHER_KNOWN)}).status_code == 200
+
+
+def test_the_box_token_is_required(tls_client):
+    box = Box(tls_client)
+    assert box.ask({"csr": csr_pem(KNOWN)}, token=None).json["error"]["code"] == \
+        "box_token_required"
+    assert box.ask({"csr": csr_pem(KNOWN)}, token="x" * 43).status_code == 403
+
+
+def test_without_box_tls_there_is_no_certificate(client):
+    answer = Box(client).ask({"csr": csr_pem(KNOWN)})
+    assert (answer.status_code, answer.json["error"]["code"]) == (404, "box_tls_off")
