@@ -16,6 +16,7 @@ import os
 import re
 import secrets
 import socket
+import ssl
 import subprocess
 import sys
 import tarfile
@@ -251,10 +252,12 @@ class LocalStub:
     workdir: Path
     served_name: str
     _stopped: bool = field(default=False, repr=False)
+    # Serves HTTPS (started with --ssl-certfile): the readiness check then speaks TLS too.
+    tls: bool = False
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        return f"{'https' if self.tls else 'http'}://{self.host}:{self.port}"
 
     def wait_ready(self, timeout: float = READY_TIMEOUT_S) -> None:
         """Wait until /health answers (any status): the stub has bound its port."""
@@ -265,7 +268,10 @@ class LocalStub:
                     f"stub on port {self.port} exited ({self.process.returncode}): {self.log()}"
                 )
             try:
-                urllib.request.urlopen(f"{self.url}/health", timeout=2).close()
+                # Whether it is up, not whom it is: the tests verify the certificate themselves.
+                unverified = ssl._create_unverified_context() if self.tls else None
+                urllib.request.urlopen(f"{self.url}/health", timeout=2,
+                                       context=unverified).close()
                 return
             except urllib.error.HTTPError:
                 return
@@ -330,7 +336,7 @@ def start_local_stub(
         process = subprocess.Popen(
             argv, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT
         )
-    stub = LocalStub(process, host, port, workdir, served_name)
+    stub = LocalStub(process, host, port, workdir, served_name, tls="--ssl-certfile" in args)
     if wait:
         try:
             stub.wait_ready()

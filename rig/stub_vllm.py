@@ -24,6 +24,10 @@ Faults and slowness come from a JSON file (env STUB_VLLM_BEHAVIOUR, default
   value) or a flag and a value (`"--max-model-len=4096"`, given as `--max-model-len 4096` or
   `--max-model-len=4096`). A test makes one revision of a config fail to start with it.
 
+Like vLLM, `--ssl-keyfile` and `--ssl-certfile` make it serve HTTPS (the handshake in each
+connection's thread), and `--enable-ssl-refresh` loads both files again when either changes,
+for new connections only, so a renewal drops nothing.
+
 Like vLLM, `/v1/chat/completions` and `/v1/completions` answer whole or, with `"stream": true`,
 as server-sent events token by token (`data: <chunk JSON>` lines, `data: [DONE]` last). The
 answer's tokens are words; `min_tokens` (vLLM's sampling parameter) pads it, so a test can ask
@@ -47,6 +51,7 @@ import math
 import os
 import signal
 import socket
+import ssl
 import sys
 import threading
 import time
@@ -145,6 +150,9 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     serve.add_argument("--num-gpu-blocks-override", type=int, default=DEFAULT_GPU_BLOCKS)
     serve.add_argument("--max-num-seqs", type=int, default=DEFAULT_MAX_NUM_SEQS)
     serve.add_argument("--api-key", help=argparse.SUPPRESS)
+    serve.add_argument("--ssl-keyfile")
+    serve.add_argument("--ssl-certfile")
+    serve.add_argument("--enable-ssl-refresh", action="store_true")
     return parser.parse_known_args(argv)
 
 
@@ -565,6 +573,48 @@ class StubServer(ThreadingHTTPServer):
     daemon_threads = True
     # The stdlib default backlog (5) drops connections when many probes arrive at once.
     request_queue_size = 128
+    # With --ssl-keyfile and --ssl-certfile: the context each new connection is wrapped in.
+    tls: ssl.SSLContext | None = None
+
+    def finish_request(self, request, client_address) -> None:
+        """The TLS handshake runs in the connection's own thread, as vLLM's (uvicorn's) does
+        per connection, so one slow client never holds up the others."""
+        if self.tls is not None:
+            try:
+                request = self.tls.wrap_socket(request, server_side=True)
+            except (ssl.SSLError, OSError) as exc:
+                say(f"{client_address[0]} TLS handshake failed: {exc}")
+                return
+        super().finish_request(request, client_address)
+
+
+def tls_context(keyfile: str, certfile: str) -> ssl.SSLContext:
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(certfile, keyfile)
+    return context
+
+
+def refresh_tls(server: StubServer, keyfile: str, certfile: str, every_s: float = 1.0) -> None:
+    """--enable-ssl-refresh: as vLLM does, load the key and certificate again when either
+    file changes; connections open keep their session, new ones get the new certificate."""
+    def stamp() -> tuple[float, ...]:
+        try:
+            return tuple(os.stat(path).st_mtime_ns for path in (keyfile, certfile))
+        except OSError:
+            return ()
+
+    seen = stamp()
+    while True:
+        time.sleep(every_s)
+        now = stamp()
+        if now and now != seen:
+            try:
+                server.tls = tls_context(keyfile, certfile)
+            except (ssl.SSLError, OSError) as exc:
+                say(f"certificate not reloaded (kept the one in use): {exc}")
+                continue
+            seen = now
+            say("certificate reloaded")
 
 
 def make_server(stub: Stub, host: str) -> StubServer:
@@ -590,6 +640,9 @@ def serve(argv: list[str]) -> int:
     if refused is not None:
         say(f"error: argument {refused} refused (refuse_args in the behaviour file)")
         return 2
+    if bool(args.ssl_keyfile) != bool(args.ssl_certfile):
+        say("error: --ssl-keyfile and --ssl-certfile go together")
+        return 2
     stub = Stub(args, behaviour)
     say(f"loading {stub.model} (takes {behaviour.load_delay_s} s)")
     time.sleep(behaviour.load_delay_s)
@@ -598,8 +651,19 @@ def serve(argv: list[str]) -> int:
     except OSError as exc:
         say(f"cannot listen on {args.host}:{args.port}: {exc}")
         return 1
+    if args.ssl_certfile:
+        try:
+            server.tls = tls_context(args.ssl_keyfile, args.ssl_certfile)
+        except (ssl.SSLError, OSError) as exc:
+            say(f"error: cannot load the TLS key and certificate: {exc}")
+            return 1
+        if args.enable_ssl_refresh:
+            threading.Thread(target=refresh_tls, daemon=True,
+                             args=(server, args.ssl_keyfile, args.ssl_certfile)).start()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    say(f"serving {', '.join(stub.served_names)} on {args.host}:{args.port} for box {stub.box}")
+    scheme = "https" if server.tls else "http"
+    say(f"serving {', '.join(stub.served_names)} on {scheme}://{args.host}:{args.port} for box "
+        f"{stub.box}")
     try:
         server.serve_forever()
     finally:

@@ -43,7 +43,6 @@ from .box_certs import (
     CERT_REQUEST_MAX_BYTES,
     issue_certificate,
     require_bound,
-    take_request,
 )
 from .logs import RequestLog
 from .redaction import clipped
@@ -207,12 +206,9 @@ def request_turn(state: ServerState, request: BoxRequest) -> Answer:
 
 
 def request_certificate(state: ServerState, request: BoxRequest) -> Answer:
-    """``POST /vllm/cert``: ``{"csr": PEM}`` → the box's certificate (:mod:`.box_certs`),
-    counted against the box's hourly limit before the body is read."""
+    """``POST /vllm/cert``: ``{"csr": PEM}`` → the box's certificate (:mod:`.box_certs`)."""
     assignment = resolve_box(state, request)
     require_bound(state, assignment.box, request.environ)
-    if state.fleet.settings.box_tls is not None:
-        take_request(state, assignment.box, request.peer)
     body = request.json_body(CERT_REQUEST_MAX_BYTES)
     return 200, issue_certificate(state, assignment.box, request.peer, body), []
 

@@ -66,7 +66,8 @@ def require_bound(state: ServerState, box: str, environ: Mapping[str, Any]) -> N
 
 
 def take_request(state: ServerState, box: str, peer: str | None) -> None:
-    """Count one certificate request of ``box``: 429 beyond the hourly limit."""
+    """Count one signature for ``box``: 429 beyond the hourly limit. Only a request that
+    would be signed counts, so a box waiting for its first listing (409) keeps its budget."""
     try:
         count, since = state.store.claim_attempt(SCOPE_PREFIX + box, time.time(), CERT_WINDOW_S)
     except StoreError as exc:
@@ -107,6 +108,7 @@ def issue_certificate(state: ServerState, box: str, peer: str | None, body: Any)
         refuse(state, box, peer, 403, "address_not_attributed",
                f"{', '.join(foreign)} is not an address llmao attributes to {box} (it would "
                f"sign for: {', '.join(addresses)})")
+    take_request(state, box, peer)
     with open(tls.ca_key, "rb") as key, open(tls.ca_cert, "rb") as cert:
         issued = sign_leaf(csr, addresses, cert.read(), key.read(), tls.leaf_days)
     not_after = issued.not_after.strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -97,9 +97,11 @@ Exit codes
 from __future__ import annotations
 
 import argparse
+import calendar
 import dataclasses
 import difflib
 import functools
+import hashlib
 import ipaddress
 import json
 import math
@@ -107,6 +109,7 @@ import os
 import random
 import re
 import shlex
+import shutil
 import ssl
 import subprocess
 import sys
@@ -139,6 +142,7 @@ INSTANCE_HEADER = "X-LLMAO-Box-Instance"
 CONFIG_PATH = "/vllm/config"
 APPLIED_PATH = "/vllm/applied"
 TURN_PATH = "/vllm/turn"
+CERT_PATH = "/vllm/cert"
 
 # The payload rules: a copy of the core's module_utils/payload_rules.py, which this
 # stdlib-only program cannot import. tests/reliability/test_payload_rules.py pins the two.
@@ -239,6 +243,18 @@ class HandoverFailed(InstallError):
     exit_code = 4
 
 
+# Box TLS (docs/box-tls.md): the key, certificate and CA under $DATA_DIRECTORY/llmao/tls, and
+# what the box knows of its certificate (cert.json). A certificate is renewed once less than a
+# third of its life is left; vLLM reloads it in place (--enable-ssl-refresh).
+TLS_DIR = "tls"
+KEY_FILE, CERT_FILE, CA_FILE, CERT_META = "key.pem", "cert.pem", "ca.pem", "cert.json"
+RENEW_LEFT = Fraction(1, 3)
+MAX_LEAF_DAYS = 90
+CA_SHA256_RE = re.compile(r"[0-9a-f]{64}\Z")
+MAX_PEM = 16 * 1024
+OPENSSL_TIMEOUT_S = 60.0
+
+
 # --------------------------------------------------------------------------- settings
 
 
@@ -271,6 +287,10 @@ class Settings:
     @property
     def follow_log(self) -> Path:
         return self.data_dir / "llmao" / "follow.log"
+
+    @property
+    def tls_dir(self) -> Path:
+        return self.data_dir / "llmao" / TLS_DIR
 
 
 def read_settings(environ: Mapping[str, str], fetching: bool) -> Settings:
@@ -686,12 +706,25 @@ class Rollout:
 
 
 @dataclass(frozen=True)
+class BoxTls:
+    """The payload's ``tls``: the fleet CA's fingerprint and how many days a leaf lives."""
+
+    ca_sha256: str
+    leaf_days: int
+
+    def record(self) -> dict[str, Any]:
+        return {"ca_sha256": self.ca_sha256, "leaf_days": self.leaf_days}
+
+
+@dataclass(frozen=True)
 class Assignment:
     host: str
     revision: str | None
     servers: tuple[Server, ...]
     # Present when llmao's config sets rollout.follow_s: the box follows.
     rollout: Rollout | None = None
+    # Present when llmao's config has box_tls: vLLM serves HTTPS with a certificate of llmao's.
+    tls: BoxTls | None = None
 
 
 def validate_assignment(doc: Any) -> Assignment:
@@ -726,7 +759,21 @@ def validate_assignment(doc: Any) -> Assignment:
             if clashes_with_follow_program(server.name):
                 raise Refused(f"servers[{i}].name: {server.name!r} is the follow program's "
                               f"name ({FOLLOW_FILE}) while boxes follow; rename the server")
-    return Assignment(host=host, revision=revision, servers=servers, rollout=rollout)
+    tls = validate_tls(doc["tls"], "assignment.tls") if "tls" in doc else None
+    return Assignment(host=host, revision=revision, servers=servers, rollout=rollout, tls=tls)
+
+
+def validate_tls(value: Any, where: str) -> BoxTls:
+    """Exactly ``ca_sha256`` (64 lowercase hex digits) and ``leaf_days`` (1 to 90)."""
+    if not isinstance(value, dict) or set(value) != {"ca_sha256", "leaf_days"}:
+        raise Refused(f"{where}: must be an object with exactly ca_sha256 and leaf_days")
+    digest, days = value["ca_sha256"], value["leaf_days"]
+    if not (isinstance(digest, str) and CA_SHA256_RE.match(digest)):
+        raise Refused(f"{where}.ca_sha256: must be 64 lowercase hexadecimal digits")
+    if isinstance(days, bool) or not isinstance(days, (int, Decimal)) \
+            or days != int(days) or not 1 <= days <= MAX_LEAF_DAYS:
+        raise Refused(f"{where}.leaf_days: must be an integer from 1 to {MAX_LEAF_DAYS}")
+    return BoxTls(digest, int(days))
 
 
 def clashes_with_follow_program(server_name: str) -> bool:
@@ -1068,9 +1115,14 @@ def supervisor_value(text: str) -> str:
 
 
 def vllm_argv(server: Server, utilization: Decimal | None, vllm_bin: str,
-              host: str = DEFAULT_VLLM_HOST) -> list[str]:
+              host: str = DEFAULT_VLLM_HOST, tls_dir: Path | None = None) -> list[str]:
+    """vLLM's command line; with ``tls_dir``, HTTPS with the box's key and certificate,
+    reloaded in place when the follow program renews them."""
     argv = [vllm_bin, "serve", server.model, "--host", host, "--port", str(server.port),
             "--served-model-name", server.served_model_name]
+    if tls_dir is not None:
+        argv += ["--ssl-keyfile", str(tls_dir / KEY_FILE), "--ssl-certfile",
+                 str(tls_dir / CERT_FILE), "--enable-ssl-refresh"]
     if utilization is not None:
         argv += ["--gpu-memory-utilization", f"{utilization:f}"]
     if server.max_model_len is not None:
@@ -1078,11 +1130,14 @@ def vllm_argv(server: Server, utilization: Decimal | None, vllm_bin: str,
     return argv + list(server.args)
 
 
-def render_program(server: Server, utilization: Decimal | None, settings: Settings) -> str:
-    """The Supervisor program for one server: deterministic text, bearer in the environment."""
+def render_program(server: Server, utilization: Decimal | None, settings: Settings,
+                   tls: bool = False) -> str:
+    """The Supervisor program for one server: deterministic text, bearer in the environment.
+    The certificate's paths never change, so a renewal rewrites no program."""
     command = " ".join(supervisor_quote(arg)
                        for arg in vllm_argv(server, utilization, settings.vllm_bin,
-                                            settings.vllm_host))
+                                            settings.vllm_host,
+                                            settings.tls_dir if tls else None))
     data = settings.data_dir
     lines = [
         MARKER,
@@ -1267,6 +1322,8 @@ def build_record(assignment: Assignment, memory: Mapping[str, Decimal],
               "applied_at": applied_at, "servers": servers}
     if assignment.rollout is not None:
         record["rollout"] = assignment.rollout.record()
+    if assignment.tls is not None:
+        record["tls"] = assignment.tls.record()
     return record
 
 
@@ -1308,7 +1365,8 @@ def make_plan(assignment: Assignment, memory: Mapping[str, Decimal], settings: S
     ``follow``: the follow program is wanted too (a fetched assignment with ``rollout``).
     """
     names = {s.name: program_path(settings.conf_dir, s.name) for s in assignment.servers}
-    wanted = {names[s.name]: render_program(s, memory.get(s.name), settings)
+    wanted = {names[s.name]: render_program(s, memory.get(s.name), settings,
+                                            assignment.tls is not None)
               for s in assignment.servers}
     if follow:
         names[FOLLOW_PROGRAM] = settings.conf_dir / FOLLOW_FILE
@@ -1322,6 +1380,124 @@ def make_plan(assignment: Assignment, memory: Mapping[str, Decimal], settings: S
     return Plan(programs=programs, record=record, unchanged=unchanged, applied_at=applied_at,
                 previous=previous[1],
                 statuses=program_statuses(names.items(), programs))
+
+
+# --------------------------------------------------------------------------- box TLS
+
+
+def certificate_due(settings: Settings, tls: BoxTls, now: float) -> str | None:
+    """Why the box needs a new certificate now, or None while the one it has is good."""
+    folder = settings.tls_dir
+    if not all((folder / name).is_file() for name in (KEY_FILE, CERT_FILE)):
+        return "no certificate yet"
+    try:
+        meta = json.loads((folder / CERT_META).read_text(encoding="utf-8"))
+        issued_at, not_after = float(meta["issued_at"]), float(meta["not_after"])
+        ca_sha256 = meta["ca_sha256"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return "what the box knew of its certificate is lost"
+    if ca_sha256 != tls.ca_sha256:
+        return "the fleet CA changed"
+    if now >= not_after - (not_after - issued_at) * float(RENEW_LEFT):
+        return "less than a third of its life is left"
+    return None
+
+
+def openssl(args: list[str], what: str) -> bytes:
+    """Run the openssl command; its standard output. Missing or failing: refused."""
+    binary = shutil.which("openssl")
+    if binary is None:
+        raise Refused("box TLS needs the openssl command and this box has none: install it "
+                      "(Debian and Ubuntu: apt-get install openssl)")
+    try:
+        done = subprocess.run([binary, *args], capture_output=True, check=False,
+                              timeout=OPENSSL_TIMEOUT_S)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise Refused(f"openssl {what}: {exc}") from None
+    if done.returncode != 0:
+        raise Refused(f"openssl {what} failed: "
+                      f"{clean_text(done.stderr.decode('utf-8', 'replace'))}")
+    return done.stdout
+
+
+def box_key(settings: Settings) -> Path:
+    """The box's private key, made here once (EC P-256, 0600); it never leaves the box."""
+    key = settings.tls_dir / KEY_FILE
+    if not key.is_file():
+        settings.tls_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        pem = openssl(["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256"],
+                      "genpkey")
+        atomic_write(key, pem.decode("ascii"), 0o600)
+    return key
+
+
+def rfc3339_seconds(text: Any) -> float | None:
+    """``2026-12-09T02:00:00Z`` as seconds since the epoch, None when it is not that."""
+    try:
+        return float(calendar.timegm(time.strptime(str(text), "%Y-%m-%dT%H:%M:%SZ")))
+    except ValueError:
+        return None
+
+
+def request_certificate(settings: Settings, tls: BoxTls, say: Callable[[str], None]) -> str:
+    """Ask llmao to sign a request for the box's key; keep what it answers. Returns the
+    certificate's not_after. The certificate is checked against the key and the CA against
+    the assignment's before anything is written: vLLM reloads whatever lands there."""
+    if settings.url is None or settings.fleet_key is None:
+        raise Refused("box TLS needs a certificate from llmao: set LLMAO_URL and FLEET_KEY")
+    key = box_key(settings)
+    request = openssl(["req", "-new", "-key", str(key), "-subj", "/O=llmao box"], "req")
+    url = f"{settings.url}{CERT_PATH}"
+    body = json.dumps({"csr": request.decode("ascii")}).encode("utf-8")
+    headers = {**auth_headers(settings), "Content-Type": "application/json"}
+    status, answer = with_retries(
+        lambda: http_request("POST", url, headers, body, settings.timeout_s),
+        settings.attempts, settings.backoff_s, f"POST {url}", say)
+    if status != 200:
+        raise refusal(status, answer, settings.host)
+    doc = decode_json(answer, f"llmao's answer from {url}")
+    fields = [doc.get(name) if isinstance(doc, dict) else None
+              for name in ("certificate", "ca", "not_after")]
+    not_after = rfc3339_seconds(fields[2])
+    if not all(isinstance(f, str) and len(f) <= MAX_PEM for f in fields) or not_after is None:
+        raise Refused(f"llmao's answer from {url} is not a certificate: certificate, ca (PEM) "
+                      "and not_after (RFC 3339) are needed")
+    certificate, ca = fields[0], fields[1]
+    try:
+        ca_sha256 = hashlib.sha256(ssl.PEM_cert_to_DER_cert(ca.strip())).hexdigest()
+    except ValueError:
+        ca_sha256 = ""
+    if ca_sha256 != tls.ca_sha256:
+        raise Refused("llmao answered with a CA other than the one its assignment names; "
+                      "nothing kept")
+    staged = settings.tls_dir / f".{CERT_FILE}.new"
+    atomic_write(staged, certificate, 0o644)
+    try:
+        ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(staged, key)
+    except ssl.SSLError as exc:
+        staged.unlink(missing_ok=True)
+        raise Refused(f"llmao's certificate does not fit this box's key ({exc.reason or exc}); "
+                      "nothing kept") from None
+    atomic_write(settings.tls_dir / CA_FILE, ca, 0o644)
+    os.replace(staged, settings.tls_dir / CERT_FILE)
+    atomic_write(settings.tls_dir / CERT_META,
+                 json.dumps({"issued_at": time.time(), "not_after": not_after,
+                             "ca_sha256": ca_sha256}) + "\n", 0o644)
+    return str(fields[2])
+
+
+def ensure_certificate(settings: Settings, tls: BoxTls | None,
+                       say: Callable[[str], None]) -> None:
+    """A good certificate on the box before vLLM starts or while it runs: asked for when
+    missing, from another CA, or with less than a third of its life left."""
+    if tls is None:
+        return
+    why = certificate_due(settings, tls, time.time())
+    if why is None:
+        return
+    say(f"certificate: {why}: asking llmao for one")
+    not_after = request_certificate(settings, tls, say)
+    say(f"certificate: kept, valid until {not_after}")
 
 
 # --------------------------------------------------------------------------- apply
@@ -1555,12 +1731,19 @@ def apply_assignment(assignment: Assignment, settings: Settings, console: Consol
             console.say(note)
 
     if mode.dry_run:
+        if assignment.tls is not None:
+            why = certificate_due(settings, assignment.tls, time.time())
+            console.say(f"certificate: {why}: would ask llmao for one" if why
+                        else "certificate: the box's is good")
+            if why and shutil.which("openssl") is None:
+                console.warn("box TLS needs the openssl command and this box has none")
         console.changes(plan.changes, dry_run=True)
         if plan.changes and mode.handover:
             console.say("would run supervisorctl reread and update")
         console.result(plan, assignment.revision, True, settings.record_path)
         return
 
+    ensure_certificate(settings, assignment.tls, console.say)
     own_path = settings.conf_dir / FOLLOW_FILE
     own = [c for c in plan.programs if mode.following and c.path == own_path]
     programs = [c for c in plan.programs if c not in own]
@@ -1599,6 +1782,7 @@ class Applied:
 
     revision: str | None
     follow_s: float
+    tls: BoxTls | None = None
 
 
 def read_applied(path: Path) -> Applied:
@@ -1614,7 +1798,11 @@ def read_applied(path: Path) -> Applied:
         follow_s = validate_rollout(record.get("rollout"), "applied.rollout").follow_s
     except Refused:
         follow_s = FOLLOW_FALLBACK_S
-    return Applied(revision, follow_s)
+    try:
+        tls = validate_tls(record["tls"], "applied.tls") if "tls" in record else None
+    except Refused:
+        tls = None
+    return Applied(revision, follow_s, tls)
 
 
 def backoff_period(follow_s: float, errors: int) -> float:
@@ -1665,8 +1853,11 @@ class Follower:
                 wait = self.jittered(read_applied(self.settings.record_path).follow_s)
 
     def round(self) -> None:
-        """One check; when llmao intends another revision: a turn, a real fetch, the apply."""
+        """One check; when llmao intends another revision: a turn, a real fetch, the apply.
+        First, the applied assignment's certificate is renewed when it is due: vLLM reloads
+        it in place, so a renewal takes no turn."""
         applied = read_applied(self.settings.record_path)
+        ensure_certificate(self.settings, applied.tls, self.say)
         intended = self.check(applied)
         if intended is None:
             return

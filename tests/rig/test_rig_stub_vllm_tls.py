@@ -1,0 +1,74 @@
+"""The vLLM stub serves HTTPS with --ssl-keyfile/--ssl-certfile and, with
+--enable-ssl-refresh, takes a renewed certificate for new connections while a stream that
+began before the renewal runs to its end."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import ssl
+import time
+
+import pytest
+from cryptography import x509
+
+from tests.tls_files import make_test_ca
+
+KEY = "sk-vllm-test-bearer-0123456789"
+
+
+def serial_seen(port: int, ca) -> int:
+    context = ssl.create_default_context(cafile=str(ca.cert))
+    connection = http.client.HTTPSConnection("127.0.0.1", port, context=context, timeout=10)
+    try:
+        connection.request("GET", "/health")
+        assert connection.getresponse().status == 200
+        der = connection.sock.getpeercert(binary_form=True)
+    finally:
+        connection.close()
+    return x509.load_der_x509_certificate(der).serial_number
+
+
+@pytest.fixture
+def tls_stub(local_stub_factory, tmp_path):
+    ca = make_test_ca(tmp_path / "ca")
+    key, cert = ca.leaf(tmp_path / "box", "127.0.0.1")
+    stub = local_stub_factory(served_name="m", model="org/weights", api_key=KEY,
+                              args=["--ssl-keyfile", str(key), "--ssl-certfile", str(cert),
+                                    "--enable-ssl-refresh"],
+                              behaviour={"*": {"token_delay_s": 0.1}})
+    return stub, ca, tmp_path / "box"
+
+
+def test_https_verifies_against_the_fleet_ca_and_plain_http_gets_nothing(tls_stub, tmp_path):
+    stub, ca, _ = tls_stub
+    assert serial_seen(stub.port, ca) > 0
+    other = make_test_ca(tmp_path / "other")
+    with pytest.raises(ssl.SSLCertVerificationError):
+        serial_seen(stub.port, other)
+    plain = http.client.HTTPConnection("127.0.0.1", stub.port, timeout=5)
+    with pytest.raises((http.client.HTTPException, OSError)):
+        plain.request("GET", "/health")
+        plain.getresponse()
+    plain.close()
+
+
+def test_a_renewal_reaches_new_connections_and_drops_no_stream(tls_stub):
+    stub, ca, folder = tls_stub
+    before = serial_seen(stub.port, ca)
+    context = ssl.create_default_context(cafile=str(ca.cert))
+    stream = http.client.HTTPSConnection("127.0.0.1", stub.port, context=context, timeout=30)
+    body = {"model": "m", "stream": True, "min_tokens": 30, "max_tokens": 30,
+            "messages": [{"role": "user", "content": "count"}]}
+    stream.request("POST", "/v1/chat/completions", json.dumps(body),
+                   {"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"})
+    answer = stream.getresponse()
+    assert answer.status == 200
+    ca.leaf(folder, "127.0.0.1")
+    deadline = time.monotonic() + 10
+    while serial_seen(stub.port, ca) == before:
+        assert time.monotonic() < deadline, "the renewed certificate was never served"
+        time.sleep(0.2)
+    text = answer.read().decode()
+    stream.close()
+    assert text.rstrip().endswith("data: [DONE]")
