@@ -43,6 +43,18 @@ Steps
              the assignment has it) and, when fetched, ``POST $LLMAO_URL/vllm/applied``;
              a failed report is only a warning.
 
+Box TLS (docs/box-tls.md)
+  When llmao's config has ``box_tls``, the payload carries ``tls`` (``ca_sha256``,
+  ``leaf_days``). Before writing the programs, the box makes its key with the
+  ``openssl`` command (EC P-256, ``$DATA_DIRECTORY/llmao/tls/key.pem``, 0600; it never
+  leaves the box), sends a certificate request to ``POST /vllm/cert`` and keeps the
+  certificate and the CA beside it, after checking that the certificate fits the key and
+  the CA is the one the payload names. vLLM runs with ``--ssl-keyfile``,
+  ``--ssl-certfile`` and ``--enable-ssl-refresh`` (it reloads the files when they change,
+  so a renewal restarts nothing). A certificate is asked for when missing, from another
+  CA, or with less than a third of its life left: at boot, and by the follow program at
+  every check. No ``openssl``: refused, nothing written.
+
 Following (``--follow``, run by the follow program)
   When llmao's config sets ``rollout.follow_s``, the payload carries ``rollout``
   (``follow_s``, ``drain_s``) and the box keeps following it. The follow program is
