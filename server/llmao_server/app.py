@@ -67,4 +67,4 @@ def warn_of_weak_secrets(fleet: Fleet) -> None:
 def fleet_from_files(config: Mapping[str, Any]) -> Fleet:
     if not config.get("LLMAO_CONFIG") or not config.get("LLMAO_MODELS"):
         raise ConfigError(["LLMAO_CONFIG and LLMAO_MODELS must name config.yaml and models.yaml"])
-    return load_fleet(config["LLMAO_CONFIG"], config["LLMAO_MODELS"])
+    return load_fleet(config["LLMAO_CONFIG"], config["LLMAO_MODELS"], signer=True)

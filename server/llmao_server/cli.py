@@ -114,7 +114,7 @@ def prepare_state(location: str) -> None:
 
 def load_checked_fleet(args: argparse.Namespace) -> Fleet:
     try:
-        fleet = load_fleet(args.config, args.models)
+        fleet = load_fleet(args.config, args.models, signer=True)
     except ConfigError as exc:
         raise Refused(f"the fleet files are not usable:\n{exc}") from None
     for warning in fleet.warnings:

@@ -43,12 +43,16 @@ class BoxTls:
         return {"ca_sha256": self.ca_sha256, "leaf_days": self.leaf_days}
 
 
-def read_box_tls(section: Section, config_path: str, warnings: list[str]) -> BoxTls | None:
+def read_box_tls(section: Section, config_path: str, warnings: list[str],
+                 signer: bool = False) -> BoxTls | None:
     """``box_tls:`` as checked; None when the section is absent or has problems.
 
     Paths are relative to the config file's folder. Each problem names its key:
     the file that is missing or unreadable, the certificate that is not a CA or
-    has expired, the key that does not match it.
+    has expired, the key that does not match it. The key is needed only where
+    llmao-server signs (``signer``): a controller that runs reconcile dials boxes
+    with the certificate alone, and the key never leaves llmao-server, so there a
+    missing key is no problem (a readable one is still checked).
     """
     if not section.mapping:
         section.close()
@@ -61,15 +65,17 @@ def read_box_tls(section: Section, config_path: str, warnings: list[str]) -> Box
         return None
     folder = os.path.dirname(os.path.abspath(config_path))
     cert_path, key_path = (os.path.join(folder, p) for p in (cert_path, key_path))
+    with_key = signer or os.access(key_path, os.R_OK)
     readable = [_unreadable(section, key, path)
-                for key, path in (("ca_cert", cert_path), ("ca_key", key_path))]
+                for key, path in (("ca_cert", cert_path), ("ca_key", key_path))
+                if key == "ca_cert" or with_key]
     if any(readable):
         return None
-    checked = _check_ca(section, cert_path, key_path)
+    checked = _check_ca(section, cert_path, key_path if with_key else None)
     if checked is None:
         return None
     pem, not_after = checked
-    if os.stat(key_path).st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+    if with_key and os.stat(key_path).st_mode & (stat.S_IRWXG | stat.S_IRWXO):
         warnings.append(f"{config_path}: box_tls.ca_key: {key_path} can be read by others "
                         f"than its owner; it signs for the whole fleet: chmod 600 it")
     digest = hashlib.sha256(ssl.PEM_cert_to_DER_cert(pem)).hexdigest()
@@ -86,8 +92,9 @@ def _unreadable(section: Section, key: str, path: str) -> bool:
     return False
 
 
-def _check_ca(section: Section, cert_path: str, key_path: str) -> tuple[str, float] | None:
-    """The CA's PEM and expiry, or None with the problem recorded."""
+def _check_ca(section: Section, cert_path: str,
+              key_path: str | None) -> tuple[str, float] | None:
+    """The CA's PEM and expiry, or None with the problem recorded; the key too, when given."""
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     try:
         context.load_verify_locations(cafile=cert_path)
@@ -110,7 +117,8 @@ def _check_ca(section: Section, cert_path: str, key_path: str) -> tuple[str, flo
                                    "CA (docs/box-tls.md, rotating the CA)")
         return None
     try:
-        ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(cert_path, key_path)
+        if key_path is not None:
+            ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(cert_path, key_path)
     except ssl.SSLError as exc:
         why = ("is not the key of box_tls.ca_cert" if exc.reason == "KEY_VALUES_MISMATCH"
                else f"is not a usable private key ({exc.reason or exc})")

@@ -189,8 +189,10 @@ class Settings:
                 *(provider.api_key for provider in self.providers.values()))
 
 
-def load_settings(path: str, problems: Problems, warnings: list[str]) -> Settings:
-    """Read ``config.yaml`` at ``path``; problems and deprecation warnings are collected."""
+def load_settings(path: str, problems: Problems, warnings: list[str],
+                  signer: bool = False) -> Settings:
+    """Read ``config.yaml`` at ``path``; problems and deprecation warnings are collected.
+    ``signer``: llmao-server, the one place that needs ``box_tls.ca_key``."""
     top = Section(problems, path, (), read_yaml(path), required=True)
     fleet = top.sub("fleet", required=True)
     fleet_key = fleet.text("key")
@@ -241,7 +243,7 @@ def load_settings(path: str, problems: Problems, warnings: list[str]) -> Setting
     metrics_token = metrics.token("token")
     metrics.close()
     rollout = _read_rollout(top.sub("rollout"))
-    box_tls = read_box_tls(top.sub("box_tls"), path, warnings)
+    box_tls = read_box_tls(top.sub("box_tls"), path, warnings, signer)
     if rollout.following:
         _check_follow_names(fleet, hosts)
     others = {"fleet.key": fleet_key, "fleet.vllm_api_salt": salt,

@@ -120,13 +120,15 @@ def approval_refusal(fleet: Fleet, box: str, model_names: Sequence[str]) -> str 
     return None
 
 
-def load_fleet(config_path: str, models_path: str) -> Fleet:
-    """Load, validate and index both files; raises :class:`ConfigError` on any problem."""
+def load_fleet(config_path: str, models_path: str, signer: bool = False) -> Fleet:
+    """Load, validate and index both files; raises :class:`ConfigError` on any problem.
+    ``signer``: the caller is llmao-server, which signs box certificates (``box_tls.ca_key``
+    must then be there and match)."""
     problems = Problems()
     warnings: list[str] = []
     models = _models_or_problems(models_path, problems)
     try:
-        settings = load_settings(config_path, problems, warnings)
+        settings = load_settings(config_path, problems, warnings, signer)
     except ConfigError as exc:  # unreadable or not YAML: nothing more to check
         problems.items.extend(exc.problems)
         problems.raise_if_any()

@@ -33,15 +33,15 @@ def openssl_ca(folder, name="ca", ca=True):
     return cert, key
 
 
-def load_with(tmp_path, section):
+def load_with(tmp_path, section, signer=True):
     config = base_config()
     config["box_tls"] = section
-    return load_fleet(*write_pair(tmp_path, config))
+    return load_fleet(*write_pair(tmp_path, config), signer=signer)
 
 
-def refusal(tmp_path, section) -> str:
+def refusal(tmp_path, section, signer=True) -> str:
     with pytest.raises(ConfigError) as caught:
-        load_with(tmp_path, section)
+        load_with(tmp_path, section, signer)
     return str(caught.value)
 
 
@@ -78,6 +78,18 @@ def test_missing_files_are_named(tmp_path):
     assert "box_tls.ca_cert: cannot read" in message and "nope.pem" in message
     assert "box_tls.ca_key: cannot read" in message
     assert "box_tls.ca_key: is required" in refusal(tmp_path, {"ca_cert": "x.pem"})
+
+
+def test_a_controller_needs_no_ca_key_but_checks_one_it_can_read(tmp_path):
+    cert, key = openssl_ca(tmp_path, "one")
+    key.unlink()
+    assert "box_tls.ca_key: cannot read" in refusal(tmp_path, {"ca_cert": str(cert),
+                                                              "ca_key": str(key)})
+    tls = load_with(tmp_path, {"ca_cert": str(cert), "ca_key": str(key)}, signer=False)
+    assert tls.settings.box_tls.ca_cert == str(cert)
+    _, other_key = openssl_ca(tmp_path, "two")
+    assert "is not the key of box_tls.ca_cert" in refusal(
+        tmp_path, {"ca_cert": str(cert), "ca_key": str(other_key)}, signer=False)
 
 
 def test_a_key_of_another_certificate_is_refused(tmp_path):
