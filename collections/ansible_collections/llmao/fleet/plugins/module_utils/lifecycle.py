@@ -73,7 +73,7 @@ class Models(StrEnum):
 
     LISTS = "lists"          # 200 and the served name is there
     OTHER = "other"          # 200 but the served name is not (another model, still loading)
-    REJECTED = "rejected"    # 401: something answers, and it is not ours
+    REJECTED = "rejected"    # 401, or a certificate the fleet CA did not sign: not ours
     FAILED = "failed"        # refused, timed out, 5xx, garbage
     SKIPPED = "skipped"      # not asked: /health did not answer
 
@@ -96,6 +96,9 @@ class Probe:
     models: Models
     detail: str = ""
     metrics: ServerMetrics | None = None   # read when it answered with our bearer
+    # Under box TLS, the box answered in plain HTTP while it was still allowed to (it had not
+    # applied the revision that turns TLS on): it is dialled, and routed, over http until then.
+    plain_http: bool = False
 
 
 @dataclass(frozen=True)
@@ -184,11 +187,14 @@ def _rejected(probe: Probe, listed: Listed, memory: Memory, knobs: Lifecycle) ->
     remembered = replace(memory, state=State.REJECTED, rejected_passes=passes,
                          consecutive_failures=0)
     unnamed = listed in (Listed.NOT_NAMED, Listed.NO_PROVIDERS)
+    # A 401 (detail "HTTP 401 ...", or none given) or a certificate that does not verify.
+    why = (probe.detail if probe.detail and not probe.detail.startswith("HTTP 401")
+           else "401 to our bearer")
     if passes >= knobs.rejected_passes and unnamed:
-        return Verdict(State.FOREIGN, f"401 to our bearer on {passes} passes at an address no "
+        return Verdict(State.FOREIGN, f"{why} on {passes} passes at an address no "
                        "provider listing names: not ours", replace(remembered,
                                                                    state=State.FOREIGN))
-    return Verdict(State.REJECTED, f"401 to our bearer ({passes} pass(es))", remembered)
+    return Verdict(State.REJECTED, f"{why} ({passes} pass(es))", remembered)
 
 
 def _was_serving_since_last_boot(last_fetch: float | None, memory: Memory) -> bool:

@@ -47,12 +47,15 @@ class Endpoint:
     host: str
     port: int
     source: str
+    # ``https`` when the box serves TLS with a certificate of the fleet CA (docs/box-tls.md).
+    scheme: str = "http"
 
     @property
     def base_url(self) -> str:
-        """``http://host:port/v1``, the OpenAI base LiteLLM and the probes use."""
+        """``http://host:port/v1`` (``https`` under box TLS), the OpenAI base LiteLLM and the
+        probes use."""
         host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}/v1"
+        return f"{self.scheme}://{host}:{self.port}/v1"
 
 
 @dataclass(frozen=True)

@@ -11,12 +11,19 @@ same worker: its ``/metrics`` (at the server root, beside ``/v1``) is asked
 for on the ``/health`` connection before the ``/v1/models`` answer is awaited,
 so both are in flight at once and the scrape adds no round trip; its figures
 are kept only when ``/v1/models`` accepted our bearer (docs/metrics.md).
+
+Under box TLS (docs/box-tls.md) every probe and scrape dials HTTPS and verifies the
+chain against the fleet CA and the certificate against the address dialled. A
+certificate that does not verify is the same verdict as a wrong bearer: not ours
+(rejected). A box that has not applied the revision turning TLS on yet may still
+answer plain HTTP (``plain_allowed``); nothing else falls back.
 """
 
 from __future__ import annotations
 
 import http.client
 import json
+import ssl
 import time
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -41,11 +48,18 @@ class Target:
     endpoint: Endpoint | None
     served_model_name: str
     api_key: str = field(repr=False)
+    # The fleet CA's client context (:func:`box_tls.box_context`) when boxes serve HTTPS.
+    tls: ssl.SSLContext | None = field(default=None, repr=False)
+    # Whether a box that answers plain HTTP is still taken at its word (not on TLS yet).
+    plain_allowed: bool = False
 
 
-def _connect(endpoint: Endpoint, connect_timeout: float,
-             timeout: float) -> http.client.HTTPConnection:
-    connection = http.client.HTTPConnection(endpoint.host, endpoint.port, timeout=connect_timeout)
+def _connect(endpoint: Endpoint, connect_timeout: float, timeout: float,
+             tls: ssl.SSLContext | None = None) -> http.client.HTTPConnection:
+    connection = (http.client.HTTPConnection(endpoint.host, endpoint.port,
+                                             timeout=connect_timeout) if tls is None else
+                  http.client.HTTPSConnection(endpoint.host, endpoint.port,
+                                              timeout=connect_timeout, context=tls))
     try:
         connection.connect()
         connection.sock.settimeout(timeout)
@@ -64,8 +78,8 @@ def _ask(connection: http.client.HTTPConnection, path: str, headers: dict[str, s
 
 
 def _get(endpoint: Endpoint, path: str, headers: dict[str, str], connect_timeout: float,
-         timeout: float) -> tuple[int, bytes]:
-    connection = _connect(endpoint, connect_timeout, timeout)
+         timeout: float, tls: ssl.SSLContext | None = None) -> tuple[int, bytes]:
+    connection = _connect(endpoint, connect_timeout, timeout, tls)
     try:
         return _ask(connection, path, headers)
     finally:
@@ -126,10 +140,29 @@ def probe_one(target: Target, connect_timeout: float, timeout: float,
     """
     if target.endpoint is None:
         return Probe(False, Models.SKIPPED, "no public address known")
+    tls = target.tls
     try:
-        connection = _connect(target.endpoint, connect_timeout, timeout)
+        connection = _connect(target.endpoint, connect_timeout, timeout, tls)
+    except ssl.SSLCertVerificationError as exc:
+        return Probe(False, Models.REJECTED, f"a certificate the fleet CA did not sign for "
+                                             f"this address ({exc.verify_message})")
+    except ssl.SSLError as exc:
+        if not target.plain_allowed:
+            return Probe(False, Models.SKIPPED, _describe(exc))
+        tls = None
+        try:
+            connection = _connect(target.endpoint, connect_timeout, timeout)
+        except (OSError, http.client.HTTPException) as again:
+            return Probe(False, Models.SKIPPED, _describe(again))
     except (OSError, http.client.HTTPException) as exc:
         return Probe(False, Models.SKIPPED, _describe(exc))
+    probe = _probe_on(connection, target, connect_timeout, timeout, scrape, tls)
+    return probe if tls is target.tls else replace(probe, plain_http=True)
+
+
+def _probe_on(connection: http.client.HTTPConnection, target: Target, connect_timeout: float,
+              timeout: float, scrape: bool, tls: ssl.SSLContext | None) -> Probe:
+    """The probe on an open connection (closed when done)."""
     try:
         try:
             health_ok = _ask(connection, "/health", {})[0] == 200
@@ -139,7 +172,8 @@ def probe_one(target: Target, connect_timeout: float, timeout: float,
         scraping = scrape and _send_scrape(connection, bearer)
         scraped_at = time.time()
         try:
-            status, body = _get(target.endpoint, "/v1/models", bearer, connect_timeout, timeout)
+            status, body = _get(target.endpoint, "/v1/models", bearer, connect_timeout, timeout,
+                                tls)
         except (OSError, http.client.HTTPException) as exc:
             return Probe(health_ok, Models.FAILED, _describe(exc))
         probe = _models_probe(health_ok, status, body, target.served_model_name)

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from .box_tls import box_context
 from .fleet import Fleet
 from .fleet_load import (
     BoxCost,
@@ -85,10 +86,34 @@ def server_key(server: IntendedServer) -> str:
     return deployment_id(server.box, server.listen_port, server.name)
 
 
-def probe_targets(fleet: Fleet, listings: Listings) -> list[Target]:
-    """What to probe: every intended server at its public address, with its bearer."""
-    return [Target(server_key(s), listings.endpoint(s.box, s.listen_port, s.seed_public_port),
-                   s.served_model_name, s.api_key) for s in fleet.servers()]
+def probe_targets(fleet: Fleet, listings: Listings,
+                  applied: Mapping[str, str | None] | None = None,
+                  ca_path: str | None = None) -> list[Target]:
+    """What to probe: every intended server at its public address, with its bearer.
+
+    Under box TLS, over HTTPS verified against the fleet CA (``ca_path``, else
+    ``box_tls.ca_cert``). A box whose ``applied`` revision is not the intended one may
+    not have turned TLS on yet: its plain HTTP answer is still taken (docs/box-tls.md).
+    Without ``applied`` nothing is known of that, and nothing falls back.
+    """
+    tls = fleet.settings.box_tls
+    context = box_context(ca_path or tls.ca_cert) if tls is not None else None
+    targets = []
+    for s in fleet.servers():
+        behind = applied is not None and applied.get(s.box) != fleet.assignment(s.box).revision
+        targets.append(Target(
+            server_key(s), dialled(fleet, listings.endpoint(s.box, s.listen_port,
+                                                            s.seed_public_port)),
+            s.served_model_name, s.api_key, context, context is not None and behind))
+    return targets
+
+
+def dialled(fleet: Fleet, endpoint: Endpoint | None, plain_http: bool = False) -> Endpoint | None:
+    """The endpoint as it is dialled and routed: HTTPS under box TLS, unless the box
+    answered plain HTTP while it was allowed to."""
+    if endpoint is None or fleet.settings.box_tls is None or plain_http:
+        return endpoint
+    return replace(endpoint, scheme="https")
 
 
 def plan_pass(fleet: Fleet, observations: Observations, probes: Mapping[str, Probe]) -> Plan:
@@ -99,7 +124,9 @@ def plan_pass(fleet: Fleet, observations: Observations, probes: Mapping[str, Pro
     plans = []
     for server in fleet.servers():
         key = server_key(server)
-        endpoint = listings.endpoint(server.box, server.listen_port, server.seed_public_port)
+        endpoint = dialled(fleet, listings.endpoint(server.box, server.listen_port,
+                                                    server.seed_public_port),
+                           probes[key].plain_http)
         verdict = classify(observations.now, observations.last_fetches.get(server.box),
                            probes[key], listings.listed(server.box),
                            observations.memories.get(key, Memory()), fleet.settings.lifecycle)

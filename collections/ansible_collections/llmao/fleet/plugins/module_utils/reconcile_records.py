@@ -102,8 +102,12 @@ def route_from_record(record: Any) -> Route:
 
 
 def probe_record(probe: Probe) -> dict[str, Any]:
-    return {"health_ok": probe.health_ok, "models": probe.models.value, "detail": probe.detail,
-            "metrics": probe.metrics.record() if probe.metrics else None}
+    """The probe as JSON; ``plain_http`` only when true (box TLS, a box not on it yet)."""
+    record = {"health_ok": probe.health_ok, "models": probe.models.value,
+              "detail": probe.detail, "metrics": probe.metrics.record() if probe.metrics else None}
+    if probe.plain_http:
+        record["plain_http"] = True
+    return record
 
 
 def probe_from_record(record: Any, what: str = "probe") -> Probe:
@@ -120,7 +124,11 @@ def probe_from_record(record: Any, what: str = "probe") -> Probe:
         metrics = None if metrics is None else ServerMetrics.from_record(metrics)
     except MetricsRecordError as exc:
         raise RecordError(f"{what}: {exc}") from None
-    return Probe(record["health_ok"], models, str(record.get("detail") or ""), metrics)
+    plain_http = record.get("plain_http", False)
+    if not isinstance(plain_http, bool):
+        raise RecordError(f"{what}.plain_http must be true or false")
+    return Probe(record["health_ok"], models, str(record.get("detail") or ""), metrics,
+                 plain_http)
 
 
 def probes_from_record(record: Any) -> dict[str, Probe]:

@@ -62,6 +62,22 @@ options:
       - Read each answering server's C(/metrics) too. C(false) probes only.
     type: bool
     default: true
+  applied:
+    description:
+      - The revision each box last applied, as M(llmao.fleet.fleet_observe) returns them in
+        C(observations.applied). Under box TLS, a box that has not applied its intended
+        revision may not serve HTTPS yet, and only such a box is still probed over plain HTTP
+        when it answers so.
+      - When omitted, every box must answer HTTPS (see C(docs/box-tls.md)).
+    type: dict
+  ca_path:
+    description:
+      - The fleet CA certificate every box's certificate must chain to (C(box_tls) in
+        C(config.yaml)). Defaults to C(box_tls.ca_cert).
+      - "Under box TLS each probe and scrape verifies the chain and that the certificate names
+        the address dialled; a box whose certificate does not verify is C(rejected), as a 401
+        to our bearer is."
+    type: path
 """
 
 EXAMPLES = r"""
@@ -133,7 +149,7 @@ counts:
 """
 
 from collections import Counter
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
@@ -163,12 +179,12 @@ def unknown_boxes(fleet: Fleet, boxes: Collection[str]) -> list[str]:
 def probe_fleet(fleet: Fleet, listings: Listings, boxes: Collection[str] | None,
                 connect_timeout: float, timeout: float,
                 concurrency: int = DEFAULT_CONCURRENCY,
-                scrape: bool = True) -> dict[str, dict[str, Any]]:
+                scrape: bool = True, applied: Mapping[str, str | None] | None = None,
+                ca_path: str | None = None) -> dict[str, dict[str, Any]]:
     """Probe the chosen servers concurrently; server id → where it was dialled and what answered."""
     chosen = None if boxes is None else {fleet.assignment(box).box for box in boxes}
-    pairs = [(server, target) for server, target in zip(fleet.servers(),
-                                                        probe_targets(fleet, listings),
-                                                        strict=True)
+    targets = probe_targets(fleet, listings, applied, ca_path)
+    pairs = [(server, target) for server, target in zip(fleet.servers(), targets, strict=True)
              if chosen is None or server.box in chosen]
     probes = probe_many([target for _server, target in pairs], connect_timeout, timeout,
                         concurrency, scrape)
@@ -195,6 +211,8 @@ def main() -> None:
         "timeout": {"type": "float"},
         "concurrency": {"type": "int", "default": DEFAULT_CONCURRENCY},
         "scrape": {"type": "bool", "default": True},
+        "applied": {"type": "dict"},
+        "ca_path": {"type": "path"},
     }, approved=True))
     fleet = load_reconcile_fleet(module)
     params = module.params
@@ -217,7 +235,7 @@ def main() -> None:
     probes = probe_fleet(fleet, listings, boxes,
                          params["connect_timeout"] or knobs.probe_connect_timeout_s,
                          params["timeout"] or knobs.probe_timeout_s, params["concurrency"],
-                         params["scrape"])
+                         params["scrape"], params["applied"], params["ca_path"])
     module.exit_json(changed=False, probes=probes, counts=probe_counts(probes))
 
 

@@ -142,3 +142,16 @@ def test_reasons_read_like_the_dashboard():
     assert loading.reason == "fetched its config 12 min ago; vLLM up, model loading"
     assert stalled.reason.startswith("fetched its config 12 min ago, not answering")
     assert rejected.reason.startswith("401 to our bearer")
+
+
+def test_a_certificate_that_does_not_verify_is_rejected_then_foreign_with_its_reason():
+    refused = Probe(False, Models.REJECTED, "a certificate the fleet CA did not sign for this "
+                                            "address (certificate verify failed)")
+    first = classify(NOW, NOW, refused, Listed.NOT_NAMED, Memory(), KNOBS)
+    assert first.state is State.REJECTED
+    assert first.reason.startswith("a certificate the fleet CA did not sign")
+    memory = first.memory
+    for _pass in range(2):
+        verdict = classify(NOW, NOW, refused, Listed.NOT_NAMED, memory, KNOBS)
+        memory = verdict.memory
+    assert verdict.state is State.FOREIGN and "fleet CA did not sign" in verdict.reason
