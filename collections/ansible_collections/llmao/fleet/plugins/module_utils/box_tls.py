@@ -37,6 +37,8 @@ class BoxTls:
     # new CA is a new revision and each box asks for a certificate from it in its turn.
     ca_sha256: str
     ca_not_after: float
+    # Where the LiteLLM proxy reads the fleet CA, when not at ca_cert (another machine).
+    litellm_ca_path: str | None = None
 
     def payload(self) -> dict[str, object]:
         """The payload's ``tls`` object: which CA signs, and for how long."""
@@ -60,6 +62,7 @@ def read_box_tls(section: Section, config_path: str, warnings: list[str],
     cert_path = section.text("ca_cert", required=True)
     key_path = section.text("ca_key", required=True)
     leaf_days = section.integer("leaf_days", DEFAULT_LEAF_DAYS, maximum=MAX_LEAF_DAYS)
+    litellm_ca_path = section.text("litellm_ca_path")
     section.close()
     if not cert_path or not key_path:
         return None
@@ -79,7 +82,8 @@ def read_box_tls(section: Section, config_path: str, warnings: list[str],
         warnings.append(f"{config_path}: box_tls.ca_key: {key_path} can be read by others "
                         f"than its owner; it signs for the whole fleet: chmod 600 it")
     digest = hashlib.sha256(ssl.PEM_cert_to_DER_cert(pem)).hexdigest()
-    return BoxTls(cert_path, key_path, leaf_days or DEFAULT_LEAF_DAYS, pem, digest, not_after)
+    return BoxTls(cert_path, key_path, leaf_days or DEFAULT_LEAF_DAYS, pem, digest, not_after,
+                  litellm_ca_path)
 
 
 def _unreadable(section: Section, key: str, path: str) -> bool:

@@ -25,10 +25,18 @@ def deployment_id(box: str, listen_port: int, name: str) -> str:
     return f"{ID_PREFIX}{box}:{listen_port}:{name}"
 
 
-def deployment_body(server: IntendedServer, endpoint: Endpoint) -> dict[str, Any]:
-    """The ``/model/new`` body: the models.yaml entry plus this server's base and bearer."""
+def deployment_body(server: IntendedServer, endpoint: Endpoint,
+                    ca_path: str | None = None) -> dict[str, Any]:
+    """The ``/model/new`` body: the models.yaml entry plus this server's base and bearer.
+
+    An ``https`` base verifies the box against the fleet CA at ``ca_path`` (a path on the
+    LiteLLM proxy's machine): LiteLLM honours ``ssl_verify`` per deployment for
+    ``hosted_vllm/`` models, the only kind a self-hosted model may be (docs/box-tls.md).
+    """
     params = dict(server.entry.litellm_params)
     params.update(api_base=endpoint.base_url, api_key=server.api_key)
+    if endpoint.scheme == "https" and ca_path:
+        params["ssl_verify"] = ca_path
     info = dict(server.entry.model_info)
     info.update({
         "id": deployment_id(server.box, server.listen_port, server.name),

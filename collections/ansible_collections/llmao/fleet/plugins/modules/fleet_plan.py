@@ -149,7 +149,7 @@ load_lines:
 changes:
   description:
     - The LiteLLM changes of this pass (C(state), C(id), C(box), C(listen_port), C(name),
-      C(model_name), C(public_host), C(public_port), C(change), C(why)).
+      C(model_name), C(public_host), C(public_port), C(public_scheme), C(change), C(why)).
   returned: success
   type: list
   elements: dict
@@ -227,7 +227,8 @@ from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_records impo
     probes_from_record,
 )
 
-DEPLOYMENT_KEYS = ("state", "box", "listen_port", "name", "public_host", "public_port")
+DEPLOYMENT_KEYS = ("state", "box", "listen_port", "name", "public_host", "public_port",
+                   "public_scheme")
 
 
 class PlanError(ValueError):
@@ -251,6 +252,7 @@ def apply_item(plan: ServerPlan) -> dict[str, Any]:
             "name": plan.server.name, "model_name": plan.server.model_name,
             "public_host": endpoint.host if endpoint else None,
             "public_port": endpoint.port if endpoint else None,
+            "public_scheme": endpoint.scheme if endpoint else None,
             "change": plan.change.value if plan.change else None, "why": plan.why}
 
 

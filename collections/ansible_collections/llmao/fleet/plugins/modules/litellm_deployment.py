@@ -77,6 +77,13 @@ options:
     description:
       - The public port LiteLLM dials the server at (the provider's mapping of the listen port).
     type: int
+  public_scheme:
+    description:
+      - How LiteLLM dials the server. Defaults to C(https) when C(config.yaml) has C(box_tls)
+        (the deployment then verifies the box against the fleet CA, see C(docs/box-tls.md)),
+        else C(http).
+    type: str
+    choices: [http, https]
   reason:
     description:
       - Why the change is made; written to the audit log with it.
@@ -118,6 +125,10 @@ options:
       public_port:
         description: The public port LiteLLM dials.
         type: int
+      public_scheme:
+        description: How LiteLLM dials (C(http) or C(https)).
+        type: str
+        choices: [http, https]
       reason:
         description: Why; written to the audit log.
         type: str
@@ -177,7 +188,7 @@ results:
 import functools
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
@@ -222,6 +233,7 @@ DEPLOYMENT_OPTIONS: dict[str, dict[str, Any]] = {
     "id": {"type": "str"},
     "public_host": {"type": "str"},
     "public_port": {"type": "int"},
+    "public_scheme": {"type": "str", "choices": ["http", "https"]},
     "reason": {"type": "str", "default": ""},
 }
 DEPLOYMENT_RULES: dict[str, Any] = {
@@ -230,7 +242,8 @@ DEPLOYMENT_RULES: dict[str, Any] = {
     "required_together": [("box", "listen_port"), ("public_host", "public_port")],
     "required_if": [("state", "present", ("box",))],
 }
-SINGLE_ONLY = ("box", "listen_port", "name", "id", "public_host", "public_port")
+SINGLE_ONLY = ("box", "listen_port", "name", "id", "public_host", "public_port",
+               "public_scheme")
 OPTIONS: dict[str, dict[str, Any]] = {
     **DEPLOYMENT_OPTIONS,
     "deployments": {"type": "list", "elements": "dict", "options": DEPLOYMENT_OPTIONS,
@@ -300,9 +313,15 @@ def owned_route(litellm: LiteLLM, deployment: str) -> Route | None:
     return route
 
 
+def litellm_ca_path(fleet: Fleet) -> str | None:
+    """Where the LiteLLM proxy reads the fleet CA (None without box TLS)."""
+    tls = fleet.settings.box_tls
+    return None if tls is None else tls.litellm_ca_path or tls.ca_cert
+
+
 def ensure_present(litellm: LiteLLM, server: IntendedServer, endpoint: Endpoint,
-                   check_mode: bool) -> Outcome:
-    body = deployment_body(server, endpoint)
+                   check_mode: bool, ca_path: str | None = None) -> Outcome:
+    body = deployment_body(server, endpoint, ca_path)
     deployment = body["model_info"]["id"]
     route = owned_route(litellm, deployment)
     if route is not None and route_differs(route, server, endpoint) is None:
@@ -343,17 +362,22 @@ def absent_id(fleet: Fleet, item: dict[str, Any]) -> str:
     return deployment_id(normalize_host(item["box"]), item["listen_port"], name)
 
 
-def public_endpoint(server: IntendedServer, host: str | None, port: int | None,
+def public_endpoint(fleet: Fleet, server: IntendedServer, item: dict[str, Any],
                     listings: Callable[[], Listings]) -> Endpoint:
+    """Where LiteLLM dials the server: as given, else from the listings; over HTTPS under
+    box TLS unless told otherwise (a box that has not turned TLS on yet)."""
+    host, port = item["public_host"], item["public_port"]
     if host is not None and port is not None:
-        return Endpoint(host, port, "given")
-    read = listings()
-    endpoint = read.endpoint(server.box, server.listen_port, server.seed_public_port)
-    if endpoint is None:
-        failed = "; ".join(f"{kind}: {why}" for kind, why in read.failed.items())
-        raise DeploymentError(f"no public address known for {server.box} port "
-                              f"{server.listen_port}" + (f" ({failed})" if failed else ""))
-    return endpoint
+        endpoint = Endpoint(host, port, "given")
+    else:
+        read = listings()
+        endpoint = read.endpoint(server.box, server.listen_port, server.seed_public_port)
+        if endpoint is None:
+            failed = "; ".join(f"{kind}: {why}" for kind, why in read.failed.items())
+            raise DeploymentError(f"no public address known for {server.box} port "
+                                  f"{server.listen_port}" + (f" ({failed})" if failed else ""))
+    scheme = item.get("public_scheme") or ("https" if fleet.settings.box_tls else "http")
+    return replace(endpoint, scheme=scheme)
 
 
 def apply_deployment(fleet: Fleet, litellm: LiteLLM, item: dict[str, Any], check_mode: bool,
@@ -362,8 +386,8 @@ def apply_deployment(fleet: Fleet, litellm: LiteLLM, item: dict[str, Any], check
     if item["state"] == "absent":
         return ensure_absent(litellm, absent_id(fleet, item), check_mode)
     server = find_server(fleet, item["box"], item["listen_port"], item["name"])
-    endpoint = public_endpoint(server, item["public_host"], item["public_port"], listings)
-    return ensure_present(litellm, server, endpoint, check_mode)
+    endpoint = public_endpoint(fleet, server, item, listings)
+    return ensure_present(litellm, server, endpoint, check_mode, litellm_ca_path(fleet))
 
 
 class ApplyError(RuntimeError):

@@ -51,11 +51,12 @@ def test_first_pass_registers_the_healthy_and_says_so(fleet):
     (change,) = result["changes"]
     assert change == {"state": "present", "id": GEMMA, "box": "203.0.113.10",
                       "listen_port": 8001, "name": "gemma", "model_name": "gemma",
-                      "public_host": "203.0.113.10", "public_port": 8001,
+                      "public_host": "203.0.113.10", "public_port": 8001, "public_scheme": "http",
                       "change": "register", "why": "Healthy, not in LiteLLM"}
     assert result["deployments"] == [{"state": "present", "box": "203.0.113.10",
                                       "listen_port": 8001, "name": "gemma",
                                       "public_host": "203.0.113.10", "public_port": 8001,
+                                      "public_scheme": "http",
                                       "reason": "Healthy, not in LiteLLM"}]
     assert result["counts"] == {"Healthy": 1, "Loading": 1, "Awaiting": 1, "changes": 1}
     gemma_line, qwen_line, legacy_line = result["lines"]
