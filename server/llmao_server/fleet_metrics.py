@@ -33,6 +33,7 @@ from ansible_collections.llmao.fleet.plugins.module_utils.vllm_metrics import (
 from .addresses import is_loopback
 from .api_errors import RequestRefused
 from .bearer_header import presented_bearer
+from .cert_expiry import certificate_expiries
 from .dashboard.fleet_view import Observed, strangers
 from .state import ServerState, app_state
 from .store import ReconcilePass
@@ -161,6 +162,12 @@ def pass_metrics(last: ReconcilePass) -> Iterator[Metric]:
         loads, models, boxes = {}, {}, {}
     yield from server_metrics(last.verdicts, loads)
     yield from model_metrics(models)
+    expiry = GaugeMetricFamily("llmao_box_certificate_expiry_timestamp_seconds",
+                               "When the TLS certificate a box served in the latest pass "
+                               "expires (box_tls).", labels=["box"])
+    for box, when in certificate_expiries(last.verdicts).items():
+        expiry.add_metric([box], when)
+    yield expiry
     box_cost = GaugeMetricFamily("llmao_box_cost_per_hour", "A box's price per hour (USD).",
                                  labels=["box", "provider"])
     for box, cost in boxes.items():

@@ -4,6 +4,8 @@ ours), and only a box allowed to (not on TLS yet) is taken at its plain HTTP wor
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from ansible_collections.llmao.fleet.plugins.module_utils.box_tls import box_context
@@ -38,6 +40,8 @@ def test_a_box_with_the_fleet_cas_certificate_for_its_address_is_probed_and_scra
     seen = probe("127.0.0.1", stub.port, fleet_ca)
     assert (seen.health_ok, seen.models, seen.plain_http) == (True, Models.LISTS, False)
     assert seen.metrics is not None and seen.metrics.kv_cache_tokens
+    # the leaf lives 7 days: its expiry as served is kept for the dashboard and /metrics
+    assert abs(seen.cert_not_after - (time.time() + 7 * 86400)) < 120
 
 
 def test_another_ca_or_another_address_is_rejected(local_stub_factory, fleet_ca, tmp_path):

@@ -120,3 +120,20 @@ def test_every_worker_answers_the_same(make_app: Callable[..., Flask]) -> None:
                for app in (first, second)]
     assert answers[0] == answers[1]
     assert "llmao_server_oversized" in answers[0]
+
+
+def test_each_box_shows_the_earliest_expiry_of_the_certificates_it_served(
+        client: FlaskClient, state: ServerState) -> None:
+    now = time.time()
+    recorded = a_pass(now)
+    verdicts = copy.deepcopy(dict(recorded.verdicts))
+    gemma, qwen = (key for key, v in verdicts.items() if v["box"] == KNOWN)
+    verdicts[gemma]["cert_not_after"] = now + 5 * 86400
+    verdicts[qwen]["cert_not_after"] = now + 4 * 86400
+    state.store.record_pass(type(recorded)(recorded.pass_at, verdicts, recorded.drift,
+                                           recorded.recorded_at, recorded.models,
+                                           recorded.boxes))
+    seen = samples(client.get("/metrics"))
+    expiry = {labels: value for (name, labels), value in seen.items()
+              if name == "llmao_box_certificate_expiry_timestamp_seconds"}
+    assert expiry == {(("box", KNOWN),): pytest.approx(now + 4 * 86400)}

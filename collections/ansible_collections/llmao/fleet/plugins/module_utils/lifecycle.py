@@ -99,6 +99,8 @@ class Probe:
     # Under box TLS, the box answered in plain HTTP while it was still allowed to (it had not
     # applied the revision that turns TLS on): it is dialled, and routed, over http until then.
     plain_http: bool = False
+    # Under box TLS, when the box's certificate expires (seconds since the epoch), as served.
+    cert_not_after: float | None = None
 
 
 @dataclass(frozen=True)

@@ -156,8 +156,20 @@ def probe_one(target: Target, connect_timeout: float, timeout: float,
             return Probe(False, Models.SKIPPED, _describe(again))
     except (OSError, http.client.HTTPException) as exc:
         return Probe(False, Models.SKIPPED, _describe(exc))
+    if tls is not target.tls:
+        return replace(_probe_on(connection, target, connect_timeout, timeout, scrape, tls),
+                       plain_http=True)
+    expires = _certificate_expiry(connection) if tls is not None else None
     probe = _probe_on(connection, target, connect_timeout, timeout, scrape, tls)
-    return probe if tls is target.tls else replace(probe, plain_http=True)
+    return probe if expires is None else replace(probe, cert_not_after=expires)
+
+
+def _certificate_expiry(connection: http.client.HTTPConnection) -> float | None:
+    """When the certificate the box just presented (and we verified) expires."""
+    try:
+        return ssl.cert_time_to_seconds(connection.sock.getpeercert()["notAfter"])
+    except (AttributeError, KeyError, TypeError, ValueError):
+        return None
 
 
 def _probe_on(connection: http.client.HTTPConnection, target: Target, connect_timeout: float,

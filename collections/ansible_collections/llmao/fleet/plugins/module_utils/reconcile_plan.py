@@ -46,6 +46,8 @@ class ServerPlan:
     route: Route | None
     change: Change | None = None
     why: str = ""
+    # Under box TLS, when the certificate the box served this pass expires.
+    cert_not_after: float | None = None
 
     @property
     def id(self) -> str:
@@ -61,6 +63,7 @@ class ServerPlan:
             "in_litellm": self.route is not None,
             "change": self.change.value if self.change else None, "why": self.why,
             "outlives_instance": self.verdict.outlives_instance,
+            **({} if self.cert_not_after is None else {"cert_not_after": self.cert_not_after}),
         }
 
 
@@ -130,7 +133,8 @@ def plan_pass(fleet: Fleet, observations: Observations, probes: Mapping[str, Pro
         verdict = classify(observations.now, observations.last_fetches.get(server.box),
                            probes[key], listings.listed(server.box),
                            observations.memories.get(key, Memory()), fleet.settings.lifecycle)
-        plans.append(_decide(server, endpoint, verdict, by_id.get(key), held.get(key)))
+        plans.append(replace(_decide(server, endpoint, verdict, by_id.get(key), held.get(key)),
+                             cert_not_after=probes[key].cert_not_after))
     intended = {p.id for p in plans}
     owned_orphans = tuple(r for r in routes if r.owned and r.id not in intended)
     drift = _drift(fleet, plans, routes, intended, observations.applied)

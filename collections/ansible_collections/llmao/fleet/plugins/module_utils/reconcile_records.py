@@ -102,11 +102,14 @@ def route_from_record(record: Any) -> Route:
 
 
 def probe_record(probe: Probe) -> dict[str, Any]:
-    """The probe as JSON; ``plain_http`` only when true (box TLS, a box not on it yet)."""
+    """The probe as JSON; under box TLS, ``plain_http`` when true (a box not on it yet) and
+    ``cert_not_after`` when a certificate was verified."""
     record = {"health_ok": probe.health_ok, "models": probe.models.value,
               "detail": probe.detail, "metrics": probe.metrics.record() if probe.metrics else None}
     if probe.plain_http:
         record["plain_http"] = True
+    if probe.cert_not_after is not None:
+        record["cert_not_after"] = probe.cert_not_after
     return record
 
 
@@ -128,7 +131,8 @@ def probe_from_record(record: Any, what: str = "probe") -> Probe:
     if not isinstance(plain_http, bool):
         raise RecordError(f"{what}.plain_http must be true or false")
     return Probe(record["health_ok"], models, str(record.get("detail") or ""), metrics,
-                 plain_http)
+                 plain_http, _number(record.get("cert_not_after"), f"{what}.cert_not_after",
+                                     optional=True))
 
 
 def probes_from_record(record: Any) -> dict[str, Probe]:
