@@ -37,6 +37,7 @@ from ansible_collections.llmao.fleet.plugins.module_utils.vllm_metrics import (
     MetricsRecordError,
 )
 
+from ..cert_expiry import WARN_BEFORE_S
 from ..store import Approval, BindingConflict, BoxBinding, LoadSample, UnknownBox
 from .charts import Chart, line_chart
 
@@ -149,6 +150,10 @@ class Row:
     # The box's binding: "pending" or "confirmed" (None: not bound), and what it says.
     binding: str | None = None
     binding_detail: str = ""
+    # Under box TLS: how long the certificate the box served in the latest pass has left
+    # ("TLS 6.9 d"), and "hot" when it nears expiry (docs/box-tls.md).
+    certificate: str | None = None
+    certificate_tone: str = ""
 
     @property
     def public_port(self) -> str:
@@ -295,7 +300,20 @@ def build_row(fleet: Fleet, server: IntendedServer, assignment: BoxAssignment,
                server.listen_port, public, state, reason, age(now, fetched_at), in_litellm,
                short(observed.applied.get(server.box)), short(assignment.revision) or "",
                approval.approved_by if approval else None, loads.get(key) if verdict else None,
-               *binding_shown(binding, now))
+               *binding_shown(binding, now),
+               *certificate_shown((verdict or {}).get("cert_not_after"), now, fleet))
+
+
+def certificate_shown(not_after: Any, now: float, fleet: Fleet) -> tuple[str | None, str]:
+    """The served certificate's time left, and ``hot`` a few days ahead of its expiry (never
+    before the box's own renewal, at a third of its life: a quarter of it left)."""
+    tls = fleet.settings.box_tls
+    if tls is None or not isinstance(not_after, int | float) or isinstance(not_after, bool):
+        return None, ""
+    left = not_after - now
+    warn = min(WARN_BEFORE_S, tls.leaf_days * 86400 / 4)
+    text = "TLS expired" if left <= 0 else f"TLS {left / 86400:.1f} d"
+    return text, "hot" if left < warn else ""
 
 
 def binding_shown(binding: BoxBinding | None, now: float) -> tuple[str | None, str]:
