@@ -18,7 +18,8 @@ def test_init_writes_a_ca_that_box_tls_loads(tmp_path, capsys):
     assert "box_tls:" in capsys.readouterr().out
     config = base_config()
     config["box_tls"] = {"ca_cert": str(folder / "ca.pem"), "ca_key": str(folder / "ca.key")}
-    fleet = load_fleet(*write_pair(tmp_path, config))
+    config["rollout"] = {"follow_s": 30}
+    fleet = load_fleet(*write_pair(tmp_path, config), signer=True)
     assert fleet.settings.box_tls.ca_not_after > 0 and fleet.warnings == ()
 
 

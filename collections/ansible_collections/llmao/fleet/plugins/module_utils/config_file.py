@@ -244,6 +244,11 @@ def load_settings(path: str, problems: Problems, warnings: list[str],
     metrics.close()
     rollout = _read_rollout(top.sub("rollout"))
     box_tls = read_box_tls(top.sub("box_tls"), path, warnings, signer)
+    if box_tls is not None and not rollout.following:
+        warnings.append(f"{path}: box_tls: boxes renew their certificates in the follow "
+                        f"program, and rollout.follow_s is not set: a box renews only when it "
+                        f"boots, and its certificate expires after {box_tls.leaf_days} days "
+                        f"(docs/box-tls.md)")
     if rollout.following:
         _check_follow_names(fleet, hosts)
     others = {"fleet.key": fleet_key, "fleet.vllm_api_salt": salt,

@@ -62,7 +62,16 @@ def test_a_good_ca_loads_and_the_payload_names_it_so_the_revision_changes(tmp_pa
     payload = json.loads(served.body)
     assert payload["tls"] == {"ca_sha256": tls.ca_sha256, "leaf_days": 7}
     assert served.revision != plain.revision
-    assert fleet.warnings == ()
+    (warning,) = fleet.warnings
+    assert "box_tls: boxes renew their certificates in the follow program" in warning
+
+
+def test_boxes_that_follow_renew_and_nothing_is_warned(tmp_path):
+    cert, key = openssl_ca(tmp_path)
+    config = base_config()
+    config["box_tls"] = {"ca_cert": str(cert), "ca_key": str(key)}
+    config["rollout"] = {"follow_s": 30}
+    assert load_fleet(*write_pair(tmp_path, config), signer=True).warnings == ()
 
 
 def test_leaf_days_is_bounded(tmp_path):
