@@ -90,14 +90,24 @@ def stub_args(server: IntendedServer) -> list[str]:
     return [*(["--max-model-len", str(context)] if context else []), *recipe.args]
 
 
+def tls_args(files: tuple[Path, Path] | None) -> list[str]:
+    """The flags a box under box TLS gives vLLM: its key and certificate, reloaded in place."""
+    if files is None:
+        return []
+    key, cert = files
+    return ["--ssl-keyfile", str(key), "--ssl-certfile", str(cert), "--enable-ssl-refresh"]
+
+
 def start_stubs(fleet: Fleet, behaviours: Mapping[str, Mapping] | None = None,
-                keys: Mapping[str, str] | None = None) -> list[LocalStub]:
+                keys: Mapping[str, str] | None = None,
+                tls: Mapping[str, tuple[Path, Path]] | None = None) -> list[LocalStub]:
     """One stub per intended server, on its box address and listen port, with its bearer.
 
     ``behaviours`` and ``keys`` (by box name) change what a box's stubs do or which key they
-    require. All start at once (``wait=False``) and are then waited for together.
+    require; ``tls`` (box name to its key and certificate files) makes them serve HTTPS as a
+    box under box TLS does. All start at once (``wait=False``) and are then waited for together.
     """
-    behaviours, keys = behaviours or {}, keys or {}
+    behaviours, keys, tls = behaviours or {}, keys or {}, tls or {}
     stubs: list[LocalStub] = []
     try:
         for server in fleet.servers():
@@ -105,7 +115,7 @@ def start_stubs(fleet: Fleet, behaviours: Mapping[str, Mapping] | None = None,
                 server.listen_port, served_name=server.served_model_name,
                 model=server.entry.vllm.model, api_key=keys.get(server.box, server.api_key),
                 behaviour=behaviours.get(server.box), box_name=server.box, host=server.box,
-                wait=False, args=stub_args(server)))
+                wait=False, args=[*stub_args(server), *tls_args(tls.get(server.box))]))
         for stub in stubs:
             stub.wait_ready()
     except BaseException:

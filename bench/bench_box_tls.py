@@ -1,0 +1,97 @@
+"""P10: a reconcile pass of 300 servers over HTTPS (box TLS, every probe and scrape verifying
+the box's certificate against the fleet CA) over the same pass over plain HTTP (target
+<= 1.3). Printed, never asserted.
+
+The fleet is bench_reconcile's: 300 stub vLLM servers on loopback (100 boxes of three), each
+answering every request after 200 ms, against the LiteLLM contract fake and the real
+``llmao-server``. Each box's stubs serve a certificate of a fleet CA made for the run, signed by
+llmao's own code for the box's address. The same fleet runs first over HTTP, then with
+``box_tls``; in each, a first pass registers every server, then steady passes (nothing to
+change) are timed through the modules' logic in-process, and their medians compared. Both
+fleets cannot run at once (600 stub processes), so the machine's load may weigh on one more
+than the other: the rounds' spread is printed.
+
+    python -m bench.bench_box_tls [--boxes N] [--rounds N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import secrets
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench.bench_reconcile import ANSWER_DELAY_S, SERVERS_PER_BOX, module_chain, timed
+from rig.boxes import free_port
+from rig.litellm_process import start_litellm
+from rig.local_fleet import LocalFleet, loopback_boxes, one_model_hosts, start_stubs, stop_stubs
+from tests.llmao_process import start_llmao_server
+from tests.tls_files import make_test_ca
+
+BOXES = 100
+ROUNDS = 3
+
+
+def say(text: str) -> None:
+    print(f"bench_box_tls: {text}", flush=True)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench.bench_box_tls")
+    parser.add_argument("--boxes", type=int, default=BOXES, help="boxes of three servers")
+    parser.add_argument("--rounds", type=int, default=ROUNDS, help="steady passes timed")
+    return parser.parse_args(argv)
+
+
+def steady_passes(folder: Path, boxes: list[str], rounds: int, tls: bool) -> list[float]:
+    """A first pass, then ``rounds`` timed steady passes, over HTTPS when ``tls``."""
+    folder.mkdir(parents=True)
+    master_key = "sk-bench-" + secrets.token_urlsafe(12)
+    local = LocalFleet(folder / "fleet", one_model_hosts(boxes, SERVERS_PER_BOX))
+    port = free_port()
+    sections = {"server": {"url": f"http://127.0.0.1:{port}",
+                           "state": str(folder / "state.sqlite3")}}
+    files = {}
+    if tls:
+        ca = make_test_ca(folder / "ca")
+        sections["box_tls"] = {"ca_cert": str(ca.cert), "ca_key": str(ca.key)}
+        files = {box: ca.leaf(folder / "boxes" / box, box) for box in boxes}
+    with start_litellm("fake", master_key=master_key, log_dir=folder) as litellm:
+        fleet = local.write(litellm={"url": litellm.url, "master_key": master_key}, **sections)
+        say(f"starting {len(boxes) * SERVERS_PER_BOX} stub servers "
+            f"({'https' if tls else 'http'}) ...")
+        stubs = start_stubs(fleet, {box: {"*": {"answer_delay_s": ANSWER_DELAY_S}}
+                                    for box in boxes}, tls=files)
+        try:
+            with start_llmao_server(local.config_path, local.models_path, folder, port=port):
+                registered = module_chain(fleet)
+                if registered != len(boxes) * SERVERS_PER_BOX:
+                    raise RuntimeError(f"the first pass registered {registered} servers, not "
+                                       f"{len(boxes) * SERVERS_PER_BOX}")
+                return [timed(lambda: module_chain(fleet)) for _ in range(rounds)]
+        finally:
+            stop_stubs(stubs)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    boxes = loopback_boxes(args.boxes)
+    began = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="bench-box-tls-") as scratch:
+        plain = steady_passes(Path(scratch) / "http", boxes, args.rounds, tls=False)
+        secure = steady_passes(Path(scratch) / "https", boxes, args.rounds, tls=True)
+    over_http, over_https = statistics.median(plain), statistics.median(secure)
+    say(f"steady pass of {args.boxes * SERVERS_PER_BOX} servers answering after "
+        f"{ANSWER_DELAY_S * 1000:.0f} ms: over HTTPS {over_https:.2f} s "
+        f"({', '.join(f'{t:.2f}' for t in secure)}), over HTTP {over_http:.2f} s "
+        f"({', '.join(f'{t:.2f}' for t in plain)}), ratio {over_https / over_http:.2f} "
+        "(target <= 1.3)")
+    say(f"{time.perf_counter() - began:.0f} s in all")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
