@@ -25,13 +25,14 @@ from tests.unit.box_program.helpers import Box
 pytestmark = pytest.mark.slow
 
 BOX = "127.0.0.1"  # an IP name: the certificate names it, and a local stub can serve it
+NAMED = "gpu-b"  # a provider id: no address until a listing gives one
 
 
 class TlsFleet:
     def __init__(self, folder: Path):
         self.ca = make_test_ca(folder / "ca")
         document = json.loads(json.dumps(CONFIG))
-        document["fleet"]["hosts"] = {BOX: [["gemma", 8001]]}
+        document["fleet"]["hosts"] = {BOX: [["gemma", 8001]], NAMED: [["gemma", 8001]]}
         document["fleet"].pop("legacy_servers", None)
         document["box_tls"] = {"ca_cert": str(self.ca.cert), "ca_key": str(self.ca.key),
                                "leaf_days": 3}
@@ -40,9 +41,9 @@ class TlsFleet:
                                                       workers=1)
         self.outputs: list[str] = []
 
-    def run(self, box: Box, *args: str) -> Ending:
+    def run(self, box: Box, *args: str, host: str = BOX) -> Ending:
         ending = run_box(box, "--no-handover", *args, env={
-            "LLMAO_URL": self.server.url, "FLEET_KEY": FLEET_KEY, "LLMAO_HOST": BOX})
+            "LLMAO_URL": self.server.url, "FLEET_KEY": FLEET_KEY, "LLMAO_HOST": host})
         self.outputs.append(ending.out + ending.err)
         return ending
 
@@ -112,4 +113,13 @@ def test_without_openssl_the_box_names_it_and_writes_no_program(fleet, tmp_path)
     ending = fleet.run(box)
     assert ending.rc == 2
     assert "box TLS needs the openssl command" in ending.err
+    assert not (box.conf / "llmao-gemma.conf").exists()
+
+
+def test_a_box_no_listing_has_placed_yet_waits_and_then_says_so(fleet, tmp_path):
+    box = with_openssl(a_box(tmp_path))
+    ending = fleet.run(box, host=NAMED)
+    assert ending.rc == 3, ending.err
+    assert ending.out.count("asking again in") == 2  # LLMAO_FETCH_ATTEMPTS=3
+    assert "llmao knows no address of gpu-b yet" in ending.err
     assert not (box.conf / "llmao-gemma.conf").exists()

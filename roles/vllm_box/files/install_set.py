@@ -1462,9 +1462,20 @@ def request_certificate(settings: Settings, tls: BoxTls, say: Callable[[str], No
     url = f"{settings.url}{CERT_PATH}"
     body = json.dumps({"csr": request.decode("ascii")}).encode("utf-8")
     headers = {**auth_headers(settings), "Content-Type": "application/json"}
-    status, answer = with_retries(
-        lambda: http_request("POST", url, headers, body, settings.timeout_s),
-        settings.attempts, settings.backoff_s, f"POST {url}", say)
+    for attempt in range(1, settings.attempts + 1):
+        status, answer = with_retries(
+            lambda: http_request("POST", url, headers, body, settings.timeout_s),
+            settings.attempts, settings.backoff_s, f"POST {url}", say)
+        if status != 409:
+            break
+        # A box named by its provider's id has no address llmao knows of until a reconcile
+        # pass reads the listing: worth waiting for, as for a server that is not up yet.
+        if attempt == settings.attempts:
+            raise Unreachable(f"POST {url}: {server_message(answer)} (after {attempt} "
+                              "attempts)")
+        delay = min(settings.backoff_s * 2 ** (attempt - 1), BACKOFF_CAP_S)
+        say(f"certificate: {server_message(answer)}; asking again in {delay:g} s")
+        time.sleep(delay)
     if status != 200:
         raise refusal(status, answer, settings.host)
     doc = decode_json(answer, f"llmao's answer from {url}")
