@@ -1502,11 +1502,28 @@ def request_certificate(settings: Settings, tls: BoxTls, say: Callable[[str], No
         raise Refused(f"llmao's certificate does not fit this box's key ({exc.reason or exc}); "
                       "nothing kept") from None
     atomic_write(settings.tls_dir / CA_FILE, ca, 0o644)
-    os.replace(staged, settings.tls_dir / CERT_FILE)
+    replace_in_place(staged, settings.tls_dir / CERT_FILE)
     atomic_write(settings.tls_dir / CERT_META,
                  json.dumps({"issued_at": time.time(), "not_after": not_after,
                              "ca_sha256": ca_sha256}) + "\n", 0o644)
     return str(fields[2])
+
+
+def replace_in_place(staged: Path, path: Path) -> None:
+    """Put the checked certificate at ``path``. A first one is renamed into place; a renewal
+    rewrites the file itself: vLLM's --enable-ssl-refresh watches that file (watchfiles,
+    which follows the file and not its folder) and reloads it on every write, and a file
+    renamed over it would end the watch after the first renewal."""
+    if not path.is_file():
+        os.replace(staged, path)
+        return
+    text = staged.read_text(encoding="ascii")
+    with open(path, "r+", encoding="ascii") as out:
+        out.write(text)
+        out.truncate()
+        out.flush()
+        os.fsync(out.fileno())
+    staged.unlink()
 
 
 def ensure_certificate(settings: Settings, tls: BoxTls | None,
