@@ -68,7 +68,8 @@ def admit_box(state: ServerState, environ: dict[str, Any], box: str, peer: str |
     """Let a call for ``box`` through, or refuse it (403, or 429 over the attempt limit).
 
     Returns a new token when this call binds the name (an unbound or pending name's
-    ``GET``, ``may_bind``), else None.
+    ``GET``, ``may_bind``), else None. A confirmed token this worker holds answers from
+    memory; anything else is decided against the store, a presented token counted first.
     """
     if not state.binds_boxes:
         return None
@@ -77,40 +78,47 @@ def admit_box(state: ServerState, environ: dict[str, Any], box: str, peer: str |
     held = cache.held(box)
     if held is not None and held.confirmed and matches(held, presented):
         return None
-    scope = None
-    if presented is not None:
-        try:
-            scope = claim_attempts(state, peer, "box_token", f"box {box}", overall=False,
-                                   what="box token")
-        except AttemptRefused as refused:
-            raise RequestRefused(refused.status, "box_token_attempts", refused.message,
-                                 refused.headers()) from None
+    scope = None if presented is None else count_attempt(state, box, peer)
     cache.refresh()
     held = cache.held(box)
     instance = reported_instance(environ.get(INSTANCE_ENVIRON))
     now = time.time()
-    if matches(held, presented):
+    if held is not None and matches(held, presented):
         if not held.confirmed:
             state.store.confirm_binding(box, held.token_hash, peer, instance, now)
             audit(state.redact, "box_binding", "confirmed", f"box {box}", peer,
                   instance=instance)
             cache.refresh()
-        state.store.release_attempt(scope)
+        give_back(state, scope)
         return None
-    if held is None or not held.bound or not held.confirmed:
-        if scope is not None and (held is None or not held.bound):
-            state.store.release_attempt(scope)  # a token from before a release: no guess
-        elif presented is not None:
-            refuse(state, box, peer, presented, now)
-        if not may_bind:
-            return None
-        token = new_token()
-        if state.store.bind_box(box, token_hash(token), peer, instance, now):
-            audit(state.redact, "box_binding", "issued", f"box {box}", peer, instance=instance)
-            cache.refresh()
-            return token
+    if held is not None and held.bound and (held.confirmed or presented is not None):
+        refuse(state, box, peer, presented, now)  # confirmed, or a void token while pending
+    give_back(state, scope)  # unbound (a token from before a release: no guess), or pending
+    if not may_bind:
+        return None
+    token = new_token()
+    if not state.store.bind_box(box, token_hash(token), peer, instance, now):
         cache.refresh()  # another worker confirmed it meanwhile
-    refuse(state, box, peer, presented, now)
+        refuse(state, box, peer, presented, now)
+    audit(state.redact, "box_binding", "issued", f"box {box}", peer, instance=instance)
+    cache.refresh()
+    return token
+
+
+def count_attempt(state: ServerState, box: str, peer: str | None) -> str:
+    """Count a presented token as one attempt of the peer; 429 over its limit."""
+    try:
+        return claim_attempts(state, peer, "box_token", f"box {box}", overall=False,
+                              what="box token")
+    except AttemptRefused as refused:
+        raise RequestRefused(refused.status, "box_token_attempts", refused.message,
+                             refused.headers()) from None
+
+
+def give_back(state: ServerState, scope: str | None) -> None:
+    """A counted token that was no guess gives its attempt back."""
+    if scope is not None:
+        state.store.release_attempt(scope)
 
 
 def refuse(state: ServerState, box: str, peer: str | None, presented: str | None,
