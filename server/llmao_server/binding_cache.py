@@ -54,21 +54,22 @@ class BindingCache:
                 return
             self._refresher_pid = pid()
             self._stop = threading.Event()
-        self._refresh_quietly()
+        self.refresh_quietly()
         threading.Thread(target=self._run, args=(self._stop,), name="llmao-binding-refresh",
                          daemon=True).start()
 
     def _run(self, stop: threading.Event) -> None:
         while not stop.wait(self.interval_s):
-            self._refresh_quietly()
+            self.refresh_quietly()
 
     def close(self) -> None:
         """Stop this process's refresher (the app is closing)."""
         self._stop.set()
         self._refresher_pid = None
 
-    def _refresh_quietly(self) -> None:
-        """A refresh whose failure keeps what is held: every doubt is decided by the store."""
+    def refresh_quietly(self) -> None:
+        """A refresh whose failure keeps what is held (the store is down): the memory then
+        decides, and a presented token it cannot confirm was refused by the attempt count."""
         try:
             self.refresh()
         except Exception as exc:  # any fault: the next round retries; one line per streak

@@ -23,14 +23,17 @@ import hashlib
 import hmac
 import secrets
 import time
-from typing import Any, NoReturn
+from collections.abc import Callable
+from typing import Any, NoReturn, TypeVar
 
 from .admin_attempts import AttemptRefused, claim_attempts
 from .api_errors import RequestRefused
 from .audit import audit
 from .binding_cache import BindingCache
 from .state import ServerState
-from .store import BoxBinding
+from .store import BoxBinding, StoreError
+
+T = TypeVar("T")
 
 TOKEN_HEADER = "X-LLMAO-Box-Token"
 INSTANCE_HEADER = "X-LLMAO-Box-Instance"
@@ -68,7 +71,8 @@ def admit_box(state: ServerState, environ: dict[str, Any], box: str, peer: str |
     """Let a call for ``box`` through, or refuse it (403, or 429 over the attempt limit).
 
     Returns a new token when this call binds the name (an unbound or pending name's
-    ``GET``, ``may_bind``), else None.
+    ``GET``, ``may_bind``), else None. A confirmed token this worker holds answers from
+    memory; anything else is decided against the store, a presented token counted first.
     """
     if not state.binds_boxes:
         return None
@@ -77,41 +81,60 @@ def admit_box(state: ServerState, environ: dict[str, Any], box: str, peer: str |
     held = cache.held(box)
     if held is not None and held.confirmed and matches(held, presented):
         return None
-    scope = None
-    if presented is not None:
-        try:
-            scope = claim_attempts(state, peer, "box_token", f"box {box}", overall=False,
-                                   what="box token")
-        except AttemptRefused as refused:
-            raise RequestRefused(refused.status, "box_token_attempts", refused.message,
-                                 refused.headers()) from None
-    cache.refresh()
+    scope = None if presented is None else count_attempt(state, box, peer)
+    cache.refresh_quietly()
     held = cache.held(box)
     instance = reported_instance(environ.get(INSTANCE_ENVIRON))
     now = time.time()
-    if matches(held, presented):
-        if not held.confirmed:
-            state.store.confirm_binding(box, held.token_hash, peer, instance, now)
+    if held is not None and matches(held, presented):
+        if not held.confirmed and written(lambda: state.store.confirm_binding(
+                box, held.token_hash, peer, instance, now)):
             audit(state.redact, "box_binding", "confirmed", f"box {box}", peer,
                   instance=instance)
-            cache.refresh()
-        state.store.release_attempt(scope, give_back_overall=False)
+            cache.refresh_quietly()
+        give_back(state, scope)
         return None
-    if held is None or not held.bound or not held.confirmed:
-        if scope is not None and (held is None or not held.bound):
-            # a token from before a release: no guess
-            state.store.release_attempt(scope, give_back_overall=False)
-        elif presented is not None:
-            refuse(state, box, peer, presented, now)
-        if not may_bind:
-            return None
-        token = new_token()
-        if state.store.bind_box(box, token_hash(token), peer, instance, now):
-            audit(state.redact, "box_binding", "issued", f"box {box}", peer, instance=instance)
-            cache.refresh()
-            return token
-        cache.refresh()  # another worker confirmed it meanwhile
-    refuse(state, box, peer, presented, now)
+    if held is not None and held.bound and (held.confirmed or presented is not None):
+        refuse(state, box, peer, presented, now)  # confirmed, or a void token while pending
+    give_back(state, scope)  # unbound (a token from before a release: no guess), or pending
+    if not may_bind:
+        return None
+    token = new_token()
+    bound = written(lambda: state.store.bind_box(box, token_hash(token), peer, instance, now))
+    if bound is None:
+        return None  # served unbound, as a pending name is; its next fetch binds it
+    if not bound:
+        cache.refresh_quietly()  # another worker confirmed it meanwhile
+        refuse(state, box, peer, presented, now)
+    audit(state.redact, "box_binding", "issued", f"box {box}", peer, instance=instance)
+    cache.refresh_quietly()
+    return token
+
+
+def count_attempt(state: ServerState, box: str, peer: str | None) -> str:
+    """Count a presented token as one attempt of the peer; 429 over its limit."""
+    try:
+        return claim_attempts(state, peer, "box_token", f"box {box}", overall=False,
+                              what="box token")
+    except AttemptRefused as refused:
+        raise RequestRefused(refused.status, "box_token_attempts", refused.message,
+                             refused.headers()) from None
+
+
+def give_back(state: ServerState, scope: str | None) -> None:
+    """A counted token that was no guess gives its attempt back."""
+    if scope is not None:
+        written(lambda: state.store.release_attempt(scope, give_back_overall=False))
+
+
+def written(write: Callable[[], T]) -> T | None:
+    """A binding's write, or None when the store cannot take it now: a box the memory does
+    not refuse is still served, as known boxes are whatever the store does (its next call
+    writes again); what cannot be verified without the store was refused before."""
+    try:
+        return write()
+    except StoreError:
+        return None
 
 
 def refuse(state: ServerState, box: str, peer: str | None, presented: str | None,
@@ -119,7 +142,7 @@ def refuse(state: ServerState, box: str, peer: str | None, presented: str | None
     """A claim of the bound name ``box`` without its token: audited, counted, refused."""
     code = "box_token_required" if presented is None else "box_token_mismatch"
     audit(state.redact, "box_claim", "refused", f"box {box}", peer, why=code)
-    state.store.note_binding_conflict(box, peer, now)
+    written(lambda: state.store.note_binding_conflict(box, peer, now))
     raise RequestRefused(403, code, (
         f"box {box!r} is bound to another box (the first that fetched its config); if this "
         f"box replaced it, an admin releases the binding (the dashboard's Release button, or "

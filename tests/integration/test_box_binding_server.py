@@ -7,12 +7,22 @@ from __future__ import annotations
 
 import http.client
 import json
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from ansible_collections.llmao.fleet.plugins.module_utils.binding_rules import replaced_bindings
+from ansible_collections.llmao.fleet.plugins.module_utils.fleet import load_fleet
+from ansible_collections.llmao.fleet.plugins.module_utils.listings import (
+    ListedBox,
+    index_listings,
+)
+from ansible_collections.llmao.fleet.plugins.module_utils.llmao_admin import LlmaoAdmin
+from ansible_collections.llmao.fleet.plugins.modules.fleet_observe import release_replaced
 from llmao_server.store import open_store
+from rig.boxes import free_port
 from rig.postgres import session_cluster
 from tests.llmao_process import LlmaoServer, start_llmao_server
 from tests.reliability.box_runs import Ending, run_box
@@ -195,3 +205,57 @@ def test_binding_off_is_the_seeds_protocol(tmp_path: Path) -> None:
         assert store.bindings_since(0) == [] and store.binding_conflicts() == []
     finally:
         store.close()
+
+
+class Module:
+    """What release_replaced asks of an AnsibleModule: its timeout, check mode, warnings."""
+
+    def __init__(self, check_mode: bool = False):
+        self.params = {"timeout": 10.0}
+        self.check_mode = check_mode
+        self.warnings: list[str] = []
+
+    def warn(self, text: str) -> None:
+        self.warnings.append(text)
+
+
+def test_reconcile_releases_a_binding_a_listing_gives_to_another_instance(
+        tmp_path: Path) -> None:
+    port = free_port("127.0.0.1")
+    document = json.loads(json.dumps(CONFIG))
+    document["server"] = {"state": str(tmp_path / "state.sqlite3"),
+                          "url": f"http://127.0.0.1:{port}"}
+    config, models = write_pair(tmp_path / "fleet", document)
+    server = start_llmao_server(Path(config), Path(models), tmp_path, port=port)
+    try:
+        fleet = load_fleet(config, models)
+        headers = {**box_headers(KNOWN), "X-LLMAO-Box-Instance": "4242"}
+        request = urllib.request.Request(f"{server.url}/vllm/config", headers=headers)
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            token = answer.headers[TOKEN_HEADER]
+        request = urllib.request.Request(f"{server.url}/vllm/config",
+                                         headers={**headers, TOKEN_HEADER: token})
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            assert answer.status == 200
+        admin = LlmaoAdmin.from_settings(fleet.settings)
+        assert admin.observations().bindings == {KNOWN: "4242"}
+        replaced = index_listings(["vast"], [ListedBox("vast", ("4343", KNOWN), KNOWN)], {})
+        stale = replaced_bindings(admin.observations().bindings, replaced)
+
+        checking = Module(check_mode=True)
+        assert release_replaced(checking, fleet, stale) == stale
+        assert admin.observations().bindings == {KNOWN: "4242"}
+        assert "would release the binding of" in checking.warnings[0]
+
+        module = Module()
+        assert release_replaced(module, fleet, stale) == stale
+        assert admin.observations().bindings == {}
+        assert "vast 4343" in module.warnings[0] and "4242" in module.warnings[0]
+        assert "box_binding outcome=released who='admin-api'" in server.log()
+        assert "the listing names" in server.log()
+        # The name is free: the replacement binds it on its fetch.
+        request = urllib.request.Request(f"{server.url}/vllm/config", headers=box_headers(KNOWN))
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            assert answer.headers[TOKEN_HEADER] not in (None, token)
+    finally:
+        server.stop()

@@ -14,7 +14,7 @@ from ansible_collections.llmao.fleet.plugins.module_utils.config_errors import C
 from llmao_server.binding_cache import BindingCache
 from llmao_server.bindings import TOKEN_HEADER, token_hash
 from llmao_server.state import app_state
-from llmao_server.store import SqliteStore
+from llmao_server.store import SqliteStore, StoreError
 from tests.server.fleet_pair import ADMIN_TOKEN, KNOWN, OTHER_KNOWN, box_headers, config
 
 
@@ -187,3 +187,21 @@ def test_each_worker_refreshes_its_bindings_in_the_background(tmp_path: Path) ->
     finally:
         cache.close()
         store.close()
+
+
+def test_a_store_that_cannot_be_written_still_serves_and_still_refuses(
+        client: FlaskClient, app: Flask, monkeypatch: pytest.MonkeyPatch) -> None:
+    _, token, _ = fetch(client)
+    fetch(client, token)
+    store = app_state(app).store
+
+    def fails(*args: object) -> None:
+        raise StoreError("the state store cannot be written (OperationalError)")
+
+    for write in ("bind_box", "confirm_binding", "note_binding_conflict", "claim_attempt",
+                  "release_attempt"):
+        monkeypatch.setattr(store, write, fails)
+    assert fetch(client, token)[:2] == (200, None)  # from memory
+    assert fetch(client, host=OTHER_KNOWN)[:2] == (200, None)  # served unbound, as pending
+    assert fetch(client)[0] == 403  # the memory still knows whose KNOWN is
+    assert fetch(client, "z" * 43)[0] == 503  # a token it cannot count is not looked at

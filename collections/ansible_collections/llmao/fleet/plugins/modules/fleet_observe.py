@@ -112,7 +112,7 @@ ambiguous_addresses:
 released_bindings:
   description:
     - Each binding released (would be, in check mode) because a listing names its box as
-      another instance: C(box), C(bound_instance), C(listed) (C(vast 4242)).
+      another instance, with C(box), C(bound_instance) and C(listed) (C(vast 4242)).
   returned: success
   type: list
   elements: dict

@@ -1,0 +1,63 @@
+"""Releasing a box's binding from the dashboard in headless Chromium, against the real
+``llmao-server`` (two workers): the button asks first, and only a yes releases it."""
+
+from __future__ import annotations
+
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+
+import pytest
+from playwright.sync_api import Dialog, Page, expect
+
+from tests.dashboard.browsing import log_in, reload_until, server_rows
+from tests.llmao_process import LlmaoServer
+from tests.server.fleet_pair import KNOWN, box_headers
+
+pytestmark = pytest.mark.browser
+
+TOKEN_HEADER = "X-LLMAO-Box-Token"
+
+
+def fetch(server: LlmaoServer, token: str | None = None) -> tuple[int, str | None]:
+    headers = box_headers(host=KNOWN)
+    if token:
+        headers[TOKEN_HEADER] = token
+    request = urllib.request.Request(f"{server.url}/vllm/config", headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            return answer.status, answer.headers.get(TOKEN_HEADER)
+    except urllib.error.HTTPError as refused:
+        return refused.code, None
+
+
+def test_the_release_button_asks_and_then_frees_the_name(
+        live_servers: Callable[..., LlmaoServer], new_page: Callable[[], Page]) -> None:
+    server = live_servers()
+    _, token = fetch(server)
+    assert fetch(server, token)[0] == 200
+    assert fetch(server)[0] == 403
+    page = new_page()
+    log_in(page, server)
+    confirmed = server_rows(page, KNOWN).locator(".tag.binding.confirmed")
+    reload_until(page, confirmed)
+    release = server_rows(page, KNOWN).first.get_by_role("button", name="Release")
+
+    asked: list[str] = []
+
+    def say_no(dialog: Dialog) -> None:
+        asked.append(dialog.message)
+        dialog.dismiss()
+
+    page.once("dialog", say_no)
+    release.click()
+    expect(confirmed.first).to_be_visible()
+    assert asked and KNOWN in asked[0]
+    assert fetch(server)[0] == 403
+
+    page.once("dialog", lambda dialog: dialog.accept())
+    release.click()
+    expect(page.locator(".flash.info")).to_contain_text(f"Released the binding of {KNOWN}")
+    assert fetch(server)[0] == 200
+    assert "box_binding outcome=released who='alice'" in server.log()
+    assert token not in server.log()
