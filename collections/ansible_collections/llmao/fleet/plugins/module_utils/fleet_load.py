@@ -16,14 +16,13 @@ smaller number that looks true.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
 from .config_file import LoadKnobs
 from .lifecycle import Memory
-from .vllm_metrics import MetricsRecordError, ServerMetrics
+from .vllm_metrics import MetricsRecordError, ServerMetrics, is_figure
 
 TOKENS_PER_MILLION = 1_000_000
 SECONDS_PER_HOUR = 3600
@@ -137,8 +136,7 @@ def _optional(record: Mapping[str, Any], key: str, kind: type, what: str) -> Any
     if kind is bool:
         if isinstance(value, bool):
             return value
-    elif not isinstance(value, bool) and isinstance(value, int | float) \
-            and math.isfinite(value) and (kind is float or value == int(value)):
+    elif is_figure(value) and (kind is float or value == int(value)):
         return kind(value)
     raise MetricsRecordError(f"{what}.{key} must be {kind.__name__} or null")
 
