@@ -16,12 +16,14 @@ with one of:
   and one engine given twice.
 
 It runs in the test's process, on any loopback address (``127.x.y.z`` names a box of
-``rig.local_fleet``), and ``faults`` may change between requests. Standard library only.
+``rig.local_fleet``), over HTTPS when given a server context, and ``faults`` may change
+between requests. Standard library only.
 """
 
 from __future__ import annotations
 
 import json
+import ssl
 import threading
 import time
 from collections.abc import Iterator, Mapping
@@ -166,10 +168,13 @@ class Handler(BaseHTTPRequestHandler):
 
 @contextmanager
 def hostile_vllm(host: str, port: int, served: str, drip_s: float = 0.3,
-                 faults: Mapping[str, str] | None = None) -> Iterator[HostileVllm]:
+                 faults: Mapping[str, str] | None = None,
+                 tls: ssl.SSLContext | None = None) -> Iterator[HostileVllm]:
     """A :class:`HostileVllm` answering for a ``with`` block; its drips end with the block."""
     server = HostileVllm(host, port, served, drip_s)
     server.set_faults(faults or {})
+    if tls is not None:
+        server.socket = tls.wrap_socket(server.socket, server_side=True)
     with serving(server, poll_interval=0.1):
         try:
             yield server
