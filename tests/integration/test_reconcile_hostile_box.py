@@ -4,8 +4,9 @@ Real ``playbooks/reconcile.yml`` passes against the real ``llmao-server`` and th
 contract fake, over a local fleet of three boxes: two honest vLLM stubs and one
 ``rig/hostile_vllm.py`` that answers each pass with another fault (a ``/metrics`` body
 announced as 10^9 bytes and dripped, two of the issue's absurd figures, a 64 KB status
-line; the unit tests of the probe take every other fault). Every pass finishes, within the honest pass's time plus the probe phase's
-bound, ``2 × (probe_connect_timeout_s + probe_timeout_s)``; the honest boxes stay routed
+line; the probe's unit tests take every other fault). Every pass finishes within the honest
+pass's time plus the probe phase's bound, ``2 × (probe_connect_timeout_s +
+probe_timeout_s)``; the honest boxes stay routed
 with their figures read; llmao's dashboard and ``/metrics`` answer 200; the hostile box's
 figures are unknown, with a short reason in its verdict.
 """
