@@ -72,17 +72,17 @@ class _DeadlineSocket(socket.socket):
             raise TimeoutError("timed out")
         self.settimeout(min(left, self.read_timeout))
 
-    def recv_into(self, *args, **kwargs):
+    def recv_into(self, buffer, nbytes=0, flags=0):
         self._arm()
-        return super().recv_into(*args, **kwargs)
+        return super().recv_into(buffer, nbytes, flags)
 
-    def recv(self, *args, **kwargs):
+    def recv(self, bufsize, flags=0):
         self._arm()
-        return super().recv(*args, **kwargs)
+        return super().recv(bufsize, flags)
 
-    def sendall(self, *args, **kwargs):
+    def sendall(self, data, flags=0):
         self._arm()
-        return super().sendall(*args, **kwargs)
+        return super().sendall(data, flags)
 
 
 def _connect(endpoint: Endpoint, connect_timeout: float,
