@@ -11,6 +11,7 @@ with one of:
 - ``slow_status``: the status line itself, one byte every ``drip_s``;
 - ``huge_body``: 200 with ``Content-Length`` 10^9, sent as fast as the reader takes it;
 - ``status_line``: a 64 KB status line that is not HTTP;
+- ``deep_json``: 200 with JSON nested 100,000 deep (Python's reader raises RecursionError);
 - the expositions of :data:`EXPOSITIONS`: the issue's absurd figures (``num_gpu_blocks="²"``,
   a 5,000-digit label, two engines at 1.7e308, a 401-digit value), odd Unicode in labels,
   and one engine given twice.
@@ -63,7 +64,7 @@ EXPOSITIONS: dict[str, str] = {
     "duplicate_engines": _exposition(extra=f'vllm:num_requests_running{{{HONEST_LABELS}}} 1.0\n'),
 }
 STREAMED = frozenset({"drip_body", "drip_headers", "slow_status", "huge_body", "status_line"})
-FAULTS = STREAMED | frozenset(EXPOSITIONS)
+FAULTS = STREAMED | frozenset(EXPOSITIONS) | {"deep_json"}
 
 
 class HostileVllm(ThreadingHTTPServer):
@@ -98,6 +99,8 @@ class Handler(BaseHTTPRequestHandler):
         fault = self.server.fault(path)
         if fault in STREAMED:
             getattr(self, fault)()
+        elif fault == "deep_json":
+            self.whole(b'{"data": ' + b"[" * 100_000 + b"]" * 100_000 + b"}")
         elif path == "/metrics":
             text = EXPOSITIONS[fault or "honest"].replace("{name}", self.server.served)
             self.whole(text.encode("utf-8"), "text/plain; version=0.0.4")

@@ -156,7 +156,7 @@ def _lists(body: bytes, served_model_name: str) -> bool:
     try:
         data = json.loads(body).get("data") or []
         return any(isinstance(m, dict) and m.get("id") == served_model_name for m in data)
-    except (ValueError, AttributeError):
+    except (ValueError, AttributeError, TypeError, RecursionError):
         return False
 
 
@@ -227,6 +227,19 @@ def _describe(exc: BaseException) -> str:
     return short_reason(text)
 
 
+def _probe_apart(target: Target, connect_timeout: float, timeout: float,
+                 scrape: bool) -> Probe:
+    """:func:`probe_one`, where whatever a box's answer still raises fails that probe only.
+
+    Every failure an answer is known to cause is caught where it happens; this is the
+    wall behind them, so that an answer nobody thought of costs its server, not the pass.
+    """
+    try:
+        return probe_one(target, connect_timeout, timeout, scrape)
+    except Exception as exc:  # noqa: BLE001 (one server's answer never fails the pass)
+        return Probe(False, Models.FAILED, short_reason(f"unreadable answer: {_describe(exc)}"))
+
+
 def probe_many(targets: Iterable[Target], connect_timeout: float, timeout: float,
                concurrency: int = DEFAULT_CONCURRENCY, scrape: bool = True) -> dict[str, Probe]:
     """Probe (and scrape) every target concurrently; each target's key to its probe."""
@@ -235,5 +248,5 @@ def probe_many(targets: Iterable[Target], connect_timeout: float, timeout: float
         return {}
     workers = max(1, min(concurrency, len(targets)))
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="llmao-probe") as pool:
-        probes = pool.map(lambda t: probe_one(t, connect_timeout, timeout, scrape), targets)
+        probes = pool.map(lambda t: _probe_apart(t, connect_timeout, timeout, scrape), targets)
         return {target.key: result for target, result in zip(targets, probes, strict=True)}

@@ -224,7 +224,7 @@ def served_max_model_len(body: bytes | None, served_model_name: str) -> int | No
         return None
     try:
         data = json.loads(body).get("data")
-    except (ValueError, AttributeError):
+    except (ValueError, AttributeError, RecursionError):
         return None
     for model in data if isinstance(data, list) else ():
         if isinstance(model, dict) and model.get("id") == served_model_name:

@@ -38,7 +38,7 @@ def probe_timed(faults: dict[str, str]):
         worker.start()
         worker.join(BOUND_S + 5)
         elapsed = time.monotonic() - started
-    assert found, f"the probe of {faults} was still running after {elapsed:.1f} s"
+    assert found, f"no probe of {faults} came back (raised, or still running after {elapsed:.1f} s)"
     return found[0], elapsed
 
 
@@ -97,3 +97,8 @@ def test_the_honest_answers_of_the_double_are_read():
     probe, _ = probe_timed({})
     assert probe.detail == "" and probe.metrics.requests_running == 1
     assert probe.metrics.kv_cache_tokens == 4096 * 16
+
+
+def test_json_nested_past_the_readers_depth_costs_that_server_only():
+    probe, _ = probe_timed({"/v1/models": "deep_json"})
+    assert probe.models is Models.OTHER and probe.metrics.max_model_len is None
