@@ -172,6 +172,21 @@ def test_the_pass_is_bounded(client: FlaskClient, state: ServerState):
     assert state.store.last_pass() is None
 
 
+@pytest.mark.parametrize("figures", [
+    {"verdicts": {GEMMA: {"state": "Healthy", "metrics": {"kv_cache_tokens": 10**401}}}},
+    {"verdicts": {GEMMA: {"state": "Healthy", "cost_per_hour": 10**401}}},
+    {"models": {"gemma": {"capacity": 10**401}}},
+    {"models": {"gemma": {"cost_per_hour": 1.7e308}}},
+])
+def test_a_figure_out_of_bounds_is_refused_not_a_crash(client: FlaskClient, state: ServerState,
+                                                        figures):
+    # A 401-digit figure raised "int too large to convert to float": 500 (issue 18, item 3).
+    answer = client.post(VERDICTS, headers=admin(), json=a_pass(**figures))
+    assert answer.status_code == 400
+    assert answer.json["error"]["code"] == "bad_verdicts"
+    assert state.store.last_pass() is None
+
+
 def test_reconciles_reader_takes_the_answer(client: FlaskClient, state: ServerState):
     """What the server answers is what reconcile's client reads (the two sides of one API)."""
     from ansible_collections.llmao.fleet.plugins.module_utils.lifecycle import State

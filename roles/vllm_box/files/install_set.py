@@ -70,7 +70,7 @@ Environment
                        loopback address when several share a machine
   LLMAO_FETCH_ATTEMPTS     attempts per request (default 8)
   LLMAO_FETCH_BACKOFF_S    first retry delay, doubled each time up to 60 s (default 2)
-  LLMAO_FETCH_TIMEOUT_S    timeout of one request (default 30)
+  LLMAO_FETCH_TIMEOUT_S    deadline of one whole request: connect, headers, body (default 30)
   SSL_CERT_FILE, SSL_CERT_DIR, PATH    only passed on to the follow program
 
 Exit codes
@@ -88,6 +88,7 @@ Exit codes
 from __future__ import annotations
 
 import argparse
+import contextlib
 import difflib
 import functools
 import ipaddress
@@ -97,10 +98,12 @@ import os
 import random
 import re
 import shlex
+import socket
 import ssl
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.parse
@@ -344,6 +347,72 @@ class NoRedirects(urllib.request.HTTPRedirectHandler):
         return None
 
 
+class Deadline:
+    """When one request must have ended, however slowly llmao (or whoever answers) sends it.
+
+    urllib's timeout bounds each socket operation, not the request: an answer dripped one
+    byte per timeout would hold the follow loop for ever. A timer shuts the request's
+    connection down at the deadline, which ends whatever read waits on it; it acts on a
+    duplicate of the socket, which TLS's wrapping leaves open and only :meth:`end` closes.
+    """
+
+    def __init__(self, seconds: float) -> None:
+        self.at = time.monotonic() + seconds
+        self.fired = False
+        self.timers: list[threading.Timer] = []
+        self.sockets: list[socket.socket] = []
+
+    def watch(self, sock: socket.socket) -> None:
+        watched = sock.dup()
+        self.sockets.append(watched)
+        timer = threading.Timer(max(self.at - time.monotonic(), 0.0), self.fire, (watched,))
+        timer.daemon = True
+        timer.start()
+        self.timers.append(timer)
+
+    def fire(self, sock: socket.socket) -> None:
+        self.fired = True
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
+
+    def end(self) -> None:
+        for timer in self.timers:
+            timer.cancel()
+        for sock in self.sockets:
+            sock.close()
+
+
+class WatchedOpen:
+    """An opener's handler whose connections give their socket to the request's Deadline."""
+
+    def do_open(self, http_class, req, **kwargs):
+        deadline = getattr(req, "deadline", None)
+        if deadline is None:
+            return super().do_open(http_class, req, **kwargs)
+
+        def connection(*args, **options):
+            made = http_class(*args, **options)
+            create = made._create_connection
+
+            def watched(*address, **how):
+                sock = create(*address, **how)
+                deadline.watch(sock)
+                return sock
+
+            made._create_connection = watched
+            return made
+
+        return super().do_open(connection, req, **kwargs)
+
+
+class WatchedHTTPHandler(WatchedOpen, urllib.request.HTTPHandler):
+    pass
+
+
+class WatchedHTTPSHandler(WatchedOpen, urllib.request.HTTPSHandler):
+    pass
+
+
 @functools.lru_cache(maxsize=4)
 def build_opener(ca_file: str | None, ca_dir: str | None) -> urllib.request.OpenerDirector:
     """The opener for llmao, made once per trust store.
@@ -355,20 +424,37 @@ def build_opener(ca_file: str | None, ca_dir: str | None) -> urllib.request.Open
     """
     context = ssl.create_default_context()
     return urllib.request.build_opener(
-        urllib.request.HTTPSHandler(context=context), NoRedirects())
+        WatchedHTTPHandler(), WatchedHTTPSHandler(context=context), NoRedirects())
 
 
 def http_request(method: str, url: str, headers: Mapping[str, str], body: bytes | None,
                  timeout: float) -> tuple[int, bytes]:
-    """One request. Any HTTP answer is returned as (status, body); network faults raise."""
+    """One request, whole (connect, headers, body) within ``timeout`` seconds.
+
+    Any HTTP answer is returned as (status, body), its body cut at MAX_ANSWER_BYTES;
+    network faults raise, and an answer not whole by the deadline raises TimeoutError.
+    """
     request = urllib.request.Request(url, data=body, method=method, headers=dict(headers))
     opener = build_opener(os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR"))
+    deadline = Deadline(timeout)
+    request.deadline = deadline
     try:
-        with opener.open(request, timeout=timeout) as answer:
-            return answer.status, answer.read(MAX_ANSWER_BYTES)
-    except urllib.error.HTTPError as answer:
-        with answer:
-            return answer.code, answer.read(MAX_ANSWER_BYTES)
+        try:
+            with opener.open(request, timeout=timeout) as answer:
+                status, body = answer.status, answer.read(MAX_ANSWER_BYTES)
+        except urllib.error.HTTPError as answer:
+            with answer:
+                status, body = answer.code, answer.read(MAX_ANSWER_BYTES)
+    except (OSError, HTTPException):
+        if not deadline.fired:
+            raise
+    finally:
+        deadline.end()
+    if deadline.fired:
+        # Cut at the deadline: what was read may look whole (headers cut short, a body
+        # ended early) and is not.
+        raise TimeoutError(f"no whole answer within {timeout:g} s")
+    return status, body
 
 
 def auth_headers(settings: Settings) -> dict[str, str]:

@@ -157,7 +157,9 @@ def classify(now: float, last_fetch: float | None, probe: Probe, listed: Listed,
              memory: Memory, knobs: Lifecycle) -> Verdict:
     """The state of one server after this pass's probe."""
     if probe.health_ok and probe.models is Models.LISTS:
-        return Verdict(State.HEALTHY, "serving its model with our bearer",
+        # A Healthy probe's detail says why its figures are unknown, if they are.
+        return Verdict(State.HEALTHY, "serving its model with our bearer"
+                       + (f"; {probe.detail}" if probe.detail else ""),
                        Memory(State.HEALTHY, 0, 0, now))
     if probe.models is Models.REJECTED:
         return _rejected(probe, listed, memory, knobs)

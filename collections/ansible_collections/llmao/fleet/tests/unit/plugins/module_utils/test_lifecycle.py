@@ -142,3 +142,13 @@ def test_reasons_read_like_the_dashboard():
     assert loading.reason == "fetched its config 12 min ago; vLLM up, model loading"
     assert stalled.reason.startswith("fetched its config 12 min ago, not answering")
     assert rejected.reason.startswith("401 to our bearer")
+
+
+def test_a_healthy_server_says_why_its_figures_are_unknown():
+    blind = Probe(True, Models.LISTS, "figures unknown: /metrics: timed out")
+    verdict = classify(NOW, NOW - 10, blind, Listed.NAMED, Memory(), KNOBS)
+    assert verdict.state is State.HEALTHY
+    assert verdict.reason == "serving its model with our bearer; figures unknown: /metrics: " \
+                             "timed out"
+    assert classify(NOW, NOW - 10, SERVING, Listed.NAMED, Memory(), KNOBS).reason == \
+        "serving its model with our bearer"
