@@ -17,15 +17,25 @@ Steps
              network errors and 5xx are retried with capped exponential backoff,
              4xx are not. ``--payload FILE`` (``-`` = stdin) applies a given
              assignment instead: no URL, no key, nothing reported.
-  2. preflight  the sum of ``vram_gb`` against the free memory of the first GPU
-             (``nvidia-smi``; a multi-GPU box is judged by GPU 0) and the sum of
-             ``disk_gb`` against the free space of DATA_DIRECTORY. Sizes are GiB.
-             It runs only when the programs would change: an unchanged
-             assignment is already running and holds what it once checked for.
-             No ``nvidia-smi`` or nothing to check is not a failure.
-  3. divide  servers that pin ``gpu_memory_utilization`` keep it; the others
-             share ``0.9 - pinned``: each its weights (``vram_gb`` / card) plus a
-             share of the rest, weighted by ``max_model_len`` when all have one.
+  2. place    read every card (``nvidia-smi --query-gpu=index,uuid,name,
+             memory.total,memory.free``) and give each server ``gpus`` cards
+             (default 1): servers spanning more cards first, then row order; servers
+             share a card while its memory division holds; the same assignment on
+             the same cards is placed the same way every run. Too few cards, or no
+             placement that holds: exit 1, nothing written. One card: all on it.
+     preflight  per card, the sum of ``vram_gb`` (per card) of the servers placed
+             on it against its free memory, and the sum of ``disk_gb`` against the
+             free space of DATA_DIRECTORY. Sizes are GiB. It runs only when the
+             programs would change: an unchanged assignment is already running and
+             holds what it once checked for. No ``nvidia-smi`` or nothing to check
+             is not a failure (nothing is placed then).
+  3. divide  per card: servers that pin ``gpu_memory_utilization`` keep it; the
+             others share ``0.9 - pinned``: each its weights (``vram_gb`` / card)
+             plus a share of the rest, weighted by ``max_model_len`` when all have
+             one. A server on several cards takes the smallest of its shares. On a
+             box of several cards each program gets ``CUDA_VISIBLE_DEVICES`` (its
+             cards by nvidia-smi's index, with ``CUDA_DEVICE_ORDER=PCI_BUS_ID``),
+             and ``--tensor-parallel-size <gpus>`` unless its args set the sizes.
   4. write   ``$SUPERVISOR_CONF_DIR/llmao-<name>.conf`` (0600, atomic), remove the
              ``llmao-*.conf`` of an earlier assignment, then ``supervisorctl reread``
              and ``update`` when anything changed: supervisord adds new programs,
@@ -36,8 +46,9 @@ Steps
              assignment that carries ``rollout`` also gets the follow program,
              ``llmao-follow.conf`` (below); ``--payload`` never does.
   5. record  ``$DATA_DIRECTORY/llmao/applied.json`` (no secret; ``rollout`` too when
-             the assignment has it) and, when fetched, ``POST $LLMAO_URL/vllm/applied``;
-             a failed report is only a warning.
+             the assignment has it; the cards and the placement when nvidia-smi
+             answered) and, when fetched, ``POST $LLMAO_URL/vllm/applied`` with the
+             same cards and placement; a failed report is only a warning.
 
 Following (``--follow``, run by the follow program)
   When llmao's config sets ``rollout.follow_s``, the payload carries ``rollout``
@@ -899,8 +910,8 @@ def parse_cards(output: str) -> tuple[tuple[Card, ...] | None, str]:
             or len({card.index for card in cards}) != len(cards):
         return None, f"nvidia-smi said {clean_text(output)[:80]!r}: GPU memory unknown"
     ordered = tuple(sorted(cards, key=lambda card: card.index))
-    return ordered, "; ".join(f"{card.label} ({card.name}): {gib(card.total_gb)} GiB total, "
-                              f"{gib(card.free_gb)} GiB free" for card in ordered)
+    return ordered, "\n".join(f"{card.label} ({card.name}): {gib(card.total_gb)} GiB total, "
+                               f"{gib(card.free_gb)} GiB free" for card in ordered)
 
 
 def parse_card(line: str) -> Card | None:

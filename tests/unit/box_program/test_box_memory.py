@@ -198,7 +198,7 @@ def test_every_card_is_read_from_nvidia_smi_in_gib(install_set, box):
     assert [(card.index, card.uuid, card.total_gb, card.free_gb) for card in found] == [
         (0, "GPU-00000000-test", Decimal("79.6474609375"), Decimal(40)),
         (1, "GPU-00000001-test", Decimal(24), Decimal("23.4375"))]
-    assert note == ("GPU 0 (NVIDIA Test GPU): 79.6 GiB total, 40.0 GiB free; "
+    assert note == ("GPU 0 (NVIDIA Test GPU): 79.6 GiB total, 40.0 GiB free\n"
                     "GPU 1 (NVIDIA Test GPU): 24.0 GiB total, 23.4 GiB free")
 
 
