@@ -878,9 +878,11 @@ class Card:
     def label(self) -> str:
         return f"GPU {self.index}"
 
-    def report(self) -> dict[str, Any]:
-        """The card as the applied record and report carry it."""
-        return {"index": self.index, "name": self.name, "memory_total_mib": self.total_mib}
+    def report(self, with_uuid: bool = False) -> dict[str, Any]:
+        """The card as the report carries it; the applied record adds the UUID, which names
+        the physical card should the indices ever be renumbered."""
+        entry = {"index": self.index, "name": self.name, "memory_total_mib": self.total_mib}
+        return {**entry, "uuid": self.uuid} if with_uuid else entry
 
 
 def query_cards(timeout_s: float = 30.0) -> tuple[tuple[Card, ...] | None, str]:
@@ -1054,11 +1056,11 @@ class Placement:
         """CUDA_VISIBLE_DEVICES of a server: on a box of several cards only."""
         return self.servers.get(name, ()) if self.cards and len(self.cards) > 1 else ()
 
-    def record(self) -> dict[str, Any]:
-        """The cards and the placement as the applied record and report carry them."""
+    def record(self, with_uuid: bool = False) -> dict[str, Any]:
+        """The cards and the placement as the report (and, with UUIDs, the record) carry them."""
         if self.cards is None:
             return {}
-        return {"cards": [card.report() for card in self.cards],
+        return {"cards": [card.report(with_uuid) for card in self.cards],
                 "placement": {name: list(indices) for name, indices in self.servers.items()}}
 
     def notes(self) -> list[str]:
@@ -1451,7 +1453,8 @@ def build_record(assignment: Assignment, memory: Mapping[str, Decimal],
             entry["gpu_memory_utilization"] = float(memory[server.name])
         servers.append(entry)
     record = {"revision": assignment.revision, "host": assignment.host,
-              "applied_at": applied_at, "servers": servers, **placement.record()}
+              "applied_at": applied_at, "servers": servers,
+              **placement.record(with_uuid=True)}
     if assignment.rollout is not None:
         record["rollout"] = assignment.rollout.record()
     return record

@@ -181,7 +181,7 @@ def test_each_program_gets_its_cards_and_the_tensor_parallel_size(box, run_main)
     record = json.loads(box.record.read_text())
     assert record["placement"] == {"model-0": [0, 1], "model-1": [2]}
     assert record["cards"][2] == {"index": 2, "name": "NVIDIA Test GPU",
-                                  "memory_total_mib": 81920}
+                                  "memory_total_mib": 81920, "uuid": "GPU-00000002-test"}
 
 
 def test_parallel_sizes_in_args_are_kept_and_nothing_is_added(box, run_main):
