@@ -102,6 +102,7 @@ import argparse
 import difflib
 import functools
 import ipaddress
+import itertools
 import json
 import math
 import os
@@ -1039,10 +1040,24 @@ def place_servers(servers: tuple[Server, ...], cards: tuple[Card, ...] | None
         return {server.name: (cards[0].index,) for server in servers}
     order = tuple(sorted(servers, key=lambda server: -server.gpus))
     empty: dict[int, tuple[Server, ...]] = {card.index: () for card in cards}
-    found = search_placement(order, cards, empty)
+    found = search_placement(order, cards, empty, fit_profiles(order, cards))
     if found is None:
         raise DoesNotFit(no_placement(order, cards))
     return {server.name: found[server.name] for server in servers}
+
+
+def fit_profiles(servers: tuple[Server, ...], cards: tuple[Card, ...]
+                 ) -> dict[int, tuple[bool, ...]]:
+    """Per card, which groups of these servers it can hold: its part in any placement.
+
+    Two cards with the same profile and the same servers on them are interchangeable,
+    whatever their sizes, so the search tries only the lowest indices of each kind: a
+    few kinds at most (holding more is monotone in a card's size), not every card.
+    """
+    groups = [group for size in range(1, len(servers) + 1)
+              for group in itertools.combinations(servers, size)]
+    return {card.index: tuple(card_problem(group, card) is None for group in groups)
+            for card in cards}
 
 
 @dataclass(frozen=True)
@@ -1083,16 +1098,18 @@ def card_problem(servers: tuple[Server, ...], card: Card) -> str | None:
 
 
 def card_choices(server: Server, cards: tuple[Card, ...],
-                 occupants: Mapping[int, tuple[Server, ...]]) -> Iterable[tuple[int, ...]]:
+                 occupants: Mapping[int, tuple[Server, ...]],
+                 profiles: Mapping[int, tuple[bool, ...]]) -> Iterable[tuple[int, ...]]:
     """Every set of ``server.gpus`` cards it fits on, the preferred first.
 
-    Cards alike (same total, same servers on them) are interchangeable: of each
+    Cards alike (same profile, same servers on them) are interchangeable: of each
     kind only the lowest indices are tried, which keeps the search small.
     """
-    kinds: dict[tuple[Decimal, tuple[Server, ...]], list[int]] = {}
+    kinds: dict[tuple[tuple[bool, ...], tuple[Server, ...]], list[int]] = {}
     for card in cards:
         if card_problem(occupants[card.index] + (server,), card) is None:
-            kinds.setdefault((card.total_gb, occupants[card.index]), []).append(card.index)
+            kinds.setdefault((profiles[card.index], occupants[card.index]),
+                             []).append(card.index)
     groups = sorted(kinds.items(), key=lambda kind: (len(kind[0][1]), kind[1][0]))
     return (tuple(sorted(chosen)) for chosen in pick_cards([g for _, g in groups], server.gpus))
 
@@ -1111,16 +1128,17 @@ def pick_cards(groups: list[list[int]], need: int) -> Iterable[tuple[int, ...]]:
 
 
 def search_placement(order: tuple[Server, ...], cards: tuple[Card, ...],
-                     occupants: Mapping[int, tuple[Server, ...]]
+                     occupants: Mapping[int, tuple[Server, ...]],
+                     profiles: Mapping[int, tuple[bool, ...]]
                      ) -> dict[str, tuple[int, ...]] | None:
     """The first placement of ``order`` that holds, depth first; None when none does."""
     if not order:
         return {}
     server, rest = order[0], order[1:]
-    for chosen in card_choices(server, cards, occupants):
+    for chosen in card_choices(server, cards, occupants, profiles):
         placed = {index: servers + (server,) if index in chosen else servers
                   for index, servers in occupants.items()}
-        below = search_placement(rest, cards, placed)
+        below = search_placement(rest, cards, placed, profiles)
         if below is not None:
             return {server.name: chosen, **below}
     return None
@@ -1129,9 +1147,10 @@ def search_placement(order: tuple[Server, ...], cards: tuple[Card, ...],
 def no_placement(order: tuple[Server, ...], cards: tuple[Card, ...]) -> str:
     """The refusal: where the preferred path stopped, naming the server, cards and numbers."""
     occupants: dict[int, tuple[Server, ...]] = {card.index: () for card in cards}
+    profiles = fit_profiles(order, cards)
     lines = []
     for server in order:
-        chosen = next(iter(card_choices(server, cards, occupants)), None)
+        chosen = next(iter(card_choices(server, cards, occupants, profiles)), None)
         if chosen is None:
             size = f", vram_gb {server.vram_gb:f} GiB per card" if server.vram_gb else ""
             lines.append(f"{server.name} needs {server.gpus} card(s){size}; it cannot join:")
