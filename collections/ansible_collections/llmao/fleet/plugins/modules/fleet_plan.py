@@ -164,7 +164,7 @@ drift:
   description:
     - What differs between config and the fleet that this pass does not fix by itself
       (C(kind) is C(orphan_route), C(unmanaged_route), C(model_mismatch), C(revision_behind)
-      or C(too_few_cards), a box that reported fewer cards than its assignment needs: its
+      or C(too_few_cards), a box that reported fewer cards than its assignment needs, whose
       servers are never registered).
   returned: success
   type: list
