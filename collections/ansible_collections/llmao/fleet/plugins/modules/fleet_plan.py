@@ -273,6 +273,8 @@ def server_line(entry: dict[str, Any]) -> str:
         outcome = f"{entry['change']}: {entry['why']}"
     else:
         outcome = "unchanged, " + ("in LiteLLM" if entry["in_litellm"] else "not in LiteLLM")
+        if entry["why"]:
+            outcome += f": {entry['why']}"
     public = entry["public"] or "no public address"
     line = (f"{entry['box']} {entry['name']} ({entry['model_name']}, {entry['listen_port']} -> "
             f"{public}): {state}: {entry['reason']} => {outcome}")
