@@ -1742,6 +1742,9 @@ def plan_assignment(assignment: Assignment, settings: Settings,
     cards, cards_note = query_cards()
     placement = Placement(cards, place_servers(assignment.servers, cards))
     notes = [cards_note, *placement.notes()]
+    if cards is None and any(server.gpus > 1 for server in assignment.servers):
+        notes.append("cards unknown: nothing placed; a server spanning several cards runs on "
+                     "the first ones vLLM sees")
     memory = divide_cards(assignment.servers, cards, placement.servers)
     if memory:
         notes.append("gpu memory: " + ", ".join(f"{name} {value:f}"

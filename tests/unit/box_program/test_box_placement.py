@@ -214,6 +214,15 @@ def test_one_card_writes_no_device_variables(box, run_main):
     assert all("CUDA_" not in box.program(name).read_text() for name in ("model-0", "model-1"))
 
 
+def test_without_nvidia_smi_a_wide_server_runs_unplaced_and_says_so(box, run_main):
+    box.no_gpu()
+    outcome = run_main("--payload", str(box.write_payload(payload(server_entry(0, gpus=2)))))
+    assert outcome.rc == 0, outcome.err
+    assert "cards unknown: nothing placed" in outcome.out
+    text = box.program("model-0").read_text()
+    assert "--tensor-parallel-size 2" in text and "CUDA_VISIBLE_DEVICES" not in text
+
+
 def test_too_few_cards_exits_1_and_writes_nothing(box, run_main):
     box.cards((81920, 81920), (81920, 81920))
     doc = payload(server_entry(0, name="llama-405b", gpus=8, vram_gb=60))
