@@ -66,6 +66,7 @@ class Drift(StrEnum):
     UNMANAGED_ROUTE = "unmanaged_route"  # someone else's route matching no intended server
     MODEL_MISMATCH = "model_mismatch"    # a deployment serving another model than config
     REVISION_BEHIND = "revision_behind"  # a box applied an older assignment than intended
+    TOO_FEW_CARDS = "too_few_cards"      # an assignment needs more cards than its box reported
 
 
 class Models(StrEnum):

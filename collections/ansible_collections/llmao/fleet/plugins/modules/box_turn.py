@@ -270,7 +270,8 @@ def report_applied(settings: Settings, box: str, revision: str, record: Mapping[
     The fetch comes first: a pull box fetches its assignment when it applies, and llmao
     starts the Loading window of the box's servers from that fetch. Without it, a pushed
     server restarting would be judged a Healthy server failing, not one starting up. Only
-    the revision of the answer is read; the bearers in it are dropped here.
+    the revision of the answer is read; the bearers in it are dropped here. The record's
+    cards and placement go along, as a pull box reports them.
     """
     if record.get("revision") != revision:
         raise TurnError(f"{box} records revision {record.get('revision') or 'none'}, llmao "
@@ -286,6 +287,8 @@ def report_applied(settings: Settings, box: str, revision: str, record: Mapping[
                                                             "served_model_name")}
                           for server in record.get("servers") or []
                           if isinstance(server, Mapping)]}
+    # The box's cards and the placement, as the box program recorded them (llmao checks them).
+    report.update((key, record[key]) for key in ("cards", "placement") if key in record)
     as_the_box(settings, box, "POST", APPLIED_PATH, report, timeout)
 
 

@@ -148,7 +148,7 @@ def observe(fleet: Fleet, timeout: float) -> Observations:
         raise ObserveError(f"{exc}: {NOTHING_CHANGED}") from None
     listings = read_listings(fleet.settings.providers, timeout)
     return Observations(llmao.now, llmao.last_fetches, llmao.applied, llmao.memories, listings,
-                        tuple(routes), llmao.approved, llmao.turns)
+                        tuple(routes), llmao.approved, llmao.turns, llmao.cards)
 
 
 def observe_result(observations: Observations) -> dict[str, Any]:
