@@ -6,7 +6,8 @@ to a probe, a scrape or (for the box program) a fetch is hostile input. The hone
 honestly except on the paths its ``faults`` name (``"*"`` for every path), where it answers
 with one of:
 
-- ``drip_body``: 200 with ``Content-Length`` 10^9, then one byte every ``drip_s``;
+- ``drip_body``: 200 with a chunked body of no announced length, one byte every ``drip_s``
+  (a length announced over a reader's cap could be refused unread; this one cannot);
 - ``drip_headers``: the status line, then one header line every ``drip_s``, never ending;
 - ``slow_status``: the status line itself, one byte every ``drip_s``;
 - ``huge_body``: 200 with ``Content-Length`` 10^9, sent as fast as the reader takes it;
@@ -133,9 +134,9 @@ class Handler(BaseHTTPRequestHandler):
         return True
 
     def drip_body(self) -> None:
-        if self.send(f"HTTP/1.1 200 OK\r\nContent-Length: {HUGE}\r\n\r\n".encode()):
+        if self.send(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"):
             for _ in self.drips():
-                if not self.send(b"x"):
+                if not self.send(b"1\r\nx\r\n"):
                     break
         self.close_connection = True
 

@@ -140,9 +140,12 @@ def _exposition(connection: http.client.HTTPConnection) -> tuple[str | None, str
     """
     try:
         answer = connection.getresponse()
-        body = answer.read(MAX_METRICS_BYTES + 1)
         if answer.status != 200:
             return None, f"HTTP {answer.status} from /metrics"
+        # An announced length over the cap is refused unread: no time spent on it.
+        if answer.length is not None and answer.length > MAX_METRICS_BYTES:
+            return None, f"/metrics is over {MAX_METRICS_BYTES} bytes"
+        body = answer.read(MAX_METRICS_BYTES + 1)
         if len(body) > MAX_METRICS_BYTES:
             return None, f"/metrics is over {MAX_METRICS_BYTES} bytes"
         return body.decode("utf-8"), ""
