@@ -311,10 +311,12 @@ def start_local_stub(
     host: str = "127.0.0.1",
     wait: bool = True,
     args: Sequence[str] = (),
+    env: Mapping[str, str] | None = None,
 ) -> LocalStub:
     """Run stub_vllm.py on host:port (port 0: pick a free one) with the key in its environment.
 
-    ``args`` go to `vllm serve` as a box would pass them (`--max-model-len`, the recipe's args).
+    ``args`` go to `vllm serve` as a box would pass them (`--max-model-len`, the recipe's args);
+    ``env`` adds to its environment (`CUDA_VISIBLE_DEVICES`, say).
 
     With wait (the default) it returns once the port answers; pass wait=False for stubs told
     to load slowly or fail.
@@ -328,6 +330,7 @@ def start_local_stub(
         "VLLM_API_KEY": api_key,
         "STUB_VLLM_BEHAVIOUR": str(behaviour_path),
         "LLMAO_BOX_NAME": box_name,
+        **(env or {}),
     }
     # -S: the stub needs no site-packages; skipping them trims its start-up (300 stubs in a bench).
     argv = [sys.executable, "-S", str(STUB_VLLM), "serve", model]

@@ -4,9 +4,11 @@
 Why: the box program reads the card's memory to check that models fit and to divide the card
 between servers; with this stub those paths run for real against chosen numbers. The cards come
 from a JSON file (env STUB_NVIDIA_SMI, default /etc/llmao-stub/gpu.json; missing means one
-24 GiB card):
+24 GiB card), any number of them, each with its own memory:
 
-    {"gpus": [{"total_mib": 24576, "free_mib": 24000, "name": "..."}]}
+    {"gpus": [{"total_mib": 24576, "free_mib": 24000, "name": "...", "uuid": "GPU-..."}]}
+
+`name` and `uuid` are optional (a stub name; a UUID made from the card's index).
 
 `{"gpus": []}` or `"absent": true` behaves like a machine without a driver: a message and exit 9.
 Supported: `--query-gpu=FIELDS --format=csv[,noheader][,nounits]`, `-L`, and no arguments.
@@ -36,6 +38,7 @@ class Gpu:
     name: str
     total_mib: int
     free_mib: int
+    uuid: str = ""
 
     @property
     def used_mib(self) -> int:
@@ -45,6 +48,7 @@ class Gpu:
 # field name -> (value, unit shown in headers and after values unless nounits)
 FIELDS = {
     "index": (lambda gpu: gpu.index, None),
+    "uuid": (lambda gpu: gpu.uuid, None),
     "name": (lambda gpu: gpu.name, None),
     "memory.total": (lambda gpu: gpu.total_mib, "MiB"),
     "memory.used": (lambda gpu: gpu.used_mib, "MiB"),
@@ -79,6 +83,7 @@ def load_gpus(path: str) -> list[Gpu]:
                 str(card.get("name", DEFAULT_NAME)),
                 int(card["total_mib"]),
                 int(card["free_mib"]),
+                str(card.get("uuid", stub_uuid(index))),
             )
             for index, card in enumerate(config["gpus"])
         ]
@@ -86,6 +91,11 @@ def load_gpus(path: str) -> list[Gpu]:
         raise StubError(
             f"stub nvidia-smi: {path}: each gpu needs total_mib and free_mib", 1, stub_config=True
         ) from exc
+
+
+def stub_uuid(index: int) -> str:
+    """A UUID in nvidia-smi's shape, the same for the same index on every run."""
+    return f"GPU-5face000-0000-4000-8000-{index:012d}"
 
 
 def query(gpus: list[Gpu], field_list: str, format_list: str) -> str:
@@ -119,7 +129,7 @@ def _cell(gpu: Gpu, name: str, with_units: bool) -> str:
 def listing(gpus: list[Gpu]) -> str:
     """`nvidia-smi -L`."""
     return "\n".join(
-        f"GPU {gpu.index}: {gpu.name} (UUID: GPU-stub-{gpu.index:04d})" for gpu in gpus
+        f"GPU {gpu.index}: {gpu.name} (UUID: {gpu.uuid})" for gpu in gpus
     )
 
 

@@ -28,6 +28,11 @@ Like vLLM, `--ssl-keyfile` and `--ssl-certfile` make it serve HTTPS (the handsha
 connection's thread), and `--enable-ssl-refresh` loads both files again when either changes,
 for new connections only, so a renewal drops nothing.
 
+`GET /stub/devices` (test-only, no key; vLLM has no such path) says which cards the process was
+given: `CUDA_VISIBLE_DEVICES` and `CUDA_DEVICE_ORDER` as its environment had them (null when
+unset), and the `--tensor-parallel-size`, `--pipeline-parallel-size` and
+`--gpu-memory-utilization` it was started with, so a box test can assert the placement.
+
 Like vLLM, `/v1/chat/completions` and `/v1/completions` answer whole or, with `"stream": true`,
 as server-sent events token by token (`data: <chunk JSON>` lines, `data: [DONE]` last). The
 answer's tokens are words; `min_tokens` (vLLM's sampling parameter) pads it, so a test can ask
@@ -149,6 +154,8 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     serve.add_argument("--block-size", type=int, default=DEFAULT_BLOCK_SIZE)
     serve.add_argument("--num-gpu-blocks-override", type=int, default=DEFAULT_GPU_BLOCKS)
     serve.add_argument("--max-num-seqs", type=int, default=DEFAULT_MAX_NUM_SEQS)
+    serve.add_argument("--tensor-parallel-size", "-tp", type=int, default=1)
+    serve.add_argument("--pipeline-parallel-size", "-pp", type=int, default=1)
     serve.add_argument("--api-key", help=argparse.SUPPRESS)
     serve.add_argument("--ssl-keyfile")
     serve.add_argument("--ssl-certfile")
@@ -165,6 +172,8 @@ class Stub:
         self.port: int = args.port
         self.max_model_len: int = args.max_model_len
         self.gpu_memory_utilization: float = args.gpu_memory_utilization
+        self.tensor_parallel_size: int = args.tensor_parallel_size
+        self.pipeline_parallel_size: int = args.pipeline_parallel_size
         self.behaviour = behaviour
         key = os.environ.get("VLLM_API_KEY", "")
         self.expected_auth = f"Bearer {key}".encode() if key else None
@@ -180,6 +189,16 @@ class Stub:
         if self.expected_auth is None:
             return True
         return hmac.compare_digest((header or "").encode(), self.expected_auth)
+
+    def devices(self) -> dict:
+        """The cards this process was given, for `GET /stub/devices`."""
+        return {
+            "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+            "cuda_device_order": os.environ.get("CUDA_DEVICE_ORDER"),
+            "tensor_parallel_size": self.tensor_parallel_size,
+            "pipeline_parallel_size": self.pipeline_parallel_size,
+            "gpu_memory_utilization": self.gpu_memory_utilization,
+        }
 
     def models(self) -> dict:
         return {
@@ -437,6 +456,8 @@ class Handler(BaseHTTPRequestHandler):
         elif path == "/v1/models":
             if self.check_auth():
                 self.answer_json(HTTPStatus.OK, self.stub.models())
+        elif path == "/stub/devices":
+            self.answer_json(HTTPStatus.OK, self.stub.devices())
         elif path in ("/v1/chat/completions", "/v1/completions"):
             self.answer_json(HTTPStatus.METHOD_NOT_ALLOWED, {"detail": "Method Not Allowed"})
         else:

@@ -139,8 +139,12 @@ def observations() -> Response:
 
 
 def applied_record(report: AppliedReport) -> dict[str, Any]:
-    return {"revision": report.revision, "applied_at": report.applied_at,
-            "reported_at": report.reported_at}
+    """A box's last report for reconcile; ``cards`` (how many it has) only when it said."""
+    record: dict[str, Any] = {"revision": report.revision, "applied_at": report.applied_at,
+                              "reported_at": report.reported_at}
+    if report.cards:
+        record["cards"] = len(report.cards)
+    return record
 
 
 def approvals_in_force(state: ServerState) -> dict[str, list[str]]:

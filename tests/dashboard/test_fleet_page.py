@@ -13,7 +13,7 @@ from flask.testing import FlaskClient
 
 from ansible_collections.llmao.fleet.plugins.module_utils.rollout import Phase, Turn
 from llmao_server.state import app_state
-from llmao_server.store import AppliedReport, UnknownBox
+from llmao_server.store import AppliedCard, AppliedReport, UnknownBox
 from tests.dashboard.sessions import approve, csrf_token, flashes, log_in
 from tests.server.fleet_pair import (
     KNOWN,
@@ -101,6 +101,19 @@ def test_an_applied_revision_behind_the_intended_one_is_drift(app: Flask,
     assert f"applied rev 01234567, intended rev {intended[:8]}" in html
     (other,) = [row for row in server_rows(html) if f'data-box="{OTHER_KNOWN}"' in row]
     assert "✓ " + state.fleet.assignment(OTHER_KNOWN).revision[:8] in other
+
+
+def test_the_cards_a_box_reported_show_on_its_rows(app: Flask, admin: FlaskClient) -> None:
+    cards = (AppliedCard(0, "NVIDIA A100-SXM4-80GB", 81920),
+             AppliedCard(1, "NVIDIA A100-SXM4-80GB", 81920))
+    app_state(app).store.record_applied(AppliedReport(
+        KNOWN, "0123456789abcdef", "2026-01-01T00:00:00Z", (), time.time(), cards,
+        (("gemma", (0,)), ("qwen", (1,)))))
+    rows = {re.search(r'data-box="([^"]*)".*?</td>\s*<td>([^<]*)</td>', row, re.S).groups():
+            row for row in server_rows(page_of(admin))}
+    assert "GPU 1 of 2 × NVIDIA A100-SXM4-80GB (80.0 GiB)" in rows[KNOWN, "qwen"]
+    assert "GPU 0 of 2 × NVIDIA A100-SXM4-80GB" in rows[KNOWN, "gemma"]
+    assert "GPU" not in rows[OTHER_KNOWN, "qwen"]
 
 
 def test_a_box_not_in_fleet_hosts_shows_in_the_strip_with_its_count(app: Flask,

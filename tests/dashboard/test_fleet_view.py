@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 
 import pytest
@@ -15,8 +16,17 @@ from llmao_server.dashboard.fleet_view import (
     age,
     build_page,
 )
-from llmao_server.store import Approval, UnknownBox
-from tests.server.fleet_pair import CONFIG, KNOWN, LEGACY, OTHER_KNOWN, UNKNOWN, write_pair
+from llmao_server.store import AppliedCard, AppliedReport, Approval, UnknownBox
+from rig.fleet_files import write_fleet
+from tests.server.fleet_pair import (
+    CONFIG,
+    KNOWN,
+    LEGACY,
+    MODELS,
+    OTHER_KNOWN,
+    UNKNOWN,
+    write_pair,
+)
 
 NOW = 1_800_000_000.0
 
@@ -167,3 +177,28 @@ def test_the_filter_matches_any_shown_field(fleet: Fleet, query: str, count: int
     page = build_page(fleet, Observed(), NOW, query)
     assert sum(len(rows) for _, rows in page.groups) == count
     assert page.server_count == 4  # the summary counts the whole fleet
+
+
+def test_each_row_shows_its_cards_and_a_box_short_of_cards_is_in_the_strip(
+        tmp_path_factory: pytest.TempPathFactory) -> None:
+    models = copy.deepcopy(MODELS)
+    models["models"][0]["model_info"]["vllm"]["gpus"] = 2
+    folder = tmp_path_factory.mktemp("spanning")
+    spanning = load_fleet(*write_fleet(folder, CONFIG, models).paths())
+    l4 = (AppliedCard(0, "NVIDIA L4", 23034), AppliedCard(1, "NVIDIA L4", 23034),
+          AppliedCard(2, "NVIDIA H100", 81559))
+    reports = {
+        KNOWN: AppliedReport(KNOWN, "r", "2026-01-01T00:00:00Z", (), NOW, l4,
+                             (("gemma", (0, 1)), ("qwen", (2,)))),
+        LEGACY: AppliedReport(LEGACY, "r", "2026-01-01T00:00:00Z", (), NOW, l4[:1],
+                              (("gemma", (0,)),)),
+    }
+    page = build_page(spanning, Observed(cards=reports), NOW)
+    rows = rows_by_key(page)
+    assert rows[KNOWN, 8001]["cards"] == ("GPU 0, 1 of 2 × NVIDIA L4 (22.5 GiB) + "
+                                          "1 × NVIDIA H100 (79.6 GiB)")
+    assert rows[KNOWN, 8002]["cards"].startswith("GPU 2 of 2 × NVIDIA L4")
+    assert rows[OTHER_KNOWN, 8001]["cards"] == ""
+    (short,) = [p for p in page.problems if p.kind == "cards"]
+    assert short.entries == (
+        (LEGACY, "gemma needs 2 cards (vllm.gpus of gemma), the box reported 1"),)

@@ -142,3 +142,14 @@ def test_the_axis_top_is_a_round_number() -> None:
     assert [nice_ceiling(v) for v in (0, 0.4, 3, 7, 12, 150, 5000)] == [1, 1, 5, 10, 20, 200,
                                                                           5000]
     assert line_chart({"x": []}, 0.0, 60.0).empty
+
+
+def test_an_absurd_figure_never_overflows_the_chart() -> None:
+    # One box's figure near the largest float, one past it (a whole number no float holds),
+    # and a text: the chart draws what it can place and never raises (issue 18, item 6).
+    assert nice_ceiling(1.7e308) == 1.7e308 and nice_ceiling(9e307) == 1e308
+    chart = line_chart({"x": [(0.0, 1.7e308), (30.0, 10**401), (45.0, "3"), (60.0, 2.0)]},
+                       0.0, 60.0)
+    segments = chart.lines[0].segments
+    assert len(segments) == 2   # broken where the figure cannot be placed
+    assert all("nan" not in segment and "inf" not in segment for segment in segments)

@@ -60,7 +60,8 @@ model_names = mixed(["gemma", "qwen-7b", "m.1"], hostile_text,
 weights = mixed(["google/gemma-4-26b-it", "/data/models/x", "Qwen/Qwen3-8B"], hostile_text,
                 any_text, st.sampled_from(["--api-key=k", "-m", " lead", "x" * 600]))
 one_arg = mixed(["--reasoning-parser", "gemma", "--max-num-seqs", "8", "--api-server-count",
-                 "--chat-template", "a b", "%(here)s", ";#"],
+                 "--chat-template", "a b", "%(here)s", ";#", "--tensor-parallel-size", "2",
+                 "-pp", "-tp=4", "--tensor-par"],
                 hostile_text,
                 st.sampled_from(["--api-key", "--api_key=k", "--api-k", "--api", "--api-key.x",
                                  "--model=--api-key=k", "x" * 5000]))
@@ -75,6 +76,7 @@ numbers = st.fixed_dictionaries({}, optional={
     "vram_gb": mixed([8, 18.5, 0.5], st.sampled_from(HOSTILE_NUMBERS)),
     "disk_gb": mixed([20, 60], st.sampled_from(HOSTILE_NUMBERS)),
     "kv_bytes_per_token": mixed([98304, 1], st.sampled_from(HOSTILE_NUMBERS)),
+    "gpus": mixed([1, 2, 4, 16, 17], st.sampled_from(HOSTILE_NUMBERS)),
 })
 knobs = st.fixed_dictionaries({}, optional={
     "health_grace_s": mixed([900, 60.5], st.sampled_from(HOSTILE_NUMBERS)),

@@ -21,7 +21,8 @@ from tests.unit.box_program.helpers import load_install_set
 BOX = load_install_set()
 PINNED = ["BOX_NAME_RE", "SERVER_NAME_RE", "API_KEY_RE", "UNSAFE_CHAR_RE", "MAX_TEXT",
           "MAX_ARGS", "MAX_ARG", "MAX_SERVERS", "API_KEY_FLAG", "NUMBER_LIMITS",
-          "INTEGER_NUMBERS", "ROLLOUT_LIMITS", "FOLLOW_PROGRAM"]
+          "INTEGER_NUMBERS", "ROLLOUT_LIMITS", "FOLLOW_PROGRAM", "PARALLEL_FLAGS",
+          "PARALLEL_SIZE_RE"]
 # Characters that matter, mixed with any others: the edges of every rule.
 EDGES = "-_.=/ \t\n\x00\x1f\x7f\x85\x9f\xa0\u200b\u200f\u2028\u2029\u202e\u2066\ufeff\ud800\"'%;#"
 texts = st.text(st.one_of(st.sampled_from(EDGES), st.characters()), max_size=12) | \
@@ -98,3 +99,25 @@ def test_a_rollout_object_is_judged_alike(value):
     assert (core.rollout_problem(value) is None) == box_accepts(
         BOX.validate_rollout, value, "rollout")
 
+
+
+# Parallel sizes in every spelling vLLM reads, abbreviations, bad values, with gpus on and off
+# the product.
+parallel_args = st.lists(st.one_of(
+    st.sampled_from(["--tensor-parallel-size", "--tensor_parallel_size", "-tp", "-pp",
+                     "--pipeline-parallel-size", "--pipeline_parallel-size", "--tensor-par",
+                     "--pipe", "--tensor-parallel-size=2", "-tp=4", "-pp=x", "--t", "-t"]),
+    st.sampled_from(["1", "2", "4", "8", "16", "17", "0", "02", "x", "", "\u0662"]),
+    texts), max_size=5)
+
+
+@settings(max_examples=500, deadline=None)
+@given(parallel_args, st.integers(1, 16))
+def test_parallel_sizes_are_judged_alike(args: list[str], gpus: int):
+    assert core.parallel_sizes(args) == BOX.parallel_sizes(args)
+    assert core.parallel_problem(args, gpus) == BOX.parallel_problem(args, gpus)
+    entry = {"name": "m", "host": "box", "port": 8001, "api_key": "k", "model": "m",
+             "served_model_name": "m", "args": args, "gpus": gpus}
+    if core.args_problem(args) is None:
+        assert (core.parallel_problem(args, gpus) is None) == box_accepts(
+            BOX.validate_server, entry, "servers[0]")

@@ -81,3 +81,20 @@ def test_config_mistakes_are_clear_errors(tmp_path, text):
     result = nvidia_smi(tmp_path, QUERY)
     assert result.returncode == 1
     assert "gpu.json" in result.stderr
+
+
+def test_any_number_of_cards_with_their_own_memory_index_uuid_and_name(tmp_path):
+    sizes = [81920, 81920, 24576, 49152, 16384, 81920, 24576, 98304]
+    config = {"gpus": [{"total_mib": total, "free_mib": total - 512, "name": f"Card {i}"}
+                       for i, total in enumerate(sizes)]}
+    config["gpus"][3]["uuid"] = "GPU-0badcafe-1111-2222-3333-444455556666"
+    result = nvidia_smi(tmp_path, ["--query-gpu=index,uuid,name,memory.total,memory.free",
+                                   "--format=csv,noheader,nounits"], config)
+    lines = [line.split(", ") for line in result.stdout.splitlines()]
+    assert [(int(i), name, int(total), int(free)) for i, _, name, total, free in lines] == [
+        (i, f"Card {i}", total, total - 512) for i, total in enumerate(sizes)]
+    uuids = [line[1] for line in lines]
+    assert uuids[3] == "GPU-0badcafe-1111-2222-3333-444455556666"
+    assert len(set(uuids)) == len(sizes) and all(u.startswith("GPU-") for u in uuids)
+    again = nvidia_smi(tmp_path, ["--query-gpu=uuid", "--format=csv,noheader"], config)
+    assert again.stdout.split() == uuids

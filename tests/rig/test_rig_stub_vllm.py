@@ -189,6 +189,25 @@ def test_command_line_accepts_vllm_flags_it_does_not_use():
     assert ignored == ["--reasoning-parser", "gemma", "--enable-prefix-caching"]
 
 
+def test_the_devices_endpoint_reports_the_cards_and_parallel_sizes_given(local_stub_factory):
+    stub = local_stub_factory(served_name="m", model="org/weights", api_key=KEY,
+                              args=["--tensor-parallel-size", "2", "-pp", "2",
+                                    "--gpu-memory-utilization", "0.45"],
+                              env={"CUDA_VISIBLE_DEVICES": "1,3,4,6",
+                                   "CUDA_DEVICE_ORDER": "PCI_BUS_ID"})
+    status, body = call(f"{stub.url}/stub/devices")
+    assert status == 200
+    assert json.loads(body) == {"cuda_visible_devices": "1,3,4,6",
+                                "cuda_device_order": "PCI_BUS_ID",
+                                "tensor_parallel_size": 2, "pipeline_parallel_size": 2,
+                                "gpu_memory_utilization": 0.45}
+
+
+def test_without_cards_given_the_devices_endpoint_says_null(stub):
+    devices = json.loads(call(f"{stub.url}/stub/devices")[1])
+    assert devices["cuda_visible_devices"] is None and devices["tensor_parallel_size"] == 1
+
+
 def test_behaviour_file_missing_means_defaults(tmp_path):
     assert load_behaviour(str(tmp_path / "none.json"), 8001) == Behaviour()
 

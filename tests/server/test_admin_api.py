@@ -10,10 +10,11 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
+from ansible_collections.llmao.fleet.plugins.module_utils.llmao_admin import parse_observations
 from llmao_server.admin_api import MAX_VERDICTS, VERDICTS_MAX_BYTES
 from llmao_server.admin_attempts import peer_scope
 from llmao_server.state import ServerState
-from llmao_server.store import AppliedReport, AppliedServer, Approval
+from llmao_server.store import AppliedCard, AppliedReport, AppliedServer, Approval
 from tests.server.fleet_pair import ADMIN_TOKEN, KNOWN, LEGACY, OTHER_KNOWN, UNKNOWN, config
 
 OBSERVATIONS = "/admin/api/observations"
@@ -104,6 +105,18 @@ def test_observations_carry_fetches_and_applied_revisions(client: FlaskClient,
     assert UNKNOWN not in boxes  # only intended boxes are reconcile's business
 
 
+def test_observations_carry_how_many_cards_a_box_reported(client: FlaskClient,
+                                                          state: ServerState):
+    cards = (AppliedCard(0, "NVIDIA L4", 23034), AppliedCard(1, "NVIDIA L4", 23034))
+    state.store.record_applied(AppliedReport(KNOWN, "0123456789abcdef", "2026-01-31T12:00:00Z",
+                                             (AppliedServer("gemma", 8001, "gemma"),), 1001.0,
+                                             cards, (("gemma", (0, 1)),)))
+    applied = client.get(OBSERVATIONS, headers=admin()).json["boxes"][KNOWN]["applied"]
+    assert applied["cards"] == 2
+    assert parse_observations(client.get(OBSERVATIONS, headers=admin()).json).cards == {
+        KNOWN: 2}
+
+
 def test_observations_carry_the_approvals_in_force(client: FlaskClient, state: ServerState):
     state.approve(UNKNOWN, ["qwen", "gemma"], "admin", 1000.0)
     state.store.note_fetches({UNKNOWN: 1002.0})
@@ -172,12 +185,24 @@ def test_the_pass_is_bounded(client: FlaskClient, state: ServerState):
     assert state.store.last_pass() is None
 
 
+@pytest.mark.parametrize("figures", [
+    {"verdicts": {GEMMA: {"state": "Healthy", "metrics": {"kv_cache_tokens": 10**401}}}},
+    {"verdicts": {GEMMA: {"state": "Healthy", "cost_per_hour": 10**401}}},
+    {"models": {"gemma": {"capacity": 10**401}}},
+    {"models": {"gemma": {"cost_per_hour": 1.7e308}}},
+])
+def test_a_figure_out_of_bounds_is_refused_not_a_crash(client: FlaskClient, state: ServerState,
+                                                        figures):
+    # A 401-digit figure raised "int too large to convert to float": 500 (issue 18, item 3).
+    answer = client.post(VERDICTS, headers=admin(), json=a_pass(**figures))
+    assert answer.status_code == 400
+    assert answer.json["error"]["code"] == "bad_verdicts"
+    assert state.store.last_pass() is None
+
+
 def test_reconciles_reader_takes_the_answer(client: FlaskClient, state: ServerState):
     """What the server answers is what reconcile's client reads (the two sides of one API)."""
     from ansible_collections.llmao.fleet.plugins.module_utils.lifecycle import State
-    from ansible_collections.llmao.fleet.plugins.module_utils.llmao_admin import (
-        parse_observations,
-    )
 
     state.store.note_fetches({KNOWN: 1000.5})
     client.post(VERDICTS, headers=admin(), json=a_pass())

@@ -10,7 +10,7 @@ import pytest
 from flask.testing import FlaskClient
 
 from llmao_server.state import ServerState
-from llmao_server.store import AppliedReport, AppliedServer
+from llmao_server.store import AppliedCard, AppliedReport, AppliedServer
 from tests.server.fleet_pair import KNOWN, UNKNOWN, box_headers
 
 
@@ -95,6 +95,23 @@ def test_the_gate_and_the_box_name_are_those_of_the_config(
     report(servers=[{"name": "gemma", "port": 0, "served_model_name": "gemma"}]),
     report(servers=[{"name": "gemma", "port": 65536, "served_model_name": "gemma"}]),
     report(servers=[{"name": "gemma", "port": 8001, "served_model_name": ""}]),
+    *(report(cards=cards) for cards in [
+        {"index": 0}, [0], [{"index": 0, "name": "A100"}],
+        [{"index": -1, "name": "A100", "memory_total_mib": 81920}],
+        [{"index": 64, "name": "A100", "memory_total_mib": 81920}],
+        [{"index": True, "name": "A100", "memory_total_mib": 81920}],
+        [{"index": 0, "name": "A100", "memory_total_mib": 10**8}],
+        [{"index": 0, "name": "A100", "memory_total_mib": 1.5}],
+        [{"index": 0, "name": "x" * 65, "memory_total_mib": 1}],
+        [{"index": 0, "name": "bad\nname", "memory_total_mib": 1}],
+        [{"index": 0, "name": "A100", "memory_total_mib": 1}] * 2,
+        [{"index": i, "name": "A", "memory_total_mib": 1} for i in range(65)]]),
+    *(report(cards=[{"index": 0, "name": "A", "memory_total_mib": 1},
+                    {"index": 1, "name": "A", "memory_total_mib": 1}], placement=placement)
+      for placement in [[["gemma", [0]]], {"gemma": 0}, {"gemma": []}, {"gemma": [0, 0]},
+                        {"gemma": [2]}, {"gemma": ["0"]}, {"llama": [0]},
+                        {"gemma": [0], "qwen": [1], "x": [0], "y": [1]}]),
+    report(placement={"gemma": [0]}),
 ])
 def test_a_bad_body_is_400_with_a_json_error_and_nothing_kept(
         client: FlaskClient, state: ServerState, body: Any) -> None:
@@ -123,3 +140,17 @@ def test_a_body_beyond_the_limit_is_413_and_not_read(client: FlaskClient,
 def test_extra_keys_are_ignored(client: FlaskClient, state: ServerState) -> None:
     assert post(client, report(note="from a newer box program")).status_code == 200
     assert isinstance(state.store.applied_reports()[KNOWN], AppliedReport)
+
+
+def test_cards_and_placement_are_kept_in_index_order(client: FlaskClient,
+                                                     state: ServerState) -> None:
+    cards = [{"index": 1, "name": "NVIDIA A100-SXM4-80GB", "memory_total_mib": 81920},
+             {"index": 0, "name": "NVIDIA A100-SXM4-80GB", "memory_total_mib": 81920}]
+    assert post(client, report(cards=cards, placement={"gemma": [1, 0], "qwen": [0]})
+                ).status_code == 200
+    kept = state.store.applied_reports()[KNOWN]
+    assert kept.cards == (AppliedCard(0, "NVIDIA A100-SXM4-80GB", 81920),
+                          AppliedCard(1, "NVIDIA A100-SXM4-80GB", 81920))
+    assert kept.placement == (("gemma", (0, 1)), ("qwen", (0,)))
+    assert post(client, report()).status_code == 200
+    assert state.store.applied_reports()[KNOWN].cards == ()

@@ -17,6 +17,7 @@ import pytest
 from ansible_collections.llmao.fleet.plugins.module_utils.rollout import Phase, Turn, TurnError
 from llmao_server import store as state_store
 from llmao_server.store import (
+    AppliedCard,
     AppliedReport,
     AppliedServer,
     Approval,
@@ -88,6 +89,11 @@ def test_the_latest_applied_report_of_a_box_replaces_the_one_before(store: State
         "a": AppliedReport("a", "r2", "2026-01-02T00:00:00Z", servers[:1], 2.0),
         "b": AppliedReport("b", "r9", "2026-01-03T00:00:00+00:00", (), 3.0),
     }
+    cards = (AppliedCard(0, "NVIDIA L4", 23034), AppliedCard(1, "NVIDIA L4", 23034))
+    spanning = AppliedReport("a", "r3", "2026-01-04T00:00:00Z", servers, 4.0, cards,
+                             (("gemma", (0, 1)), ("qwen", (1,))))
+    store.record_applied(spanning)
+    assert store.applied_reports()["a"] == spanning
 
 
 def test_approvals_are_kept_replaced_and_cleared(store: StateStore) -> None:

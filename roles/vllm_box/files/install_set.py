@@ -21,15 +21,25 @@ Steps
              (``X-LLMAO-Box-Token``, docs/box-identity.md); a token llmao hands out
              is kept, 0600 (never on ``--dry-run``). A name bound to another box
              is refused in one line, nothing written.
-  2. preflight  the sum of ``vram_gb`` against the free memory of the first GPU
-             (``nvidia-smi``; a multi-GPU box is judged by GPU 0) and the sum of
-             ``disk_gb`` against the free space of DATA_DIRECTORY. Sizes are GiB.
-             It runs only when the programs would change: an unchanged
-             assignment is already running and holds what it once checked for.
-             No ``nvidia-smi`` or nothing to check is not a failure.
-  3. divide  servers that pin ``gpu_memory_utilization`` keep it; the others
-             share ``0.9 - pinned``: each its weights (``vram_gb`` / card) plus a
-             share of the rest, weighted by ``max_model_len`` when all have one.
+  2. place    read every card (``nvidia-smi --query-gpu=index,uuid,name,
+             memory.total,memory.free``) and give each server ``gpus`` cards
+             (default 1): servers spanning more cards first, then row order; servers
+             share a card while its memory division holds; the same assignment on
+             the same cards is placed the same way every run. Too few cards, or no
+             placement that holds: exit 1, nothing written. One card: all on it.
+     preflight  per card, the sum of ``vram_gb`` (per card) of the servers placed
+             on it against its free memory, and the sum of ``disk_gb`` against the
+             free space of DATA_DIRECTORY. Sizes are GiB. It runs only when the
+             programs would change: an unchanged assignment is already running and
+             holds what it once checked for. No ``nvidia-smi`` or nothing to check
+             is not a failure (nothing is placed then).
+  3. divide  per card: servers that pin ``gpu_memory_utilization`` keep it; the
+             others share ``0.9 - pinned``: each its weights (``vram_gb`` / card)
+             plus a share of the rest, weighted by ``max_model_len`` when all have
+             one. A server on several cards takes the smallest of its shares. On a
+             box of several cards each program gets ``CUDA_VISIBLE_DEVICES`` (its
+             cards by nvidia-smi's index, with ``CUDA_DEVICE_ORDER=PCI_BUS_ID``),
+             and ``--tensor-parallel-size <gpus>`` unless its args set the sizes.
   4. write   ``$SUPERVISOR_CONF_DIR/llmao-<name>.conf`` (0600, atomic), remove the
              ``llmao-*.conf`` of an earlier assignment, then ``supervisorctl reread``
              and ``update`` when anything changed: supervisord adds new programs,
@@ -40,8 +50,9 @@ Steps
              assignment that carries ``rollout`` also gets the follow program,
              ``llmao-follow.conf`` (below); ``--payload`` never does.
   5. record  ``$DATA_DIRECTORY/llmao/applied.json`` (no secret; ``rollout`` too when
-             the assignment has it) and, when fetched, ``POST $LLMAO_URL/vllm/applied``;
-             a failed report is only a warning.
+             the assignment has it; the cards and the placement when nvidia-smi
+             answered) and, when fetched, ``POST $LLMAO_URL/vllm/applied`` with the
+             same cards and placement; a failed report is only a warning.
 
 Box TLS (docs/box-tls.md)
   When llmao's config has ``box_tls``, the payload carries ``tls`` (``ca_sha256``,
@@ -86,7 +97,7 @@ Environment
                        loopback address when several share a machine
   LLMAO_FETCH_ATTEMPTS     attempts per request (default 8)
   LLMAO_FETCH_BACKOFF_S    first retry delay, doubled each time up to 60 s (default 2)
-  LLMAO_FETCH_TIMEOUT_S    timeout of one request (default 30)
+  LLMAO_FETCH_TIMEOUT_S    deadline of one whole request: connect, headers, body (default 30)
   LLMAO_TOKEN_FILE     where the box token is kept (default: under /workspace on
                        RunPod, whose volume alone survives a restart; else
                        $DATA_DIRECTORY/llmao/box-token)
@@ -110,11 +121,13 @@ from __future__ import annotations
 
 import argparse
 import calendar
+import contextlib
 import dataclasses
 import difflib
 import functools
 import hashlib
 import ipaddress
+import itertools
 import json
 import math
 import os
@@ -122,10 +135,12 @@ import random
 import re
 import shlex
 import shutil
+import socket
 import ssl
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.parse
@@ -173,8 +188,11 @@ MAX_ARG = 4096
 MAX_SERVERS = 3
 API_KEY_FLAG = "--api-key"
 NUMBER_LIMITS = {"gpu_memory_utilization": 1, "max_model_len": 10**8, "vram_gb": 10**5,
-                 "disk_gb": 10**6, "kv_bytes_per_token": 10**9}
-INTEGER_NUMBERS = frozenset({"max_model_len", "kv_bytes_per_token"})
+                 "disk_gb": 10**6, "kv_bytes_per_token": 10**9, "gpus": 16}
+INTEGER_NUMBERS = frozenset({"max_model_len", "kv_bytes_per_token", "gpus"})
+PARALLEL_FLAGS = {"--tensor-parallel-size": "tensor", "-tp": "tensor",
+                  "--pipeline-parallel-size": "pipeline", "-pp": "pipeline"}
+PARALLEL_SIZE_RE = re.compile(r"[0-9]{1,2}\Z")
 # The payload's ``rollout`` object (sent only when boxes follow): its keys and their bounds.
 ROLLOUT_LIMITS = {"follow_s": (1, 86400), "drain_s": (0, 3600)}
 # A JSON number is refused before conversion when its text is longer or its exponent larger:
@@ -438,6 +456,72 @@ class NoRedirects(urllib.request.HTTPRedirectHandler):
         return None
 
 
+class Deadline:
+    """When one request must have ended, however slowly llmao (or whoever answers) sends it.
+
+    urllib's timeout bounds each socket operation, not the request: an answer dripped one
+    byte per timeout would hold the follow loop for ever. A timer shuts the request's
+    connection down at the deadline, which ends whatever read waits on it; it acts on a
+    duplicate of the socket, which TLS's wrapping leaves open and only :meth:`end` closes.
+    """
+
+    def __init__(self, seconds: float) -> None:
+        self.at = time.monotonic() + seconds
+        self.fired = False
+        self.timers: list[threading.Timer] = []
+        self.sockets: list[socket.socket] = []
+
+    def watch(self, sock: socket.socket) -> None:
+        watched = sock.dup()
+        self.sockets.append(watched)
+        timer = threading.Timer(max(self.at - time.monotonic(), 0.0), self.fire, (watched,))
+        timer.daemon = True
+        timer.start()
+        self.timers.append(timer)
+
+    def fire(self, sock: socket.socket) -> None:
+        self.fired = True
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
+
+    def end(self) -> None:
+        for timer in self.timers:
+            timer.cancel()
+        for sock in self.sockets:
+            sock.close()
+
+
+class WatchedOpen:
+    """An opener's handler whose connections give their socket to the request's Deadline."""
+
+    def do_open(self, http_class, req, **kwargs):
+        deadline = getattr(req, "deadline", None)
+        if deadline is None:
+            return super().do_open(http_class, req, **kwargs)
+
+        def connection(*args, **options):
+            made = http_class(*args, **options)
+            create = made._create_connection
+
+            def watched(*address, **how):
+                sock = create(*address, **how)
+                deadline.watch(sock)
+                return sock
+
+            made._create_connection = watched
+            return made
+
+        return super().do_open(connection, req, **kwargs)
+
+
+class WatchedHTTPHandler(WatchedOpen, urllib.request.HTTPHandler):
+    pass
+
+
+class WatchedHTTPSHandler(WatchedOpen, urllib.request.HTTPSHandler):
+    pass
+
+
 @functools.lru_cache(maxsize=4)
 def build_opener(ca_file: str | None, ca_dir: str | None) -> urllib.request.OpenerDirector:
     """The opener for llmao, made once per trust store.
@@ -449,23 +533,40 @@ def build_opener(ca_file: str | None, ca_dir: str | None) -> urllib.request.Open
     """
     context = ssl.create_default_context()
     return urllib.request.build_opener(
-        urllib.request.HTTPSHandler(context=context), NoRedirects())
+        WatchedHTTPHandler(), WatchedHTTPSHandler(context=context), NoRedirects())
 
 
 def http_request(method: str, url: str, headers: Mapping[str, str], body: bytes | None,
                  timeout: float, issued: dict[str, str] | None = None) -> tuple[int, bytes]:
-    """One request. Any HTTP answer is returned as (status, body); network faults raise.
-    A box token the answer hands out goes into ``issued`` when given."""
+    """One request, whole (connect, headers, body) within ``timeout`` seconds.
+
+    Any HTTP answer is returned as (status, body), its body cut at MAX_ANSWER_BYTES;
+    network faults raise, and an answer not whole by the deadline raises TimeoutError.
+    A box token the answer hands out goes into ``issued`` when given.
+    """
     request = urllib.request.Request(url, data=body, method=method, headers=dict(headers))
     opener = build_opener(os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR"))
+    deadline = Deadline(timeout)
+    request.deadline = deadline
     try:
-        with opener.open(request, timeout=timeout) as answer:
-            if issued is not None and answer.headers.get(TOKEN_HEADER):
-                issued[TOKEN_HEADER] = answer.headers[TOKEN_HEADER].strip()
-            return answer.status, answer.read(MAX_ANSWER_BYTES)
-    except urllib.error.HTTPError as answer:
-        with answer:
-            return answer.code, answer.read(MAX_ANSWER_BYTES)
+        try:
+            with opener.open(request, timeout=timeout) as answer:
+                if issued is not None and answer.headers.get(TOKEN_HEADER):
+                    issued[TOKEN_HEADER] = answer.headers[TOKEN_HEADER].strip()
+                status, body = answer.status, answer.read(MAX_ANSWER_BYTES)
+        except urllib.error.HTTPError as answer:
+            with answer:
+                status, body = answer.code, answer.read(MAX_ANSWER_BYTES)
+    except (OSError, HTTPException):
+        if not deadline.fired:
+            raise
+    finally:
+        deadline.end()
+    if deadline.fired:
+        # Cut at the deadline: what was read may look whole (headers cut short, a body
+        # ended early) and is not.
+        raise TimeoutError(f"no whole answer within {timeout:g} s")
+    return status, body
 
 
 def auth_headers(settings: Settings) -> dict[str, str]:
@@ -704,6 +805,10 @@ class Server:
     max_model_len: int | None = None
     vram_gb: Decimal | None = None
     disk_gb: Decimal | None = None
+    # The cards this server spans; ``args`` may set the parallel sizes (then their product
+    # is ``gpus``), else the program passes --tensor-parallel-size when it is above 1.
+    gpus: int = 1
+    sets_parallel: bool = False
 
 
 @dataclass(frozen=True)
@@ -828,17 +933,24 @@ def validate_server(entry: Any, where: str) -> Server:
                       "spaces or quotes")
     numbers = {key: number_field(entry, key, where) for key in OPTIONAL_NUMBERS}
     max_model_len = numbers["max_model_len"]
+    args = normalize_args(entry.get("args", []), f"{where}.args")
+    gpus = 1 if numbers["gpus"] is None else int(numbers["gpus"])
+    problem = parallel_problem(args, gpus)
+    if problem:
+        raise Refused(f"{where}.args: {problem}")
     return Server(
         name=name,
         model=command_line_field(entry, "model", where),
         served_model_name=command_line_field(entry, "served_model_name", where),
         port=port,
         api_key=api_key,
-        args=normalize_args(entry.get("args", []), f"{where}.args"),
+        args=args,
         gpu_memory_utilization=numbers["gpu_memory_utilization"],
         max_model_len=None if max_model_len is None else int(max_model_len),
         vram_gb=numbers["vram_gb"],
         disk_gb=numbers["disk_gb"],
+        gpus=gpus,
+        sets_parallel=bool(parallel_sizes(args)[0]),
     )
 
 
@@ -938,21 +1050,88 @@ def normalize_args(value: Any, where: str) -> tuple[str, ...]:
     return tuple(args)
 
 
+def parallel_sizes(args: list[str] | tuple[str, ...]) -> tuple[dict[str, int], str | None]:
+    """The tensor and pipeline parallel sizes ``args`` set, and why they cannot be read.
+
+    vLLM turns ``_`` into ``-`` in an option's name and lets argparse take an
+    abbreviation, so ``--tensor_parallel_size`` counts, and a shortened name is
+    refused (write it in full): the box must know exactly what vLLM will read. A
+    size is an integer from 1 to 16, given once, as ``--flag N`` or ``--flag=N``.
+    """
+    sizes: dict[str, int] = {}
+    pending = list(args)
+    while pending:
+        arg = pending.pop(0)
+        option, has_value, value = arg.partition("=")
+        option = option.replace("_", "-") if option.startswith("--") else option
+        kind = PARALLEL_FLAGS.get(option)
+        if kind is None:
+            if option.startswith("--") and len(option) > 2 and any(
+                    flag.startswith(option) for flag in PARALLEL_FLAGS):
+                return sizes, (f"{option[:40]!r} abbreviates a parallel size option: "
+                               "write it in full")
+            continue
+        if not has_value:
+            value = pending.pop(0) if pending else ""
+        if kind in sizes:
+            return sizes, f"the {kind} parallel size is set twice"
+        if not (PARALLEL_SIZE_RE.match(value) and 1 <= int(value) <= NUMBER_LIMITS["gpus"]):
+            return sizes, f"{option} needs an integer from 1 to 16, not {value[:40]!r}"
+        sizes[kind] = int(value)
+    return sizes, None
+
+
+def parallel_problem(args: list[str] | tuple[str, ...], gpus: int) -> str | None:
+    """Why ``args`` and ``gpus`` disagree on the cards one server spans, or None.
+
+    Without a parallel size in ``args`` the box adds ``--tensor-parallel-size``
+    itself (when ``gpus`` is above 1); with one, tensor x pipeline must be ``gpus``.
+    """
+    sizes, problem = parallel_sizes(args)
+    if problem or not sizes:
+        return problem
+    product = sizes.get("tensor", 1) * sizes.get("pipeline", 1)
+    if product != gpus:
+        return (f"tensor x pipeline parallel size is {sizes.get('tensor', 1)} x "
+                f"{sizes.get('pipeline', 1)} = {product} cards, but gpus is {gpus}: "
+                f"set gpus: {product}, or change the sizes")
+    return None
+
+
 # --------------------------------------------------------------------------- preflight
+
+# What the preflight asks nvidia-smi, one line per card.
+CARD_QUERY = "index,uuid,name,memory.total,memory.free"
+MAX_CARDS = 64
+CARD_NUMBER_RE = re.compile(r"[0-9]{1,9}\Z")
+CARD_UUID_RE = re.compile(r"[A-Za-z0-9-]{1,96}\Z")
 
 
 @dataclass(frozen=True)
-class Gpu:
-    """The first GPU's memory, in GiB."""
+class Card:
+    """One GPU as nvidia-smi numbers and names it; its memory in GiB."""
 
+    index: int
+    uuid: str
+    name: str
     total_gb: Decimal
     free_gb: Decimal
+    total_mib: int = 0
+
+    @property
+    def label(self) -> str:
+        return f"GPU {self.index}"
+
+    def report(self, with_uuid: bool = False) -> dict[str, Any]:
+        """The card as the report carries it; the applied record adds the UUID, which names
+        the physical card should the indices ever be renumbered."""
+        entry = {"index": self.index, "name": self.name, "memory_total_mib": self.total_mib}
+        return {**entry, "uuid": self.uuid} if with_uuid else entry
 
 
-def query_gpu(timeout_s: float = 30.0) -> tuple[Gpu | None, str]:
-    """Ask nvidia-smi about GPU 0; (None, why) when the hardware is unknown."""
-    command = ["nvidia-smi", "--query-gpu=memory.total,memory.free",
-               "--format=csv,noheader,nounits"]
+def query_cards(timeout_s: float = 30.0) -> tuple[tuple[Card, ...] | None, str]:
+    """Ask nvidia-smi about every card; (None, why) when the hardware is unknown."""
+    command = ["nvidia-smi", f"--query-gpu={CARD_QUERY}", "--format=csv,noheader,nounits"]
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s,
                               check=False)
@@ -962,18 +1141,39 @@ def query_gpu(timeout_s: float = 30.0) -> tuple[Gpu | None, str]:
         return None, f"nvidia-smi did not run ({exc}): GPU memory unknown"
     if done.returncode != 0:
         return None, f"nvidia-smi failed (exit {done.returncode}): GPU memory unknown"
-    return parse_gpu(done.stdout)
+    return parse_cards(done.stdout)
 
 
-def parse_gpu(output: str) -> tuple[Gpu | None, str]:
+def parse_cards(output: str) -> tuple[tuple[Card, ...] | None, str]:
+    """Every line a card (``index, uuid, name, total MiB, free MiB``), sorted by index.
+
+    One line that cannot be read, a repeated index or too many lines make the
+    whole answer unknown: placing servers on a guess would be worse than not.
+    """
     lines = [line for line in output.splitlines() if line.strip()]
-    try:
-        total_mib, free_mib = (int(part.strip()) for part in lines[0].split(","))
-    except (IndexError, ValueError):
-        return None, f"nvidia-smi said {output.strip()[:80]!r}: GPU memory unknown"
-    gpu = Gpu(total_gb=Decimal(total_mib) / 1024, free_gb=Decimal(free_mib) / 1024)
-    count = f" (of {len(lines)}; only GPU 0 is used)" if len(lines) > 1 else ""
-    return gpu, f"GPU 0{count}: {gib(gpu.total_gb)} GiB total, {gib(gpu.free_gb)} GiB free"
+    cards = [parse_card(line) for line in lines[:MAX_CARDS + 1]]
+    if not lines or len(lines) > MAX_CARDS or None in cards \
+            or len({card.index for card in cards}) != len(cards):
+        return None, f"nvidia-smi said {clean_text(output)[:80]!r}: GPU memory unknown"
+    ordered = tuple(sorted(cards, key=lambda card: card.index))
+    return ordered, "\n".join(f"{card.label} ({card.name}): {gib(card.total_gb)} GiB total, "
+                               f"{gib(card.free_gb)} GiB free" for card in ordered)
+
+
+def parse_card(line: str) -> Card | None:
+    """One line of the query; the name may hold commas, the other fields cannot."""
+    head = line.split(",", 2)
+    tail = head[-1].rsplit(",", 2)
+    if len(head) != 3 or len(tail) != 3:
+        return None
+    index, uuid, (name, total, free) = head[0].strip(), head[1].strip(), \
+        (part.strip() for part in tail)
+    if not (CARD_NUMBER_RE.match(index) and CARD_UUID_RE.match(uuid)
+            and CARD_NUMBER_RE.match(total) and CARD_NUMBER_RE.match(free)):
+        return None
+    return Card(index=int(index), uuid=uuid, name=clean_text(name)[:64] or "unnamed",
+                total_gb=Decimal(int(total)) / 1024, free_gb=Decimal(int(free)) / 1024,
+                total_mib=int(total))
 
 
 def disk_free_gb(path: Path) -> Decimal | None:
@@ -1008,35 +1208,40 @@ def applied_models(record: Mapping[str, Any]) -> set[str]:
         if isinstance(servers, list) else set()
 
 
-def preflight(servers: tuple[Server, ...], gpu: Gpu | None, disk_free: Decimal | None,
+def preflight(servers: tuple[Server, ...], cards: tuple[Card, ...] | None,
+              placement: Mapping[str, tuple[int, ...]], disk_free: Decimal | None,
               data_dir: Path, applied: Mapping[str, Any] | None) -> list[str]:
-    """Check vram_gb and disk_gb against the box; notes for the log, DoesNotFit if short.
+    """Check vram_gb on every card and disk_gb on the disk; notes for the log, DoesNotFit if short.
 
-    Free memory means something only on a box that runs none of our servers:
-    once an assignment is applied, its vLLM processes hold the card (until
-    supervisorctl update restarts them) and the division alone checks the
-    weights against the card total. Their weights are on disk too, so disk_gb
-    then counts only the models the applied record does not list.
+    ``vram_gb`` is per card: each card must hold the servers placed on it. Free
+    memory means something only on a box that runs none of our servers: once an
+    assignment is applied, its vLLM processes hold the cards (until supervisorctl
+    update restarts them) and the division alone checks the weights against each
+    card's total. Their weights are on disk too, so disk_gb then counts only the
+    models the applied record does not list.
     """
-    gpu_free = gpu.free_gb if gpu else None
-    gpu_unknown = "free memory unknown"
+    unknown = "free memory unknown"
     disk_servers = servers
     if applied is not None:
-        gpu_free = None
-        gpu_unknown = ("the applied servers hold its memory, the division checks the weights "
-                       "against the card total instead")
+        unknown = ("the applied servers hold its memory, the division checks the weights "
+                   "against the card total instead")
         present = applied_models(applied)
         disk_servers = tuple(s for s in servers if s.model not in present)
+    if cards is None or not placement:
+        checks = [("vram_gb", servers, None, "GPU 0", "free memory unknown")]
+    else:
+        checks = [("vram_gb", tuple(s for s in servers if card.index in placement[s.name]),
+                   card.free_gb if applied is None else None, card.label, unknown)
+                  for card in cards]
+    checks.append(("disk_gb", disk_servers, disk_free, f"disk {data_dir}", "free space unknown"))
     notes: list[str] = []
     problems: list[str] = []
-    checks = (("vram_gb", servers, gpu_free, "GPU 0", gpu_unknown),
-              ("disk_gb", disk_servers, disk_free, f"disk {data_dir}", "free space unknown"))
-    for attr, subset, free, where, unknown in checks:
+    for attr, subset, free, where, why in checks:
         asking = [server for server in subset if getattr(server, attr) is not None]
         if not asking:
             notes.append(f"{where}: no {attr} to check")
         elif free is None:
-            notes.append(f"{where}: {unknown}; {attr} not checked")
+            notes.append(f"{where}: {why}; {attr} not checked")
         else:
             problem = shortfall(asking, attr, free, where)
             if problem:
@@ -1047,6 +1252,162 @@ def preflight(servers: tuple[Server, ...], gpu: Gpu | None, disk_free: Decimal |
         raise DoesNotFit("the assignment does not fit this box; nothing written:\n  "
                          + "\n  ".join(problems))
     return notes
+
+
+# --------------------------------------------------------------------------- place
+
+# Given with CUDA_VISIBLE_DEVICES: CUDA numbers cards as nvidia-smi does.
+CUDA_DEVICE_ORDER = "PCI_BUS_ID"
+
+
+def place_servers(servers: tuple[Server, ...], cards: tuple[Card, ...] | None
+                  ) -> dict[str, tuple[int, ...]]:
+    """Each server's cards (indices, ascending), or {} when the cards are unknown.
+
+    Servers that span more cards are placed first, then in row order; each takes
+    ``gpus`` distinct cards on which the memory division still holds with the
+    servers already there, preferring cards that hold fewer servers, then lower
+    indices. When that first choice leads nowhere the other choices are tried
+    too, so a box is refused exactly when no placement holds. On one card there
+    is nothing to choose: the division itself judges it, as it always has. Only
+    card totals count (not free memory, which our own running servers change), so
+    the same assignment on the same cards is placed the same way on every run.
+    """
+    if cards is None:
+        return {}
+    for server in servers:
+        if server.gpus > len(cards):
+            raise DoesNotFit(f"{server.name} needs {server.gpus} cards (gpus), this box has "
+                             f"{len(cards)}: {card_list(cards)}; nothing written")
+    if len(cards) == 1:
+        return {server.name: (cards[0].index,) for server in servers}
+    order = tuple(sorted(servers, key=lambda server: -server.gpus))
+    empty: dict[int, tuple[Server, ...]] = {card.index: () for card in cards}
+    found = search_placement(order, cards, empty, fit_profiles(order, cards))
+    if found is None:
+        raise DoesNotFit(no_placement(order, cards))
+    return {server.name: found[server.name] for server in servers}
+
+
+def fit_profiles(servers: tuple[Server, ...], cards: tuple[Card, ...]
+                 ) -> dict[int, tuple[bool, ...]]:
+    """Per card, which groups of these servers it can hold: its part in any placement.
+
+    Two cards with the same profile and the same servers on them are interchangeable,
+    whatever their sizes, so the search tries only the lowest indices of each kind: a
+    few kinds at most (holding more is monotone in a card's size), not every card.
+    """
+    groups = [group for size in range(1, len(servers) + 1)
+              for group in itertools.combinations(servers, size)]
+    return {card.index: tuple(card_problem(group, card) is None for group in groups)
+            for card in cards}
+
+
+@dataclass(frozen=True)
+class Placement:
+    """The box's cards (None: unknown) and each server's cards on them."""
+
+    cards: tuple[Card, ...] | None = None
+    servers: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+
+    def devices(self, name: str) -> tuple[int, ...]:
+        """CUDA_VISIBLE_DEVICES of a server: on a box of several cards only."""
+        return self.servers.get(name, ()) if self.cards and len(self.cards) > 1 else ()
+
+    def record(self, with_uuid: bool = False) -> dict[str, Any]:
+        """The cards and the placement as the report (and, with UUIDs, the record) carry them."""
+        if self.cards is None:
+            return {}
+        return {"cards": [card.report(with_uuid) for card in self.cards],
+                "placement": {name: list(indices) for name, indices in self.servers.items()}}
+
+    def notes(self) -> list[str]:
+        """One line per server, on a box of several cards."""
+        return [f"placement: {name} on {', '.join(f'GPU {i}' for i in indices)}"
+                for name, indices in self.servers.items() if self.devices(name)]
+
+
+def card_list(cards: Iterable[Card]) -> str:
+    return ", ".join(f"{card.label} {gib(card.total_gb)} GiB" for card in cards)
+
+
+def card_problem(servers: tuple[Server, ...], card: Card) -> str | None:
+    """Why these servers cannot share this card (the division's refusal), or None."""
+    try:
+        divide_memory(servers, card.total_gb)
+    except DoesNotFit as refusal:
+        return str(refusal)
+    return None
+
+
+def card_choices(server: Server, cards: tuple[Card, ...],
+                 occupants: Mapping[int, tuple[Server, ...]],
+                 profiles: Mapping[int, tuple[bool, ...]]) -> Iterable[tuple[int, ...]]:
+    """Every set of ``server.gpus`` cards it fits on, the preferred first.
+
+    Cards alike (same profile, same servers on them) are interchangeable: of each
+    kind only the lowest indices are tried, which keeps the search small.
+    """
+    kinds: dict[tuple[tuple[bool, ...], tuple[Server, ...]], list[int]] = {}
+    for card in cards:
+        if card_problem(occupants[card.index] + (server,), card) is None:
+            kinds.setdefault((profiles[card.index], occupants[card.index]),
+                             []).append(card.index)
+    groups = sorted(kinds.items(), key=lambda kind: (len(kind[0][1]), kind[1][0]))
+    return (tuple(sorted(chosen)) for chosen in pick_cards([g for _, g in groups], server.gpus))
+
+
+def pick_cards(groups: list[list[int]], need: int) -> Iterable[tuple[int, ...]]:
+    """Ways to take ``need`` cards from the groups, as many from the first group as it has."""
+    if need == 0:
+        yield ()
+        return
+    if not groups:
+        return
+    first, rest = groups[0], groups[1:]
+    for take in range(min(need, len(first)), -1, -1):
+        for tail in pick_cards(rest, need - take):
+            yield tuple(first[:take]) + tail
+
+
+def search_placement(order: tuple[Server, ...], cards: tuple[Card, ...],
+                     occupants: Mapping[int, tuple[Server, ...]],
+                     profiles: Mapping[int, tuple[bool, ...]]
+                     ) -> dict[str, tuple[int, ...]] | None:
+    """The first placement of ``order`` that holds, depth first; None when none does."""
+    if not order:
+        return {}
+    server, rest = order[0], order[1:]
+    for chosen in card_choices(server, cards, occupants, profiles):
+        placed = {index: servers + (server,) if index in chosen else servers
+                  for index, servers in occupants.items()}
+        below = search_placement(rest, cards, placed, profiles)
+        if below is not None:
+            return {server.name: chosen, **below}
+    return None
+
+
+def no_placement(order: tuple[Server, ...], cards: tuple[Card, ...]) -> str:
+    """The refusal: where the preferred path stopped, naming the server, cards and numbers."""
+    occupants: dict[int, tuple[Server, ...]] = {card.index: () for card in cards}
+    profiles = fit_profiles(order, cards)
+    lines = []
+    for server in order:
+        chosen = next(iter(card_choices(server, cards, occupants, profiles)), None)
+        if chosen is None:
+            size = f", vram_gb {server.vram_gb:f} GiB per card" if server.vram_gb else ""
+            lines.append(f"{server.name} needs {server.gpus} card(s){size}; it cannot join:")
+            for card in cards:
+                problem = card_problem(occupants[card.index] + (server,), card)
+                beside = ", ".join(s.name for s in occupants[card.index]) or "no other server"
+                lines.append(f"  {card.label} ({gib(card.total_gb)} GiB, with {beside}): "
+                             + (problem or "fits"))
+            break
+        lines.append(f"{server.name} would take {', '.join(f'GPU {i}' for i in chosen)}")
+        occupants = {index: servers + (server,) if index in chosen else servers
+                     for index, servers in occupants.items()}
+    return ("no placement of the servers on this box's cards holds the memory division "
+            "(every arrangement was tried); nothing written:\n  " + "\n  ".join(lines))
 
 
 # --------------------------------------------------------------------------- divide
@@ -1097,6 +1458,25 @@ def divide_memory(servers: tuple[Server, ...], card_total_gb: Decimal | None
     return result
 
 
+def divide_cards(servers: tuple[Server, ...], cards: tuple[Card, ...] | None,
+                 placement: Mapping[str, tuple[int, ...]]) -> dict[str, Decimal]:
+    """Each server's --gpu-memory-utilization on a box of placed servers.
+
+    Every card is divided between the servers placed on it, as one card is. vLLM
+    takes one fraction for all the cards of a server, so a server that spans
+    several gets the smallest of its shares: no card is ever over-committed.
+    Unknown cards: the division of today, against an unknown total.
+    """
+    if cards is None or not placement:
+        return divide_memory(servers, None)
+    result: dict[str, Decimal] = {}
+    for card in cards:
+        on = tuple(s for s in servers if card.index in placement[s.name])
+        for name, value in (divide_memory(on, card.total_gb) if on else {}).items():
+            result[name] = min(value, result.get(name, value))
+    return result
+
+
 def weight_fraction(server: Server, card_total_gb: Decimal | None) -> Fraction:
     """The share of the card the weights take; 0 when either size is unknown."""
     if not server.vram_gb or not card_total_gb:
@@ -1139,13 +1519,22 @@ def vllm_argv(server: Server, utilization: Decimal | None, vllm_bin: str,
         argv += ["--gpu-memory-utilization", f"{utilization:f}"]
     if server.max_model_len is not None:
         argv += ["--max-model-len", str(server.max_model_len)]
+    if server.gpus > 1 and not server.sets_parallel:
+        argv += ["--tensor-parallel-size", str(server.gpus)]
     return argv + list(server.args)
 
 
 def render_program(server: Server, utilization: Decimal | None, settings: Settings,
-                   tls: bool = False) -> str:
+                   devices: tuple[int, ...] = (), tls: bool = False) -> str:
     """The Supervisor program for one server: deterministic text, bearer in the environment.
-    The certificate's paths never change, so a renewal rewrites no program."""
+
+    ``devices``: the cards a box of several cards gave it, by nvidia-smi's index, with
+    CUDA told to number cards as nvidia-smi does (by PCI bus; its own default puts the
+    fastest first). Indices, not UUIDs: vLLM before 0.24 reads CUDA_VISIBLE_DEVICES as
+    integers and fails at start on a UUID. A box of one card writes neither. ``tls``:
+    vLLM serves HTTPS with the box's certificate, whose paths never change, so a renewal
+    rewrites no program.
+    """
     command = " ".join(supervisor_quote(arg)
                        for arg in vllm_argv(server, utilization, settings.vllm_bin,
                                             settings.vllm_host,
@@ -1156,7 +1545,10 @@ def render_program(server: Server, utilization: Decimal | None, settings: Settin
         f"[program:{server.name}]",
         f"command={supervisor_value(command)}",
         "environment=" + supervisor_value(
-            f'VLLM_API_KEY="{server.api_key}",HF_HOME="{data / "hf"}"'),
+            f'VLLM_API_KEY="{server.api_key}",HF_HOME="{data / "hf"}"' + (
+                f',CUDA_DEVICE_ORDER="{CUDA_DEVICE_ORDER}",'
+                f'CUDA_VISIBLE_DEVICES="{",".join(str(i) for i in devices)}"'
+                if devices else "")),
         "autostart=true",
         "autorestart=true",
         "startsecs=10",
@@ -1319,7 +1711,7 @@ def program_statuses(programs: Iterable[tuple[str, Path]],
 
 
 def build_record(assignment: Assignment, memory: Mapping[str, Decimal],
-                 applied_at: str) -> dict[str, Any]:
+                 applied_at: str, placement: Placement = Placement()) -> dict[str, Any]:
     """What the box applied, without any secret: for operators, for drift checks, and for the
     follow program (the revision it names in its checks, ``rollout.follow_s`` its period)."""
     servers = []
@@ -1331,7 +1723,8 @@ def build_record(assignment: Assignment, memory: Mapping[str, Decimal],
             entry["gpu_memory_utilization"] = float(memory[server.name])
         servers.append(entry)
     record = {"revision": assignment.revision, "host": assignment.host,
-              "applied_at": applied_at, "servers": servers}
+              "applied_at": applied_at, "servers": servers,
+              **placement.record(with_uuid=True)}
     if assignment.rollout is not None:
         record["rollout"] = assignment.rollout.record()
     if assignment.tls is not None:
@@ -1355,7 +1748,8 @@ def read_record(path: Path) -> tuple[str | None, dict[str, Any] | None]:
 
 def plan_record(path: Path, previous: tuple[str | None, dict[str, Any] | None],
                 assignment: Assignment, memory: Mapping[str, Decimal], now: str,
-                programs_changed: bool) -> tuple[FileChange | None, str]:
+                programs_changed: bool, placement: Placement = Placement()
+                ) -> tuple[FileChange | None, str]:
     """The record to write, if any, and the applied_at it carries.
 
     Unchanged programs and the same content keep the first applied_at, so a
@@ -1363,21 +1757,22 @@ def plan_record(path: Path, previous: tuple[str | None, dict[str, Any] | None],
     """
     before, existing = previous
     if existing is not None and not programs_changed:
-        kept = build_record(assignment, memory, existing.get("applied_at", ""))
+        kept = build_record(assignment, memory, existing.get("applied_at", ""), placement)
         if kept == existing:
             return None, kept["applied_at"]
-    after = record_text(build_record(assignment, memory, now))
+    after = record_text(build_record(assignment, memory, now, placement))
     return FileChange(path, before, after, mode=0o644), now
 
 
 def make_plan(assignment: Assignment, memory: Mapping[str, Decimal], settings: Settings,
-              now: str, follow: bool) -> Plan:
+              now: str, follow: bool, placement: Placement = Placement()) -> Plan:
     """Every file this assignment needs written or removed, touching nothing yet.
 
     ``follow``: the follow program is wanted too (a fetched assignment with ``rollout``).
     """
     names = {s.name: program_path(settings.conf_dir, s.name) for s in assignment.servers}
     wanted = {names[s.name]: render_program(s, memory.get(s.name), settings,
+                                            placement.devices(s.name),
                                             assignment.tls is not None)
               for s in assignment.servers}
     if follow:
@@ -1386,7 +1781,7 @@ def make_plan(assignment: Assignment, memory: Mapping[str, Decimal], settings: S
     programs, unchanged = plan_programs(settings.conf_dir, wanted)
     previous = read_record(settings.record_path)
     record, applied_at = plan_record(settings.record_path, previous, assignment, memory, now,
-                                     bool(programs))
+                                     bool(programs), placement)
     if record is None:
         unchanged.append(settings.record_path)
     return Plan(programs=programs, record=record, unchanged=unchanged, applied_at=applied_at,
@@ -1611,7 +2006,8 @@ def hand_over(timeout_s: float = 300.0) -> Handover:
 
 
 def report_applied(settings: Settings, assignment: Assignment, applied_at: str,
-                   say: Callable[[str], None]) -> str | None:
+                   say: Callable[[str], None], placement: Placement = Placement()
+                   ) -> str | None:
     """POST the applied revision to llmao; returns a warning instead of raising."""
     url = f"{settings.url}{APPLIED_PATH}"
     body = json.dumps({
@@ -1619,6 +2015,7 @@ def report_applied(settings: Settings, assignment: Assignment, applied_at: str,
         "applied_at": applied_at,
         "servers": [{"name": s.name, "port": s.port, "served_model_name": s.served_model_name}
                     for s in assignment.servers],
+        **placement.record(),
     }).encode("utf-8")
     headers = {**auth_headers(settings), "Content-Type": "application/json"}
     try:
@@ -1738,16 +2135,22 @@ class Mode:
 
 
 def plan_assignment(assignment: Assignment, settings: Settings,
-                    follow: bool) -> tuple[Gpu | None, Plan, list[str]]:
-    """Ask the GPU, divide it, plan every file: the apply's planning, and the follow loop's
-    answer to which servers a revision changes. Notes for the log come back, unsaid."""
-    gpu, gpu_note = query_gpu()
-    notes = [gpu_note]
-    memory = divide_memory(assignment.servers, gpu.total_gb if gpu else None)
+                    follow: bool) -> tuple[Placement, Plan, list[str]]:
+    """Ask the cards, place the servers, divide the cards, plan every file: the apply's
+    planning, and the follow loop's answer to which servers a revision changes. Notes for
+    the log come back, unsaid."""
+    cards, cards_note = query_cards()
+    placement = Placement(cards, place_servers(assignment.servers, cards))
+    notes = [cards_note, *placement.notes()]
+    if cards is None and any(server.gpus > 1 for server in assignment.servers):
+        notes.append("cards unknown: nothing placed; a server spanning several cards runs on "
+                     "the first ones vLLM sees")
+    memory = divide_cards(assignment.servers, cards, placement.servers)
     if memory:
         notes.append("gpu memory: " + ", ".join(f"{name} {value:f}"
                                                 for name, value in memory.items()))
-    return gpu, make_plan(assignment, memory, settings, utc_now(), follow), notes
+    return placement, make_plan(assignment, memory, settings, utc_now(), follow,
+                                placement), notes
 
 
 def apply_assignment(assignment: Assignment, settings: Settings, console: Console,
@@ -1761,13 +2164,14 @@ def apply_assignment(assignment: Assignment, settings: Settings, console: Consol
     console.secrets.update(server.api_key for server in assignment.servers)
     console.say(f"assignment for {assignment.host}: revision {assignment.revision}, "
                 f"{len(assignment.servers)} server(s)")
-    gpu, plan, notes = plan_assignment(assignment, settings,
-                                       mode.fetched and assignment.rollout is not None)
+    placement, plan, notes = plan_assignment(assignment, settings,
+                                             mode.fetched and assignment.rollout is not None)
     for note in notes:
         console.say(note)
     if plan.changing_servers():
-        for note in preflight(assignment.servers, gpu, disk_free_gb(settings.data_dir),
-                              settings.data_dir, plan.previous):
+        for note in preflight(assignment.servers, placement.cards, placement.servers,
+                              disk_free_gb(settings.data_dir), settings.data_dir,
+                              plan.previous):
             console.say(note)
 
     if mode.dry_run:
@@ -1799,7 +2203,7 @@ def apply_assignment(assignment: Assignment, settings: Settings, console: Consol
         apply_changes([plan.record])
         console.changes([plan.record], dry_run=False)
     if mode.fetched:
-        warning = report_applied(settings, assignment, plan.applied_at, console.say)
+        warning = report_applied(settings, assignment, plan.applied_at, console.say, placement)
         if warning:
             console.warn(warning)
         else:

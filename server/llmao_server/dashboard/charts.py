@@ -46,14 +46,29 @@ class Chart:
 
 
 def nice_ceiling(value: float) -> float:
-    """The smallest 1, 2 or 5 × 10^n at or above ``value`` (at least 1): the axis top."""
+    """The smallest 1, 2 or 5 × 10^n at or above ``value`` (at least 1): the axis top.
+
+    In floats, so a figure near the largest float gets itself as the top
+    rather than an overflow: one box's absurd figure must not take the page down.
+    """
     if value <= 1:
         return 1.0
-    power = 10 ** math.floor(math.log10(value))
+    power = 10.0 ** math.floor(math.log10(value))
     for step in (1, 2, 5, 10):
-        if step * power >= value:
-            return float(step * power)
-    return float(10 * power)
+        if value <= step * power < math.inf:
+            return step * power
+    return float(value)
+
+
+def plotted(value: float | None) -> float | None:
+    """``value`` as a float the chart can place, or None (unknown) when it has none."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
 
 
 def short_number(value: float) -> str:
@@ -77,6 +92,8 @@ def segments(points: Points, x_of, y_of) -> tuple[str, ...]:
 
 def line_chart(series: Mapping[str, Points], start: float, end: float) -> Chart:
     """The chart of ``series`` (name → (time, value) oldest first) from ``start`` to ``end``."""
+    series = {name: [(at, plotted(value)) for at, value in points]
+              for name, points in series.items()}
     known = [value for points in series.values() for _, value in points if value is not None]
     top = nice_ceiling(max(known, default=0.0))
     plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM

@@ -38,7 +38,7 @@ from ansible_collections.llmao.fleet.plugins.module_utils.vllm_metrics import (
 )
 
 from ..cert_expiry import WARN_BEFORE_S
-from ..store import Approval, BindingConflict, BoxBinding, LoadSample, UnknownBox
+from ..store import AppliedReport, Approval, BindingConflict, BoxBinding, LoadSample, UnknownBox
 from .charts import Chart, line_chart
 
 HOUR_S = 3600.0
@@ -69,6 +69,9 @@ PROBLEM_STATES = {
 REVISION_ADVICE = ("The box runs an older assignment than config says. Re-run install_set.py on "
                    "it, or ansible-playbook playbooks/provision.yml --limit <box>; vLLM restarts "
                    "with the new recipe.")
+CARDS_ADVICE = ("The box reported fewer GPUs than a server of its assignment spans (vllm.gpus), "
+                "so it refuses the assignment and reconcile registers none of its servers. "
+                "Give the row a box with enough cards, or lower gpus in models.yaml.")
 ROUTE_ADVICE = ("LiteLLM has routes that match no intended server. The next reconcile deletes "
                 "llmao's own; the others were added by hand: delete them in LiteLLM if stale.")
 MISMATCH_ADVICE = ("LiteLLM's route serves another model than config names; the next reconcile "
@@ -118,6 +121,8 @@ class Observed:
     # Bound box names (docs/box-identity.md) and the refused claims of them.
     bindings: Mapping[str, BoxBinding] = field(default_factory=dict)
     conflicts: Sequence[BindingConflict] = ()
+    # The last report of each box that said which cards it has.
+    cards: Mapping[str, AppliedReport] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -150,6 +155,8 @@ class Row:
     # The box's binding: "pending" or "confirmed" (None: not bound), and what it says.
     binding: str | None = None
     binding_detail: str = ""
+    # This server's cards and the box's, as its last report said ("" when it did not).
+    cards: str = ""
     # Under box TLS: how long the certificate the box served in the latest pass has left
     # ("TLS 6.9 d"), and "hot" when it nears expiry (docs/box-tls.md).
     certificate: str | None = None
@@ -301,6 +308,7 @@ def build_row(fleet: Fleet, server: IntendedServer, assignment: BoxAssignment,
                short(observed.applied.get(server.box)), short(assignment.revision) or "",
                approval.approved_by if approval else None, loads.get(key) if verdict else None,
                *binding_shown(binding, now),
+               cards_text(observed.cards.get(server.box), server.name),
                *certificate_shown((verdict or {}).get("cert_not_after"), now, fleet))
 
 
@@ -337,6 +345,22 @@ def conflicts_problem(conflicts: Sequence[BindingConflict], now: float) -> Probl
                           f"was not you ({conflict.count} refused, last "
                           f"{age(now, conflict.last_at).text})")
                          for conflict in conflicts))
+
+
+def cards_text(report: AppliedReport | None, name: str) -> str:
+    """``GPU 0, 1 of 4 × NVIDIA L4 (22.5 GiB)``: the server's cards, then the box's."""
+    if report is None or not report.cards:
+        return ""
+    kinds: dict[tuple[str, int], int] = {}
+    for card in report.cards:
+        kinds[card.name, card.memory_total_mib] = kinds.get((card.name, card.memory_total_mib),
+                                                            0) + 1
+    box = " + ".join(f"{count} × {card_name} ({mib / 1024:.1f} GiB)"
+                     for (card_name, mib), count in kinds.items())
+    placed = dict(report.placement).get(name)
+    if not placed:
+        return box
+    return f"GPU {', '.join(str(index) for index in placed)} of {box}"
 
 
 def build_rows(fleet: Fleet, served: Served, observed: Observed, now: float,
@@ -438,6 +462,20 @@ def revision_problem(served: Served, applied_revisions: Mapping[str, str],
     return Problem("revision", "Revision drift", REVISION_ADVICE, tuple(entries))
 
 
+def cards_problem(served: Served, reports: Mapping[str, AppliedReport]) -> Problem | None:
+    """Boxes whose last report names fewer cards than their assignment needs (the core's
+    rule, the one reconcile applies)."""
+    entries = []
+    for assignment, _approval in served:
+        report = reports.get(assignment.box)
+        why = assignment.short_of_cards(len(report.cards) if report else None)
+        if why:
+            entries.append((assignment.box, why))
+    if not entries:
+        return None
+    return Problem("cards", "Too few cards", CARDS_ADVICE, tuple(entries))
+
+
 def drift_problems(drift: Sequence[Mapping[str, Any]]) -> list[Problem]:
     """LiteLLM-side drift from the last reconcile pass (revisions are read live instead)."""
     routes = tuple((f"{item.get('model_name') or '?'} {item.get('id')}", str(item.get("what")))
@@ -517,7 +555,7 @@ def build_page(fleet: Fleet, observed: Observed, now: float, query: str = "") ->
                 paused_problem(rolling), oversized_problem(rows),
                 saturated_problem(model_loads), *state_problems(rows),
                 revision_problem(served, observed.applied, rolling_boxes(fleet, rolling)),
-                *drift_problems(observed.drift),
+                cards_problem(served, observed.cards), *drift_problems(observed.drift),
                 approved_problem(served, now)]
     counts: dict[str, int] = {}
     for row in rows:

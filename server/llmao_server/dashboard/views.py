@@ -23,9 +23,11 @@ BOX_NAME_LENGTH = 253  # a DNS name's limit; addresses and pod ids are far short
 def observe(store: StateStore, now: float) -> Observed:
     """Everything the page shows from the shared store, read once."""
     last_pass = store.last_pass()
+    reports = store.applied_reports()
     return Observed(
         fetch_times=store.fetch_times(),
-        applied={box: report.revision for box, report in store.applied_reports().items()},
+        applied={box: report.revision for box, report in reports.items()},
+        cards={box: report for box, report in reports.items() if report.cards},
         verdicts=last_pass.verdicts if last_pass else {},
         drift=last_pass.drift if last_pass else (),
         pass_at=last_pass.pass_at if last_pass else None,

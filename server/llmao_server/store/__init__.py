@@ -10,6 +10,7 @@ from .base import (
     HISTORY_LIMIT,
     OVERALL_SCOPE,
     UNKNOWN_LIMIT,
+    AppliedCard,
     AppliedReport,
     AppliedServer,
     Approval,
@@ -25,7 +26,7 @@ from .base import (
 from .sqlite import SqliteStore
 
 __all__ = ["ATTEMPT_PEER_LIMIT", "HISTORY_BUCKET_S", "HISTORY_FULL_S", "HISTORY_KEEP_S",
-           "HISTORY_LIMIT", "OVERALL_SCOPE", "UNKNOWN_LIMIT", "AppliedReport",
+           "HISTORY_LIMIT", "OVERALL_SCOPE", "UNKNOWN_LIMIT", "AppliedCard", "AppliedReport",
            "AppliedServer", "Approval", "BindingConflict", "BoxBinding", "LoadSample",
            "PassLease", "ReconcilePass", "SqliteStore",
            "StateStore", "StoreError", "UnknownBox", "open_store"]

@@ -65,14 +65,26 @@ class AppliedServer:
 
 
 @dataclass(frozen=True)
+class AppliedCard:
+    """One GPU as the box says nvidia-smi reported it."""
+
+    index: int
+    name: str
+    memory_total_mib: int
+
+
+@dataclass(frozen=True)
 class AppliedReport:
-    """The revision a box says it applied, and when it said so."""
+    """The revision a box says it applied, and when it said so; its cards and which server
+    runs on which (empty when the box could not read its cards, or predates them)."""
 
     box: str
     revision: str
     applied_at: str
     servers: tuple[AppliedServer, ...]
     reported_at: float
+    cards: tuple[AppliedCard, ...] = ()
+    placement: tuple[tuple[str, tuple[int, ...]], ...] = ()
 
 
 @dataclass(frozen=True)

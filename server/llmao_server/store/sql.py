@@ -41,6 +41,11 @@ SCHEMA = (
         applied_at TEXT NOT NULL,
         servers TEXT NOT NULL,
         reported_at DOUBLE PRECISION NOT NULL)""",
+    # The cards each box reported with its applied revision (added after applied_reports).
+    """CREATE TABLE IF NOT EXISTS box_cards (
+        box TEXT PRIMARY KEY,
+        cards TEXT NOT NULL,
+        placement TEXT NOT NULL)""",
     # One row: the latest reconcile pass, replaced whole by the next one.
     """CREATE TABLE IF NOT EXISTS reconcile_pass (
         slot INTEGER PRIMARY KEY,
@@ -168,6 +173,10 @@ RECORD_APPLIED = """
     ON CONFLICT (box) DO UPDATE SET revision = excluded.revision,
         applied_at = excluded.applied_at, servers = excluded.servers,
         reported_at = excluded.reported_at"""
+
+RECORD_CARDS = """
+    INSERT INTO box_cards (box, cards, placement) VALUES (?, ?, ?)
+    ON CONFLICT (box) DO UPDATE SET cards = excluded.cards, placement = excluded.placement"""
 
 RECORD_PASS = """
     INSERT INTO reconcile_pass (slot, pass_at, recorded_at, verdicts, drift)
@@ -349,8 +358,11 @@ class SqlStore(base.StateStore):
 
     def record_applied(self, report: base.AppliedReport) -> None:
         servers = json.dumps([[s.name, s.port, s.served_model_name] for s in report.servers])
+        cards = json.dumps([[c.index, c.name, c.memory_total_mib] for c in report.cards])
+        placement = json.dumps([[name, list(indices)] for name, indices in report.placement])
         self._write((RECORD_APPLIED, [(report.box, report.revision, report.applied_at,
-                                       servers, report.reported_at)]))
+                                       servers, report.reported_at)]),
+                    (RECORD_CARDS, [(report.box, cards, placement)]))
 
     def approve(self, approval: base.Approval) -> None:
         self._write((APPROVE, [(approval.box, json.dumps(list(approval.models)),
@@ -532,12 +544,16 @@ class SqlStore(base.StateStore):
         return tuple(rows[0]) if rows else None
 
     def applied_reports(self) -> dict[str, base.AppliedReport]:
-        rows = self._query("SELECT box, revision, applied_at, servers, reported_at "
-                           "FROM applied_reports")
-        return {box: base.AppliedReport(box, revision, applied_at,
-                                   tuple(base.AppliedServer(*s) for s in json.loads(servers)),
-                                   reported_at)
-                for box, revision, applied_at, servers, reported_at in rows}
+        rows = self._query("SELECT a.box, revision, applied_at, servers, reported_at, cards, "
+                           "placement FROM applied_reports a "
+                           "LEFT JOIN box_cards c ON c.box = a.box")
+        return {box: base.AppliedReport(
+                    box, revision, applied_at,
+                    tuple(base.AppliedServer(*s) for s in json.loads(servers)), reported_at,
+                    tuple(base.AppliedCard(*c) for c in json.loads(cards or "[]")),
+                    tuple((name, tuple(indices)) for name, indices
+                          in json.loads(placement or "[]")))
+                for box, revision, applied_at, servers, reported_at, cards, placement in rows}
 
     # ----------------------------------------------------------------- plumbing
 

@@ -195,7 +195,12 @@ class Box:
                 "LLMAO_FETCH_BACKOFF_S": "0.01", "LLMAO_FETCH_TIMEOUT_S": "10", **extra}
 
     def gpu(self, total_mib: int, free_mib: int, count: int = 1) -> None:
-        lines = "".join(f'echo "{total_mib}, {free_mib}"\n' for _ in range(count))
+        self.cards(*[(total_mib, free_mib)] * count)
+
+    def cards(self, *sizes: tuple[int, int]) -> None:
+        """nvidia-smi's answer to the box program's query: one line per (total, free) MiB."""
+        lines = "".join(f'echo "{index}, GPU-{index:08d}-test, NVIDIA Test GPU, {total}, '
+                        f'{free}"\n' for index, (total, free) in enumerate(sizes))
         write_script(self.bin / "nvidia-smi", lines)
 
     def gpu_output(self, body: str) -> None:

@@ -128,13 +128,19 @@ def test_the_card_is_never_over_committed(install_set, extras, card):
 
 
 def gpu(install_set, total, free):
-    return install_set.Gpu(Decimal(total), Decimal(free))
+    """One card, as a box of one card sees it: every server on GPU 0."""
+    return (install_set.Card(0, "GPU-0", "test", Decimal(total), Decimal(free)),)
+
+
+def check(install_set, fleet, cards, disk, folder, applied):
+    placement = install_set.place_servers(fleet, cards)
+    return install_set.preflight(fleet, cards, placement, disk, folder, applied)
 
 
 def test_not_enough_gpu_memory_names_the_servers_and_sizes(install_set, tmp_path):
     fleet = servers(install_set, server_entry(0, vram_gb=18), server_entry(1, vram_gb=30))
     with pytest.raises(install_set.DoesNotFit) as failure:
-        install_set.preflight(fleet, gpu(install_set, 80, 40), Decimal(500), tmp_path, None)
+        check(install_set, fleet, gpu(install_set, 80, 40), Decimal(500), tmp_path, None)
     assert ("GPU 0: model-0 18 GiB + model-1 30 GiB = 48 GiB of vram_gb needed, 40.0 GiB free"
             in str(failure.value))
 
@@ -142,7 +148,7 @@ def test_not_enough_gpu_memory_names_the_servers_and_sizes(install_set, tmp_path
 def test_not_enough_disk_names_the_servers_and_sizes(install_set, tmp_path):
     fleet = servers(install_set, server_entry(0, disk_gb=60), server_entry(1, disk_gb=45.5))
     with pytest.raises(install_set.DoesNotFit) as failure:
-        install_set.preflight(fleet, None, Decimal("100.04"), tmp_path, None)
+        check(install_set, fleet, None, Decimal("100.04"), tmp_path, None)
     assert (f"disk {tmp_path}: model-0 60 GiB + model-1 45.5 GiB = 105.5 GiB of disk_gb "
             "needed, 100.0 GiB free") in str(failure.value)
 
@@ -150,24 +156,24 @@ def test_not_enough_disk_names_the_servers_and_sizes(install_set, tmp_path):
 def test_both_shortfalls_are_told_at_once(install_set, tmp_path):
     fleet = servers(install_set, server_entry(0, vram_gb=90, disk_gb=600))
     with pytest.raises(install_set.DoesNotFit) as failure:
-        install_set.preflight(fleet, gpu(install_set, 80, 80), Decimal(100), tmp_path, None)
+        check(install_set, fleet, gpu(install_set, 80, 80), Decimal(100), tmp_path, None)
     assert "vram_gb needed" in str(failure.value) and "disk_gb needed" in str(failure.value)
 
 
 def test_what_fits_passes_with_notes(install_set, tmp_path):
     fleet = servers(install_set, server_entry(0, vram_gb=18, disk_gb=60))
-    notes = install_set.preflight(fleet, gpu(install_set, 80, 79), Decimal(61), tmp_path, None)
+    notes = check(install_set, fleet, gpu(install_set, 80, 79), Decimal(61), tmp_path, None)
     assert notes == ["GPU 0: vram_gb fits (79.0 GiB free)",
                      f"disk {tmp_path}: disk_gb fits (61.0 GiB free)"]
 
 
 def test_unknown_hardware_or_nothing_to_check_is_not_a_failure(install_set, tmp_path):
     fleet = servers(install_set, server_entry(0, vram_gb=500, disk_gb=9000))
-    notes = install_set.preflight(fleet, None, None, tmp_path, None)
+    notes = check(install_set, fleet, None, None, tmp_path, None)
     assert notes == ["GPU 0: free memory unknown; vram_gb not checked",
                      f"disk {tmp_path}: free space unknown; disk_gb not checked"]
     bare = servers(install_set, server_entry(0))
-    assert install_set.preflight(bare, gpu(install_set, 8, 1), Decimal(1), tmp_path, None) == [
+    assert check(install_set, bare, gpu(install_set, 8, 1), Decimal(1), tmp_path, None) == [
         "GPU 0: no vram_gb to check", f"disk {tmp_path}: no disk_gb to check"]
 
 
@@ -176,21 +182,24 @@ def test_over_an_applied_assignment_only_new_models_count_for_disk(install_set, 
     fleet = servers(install_set, server_entry(0, vram_gb=18, disk_gb=60),
                     server_entry(1, vram_gb=18, disk_gb=30))
     applied = {"servers": [{"name": "model-0", "model": "org/model-0"}]}
-    notes = install_set.preflight(fleet, gpu(install_set, 80, 2), Decimal(40), tmp_path, applied)
+    notes = check(install_set, fleet, gpu(install_set, 80, 2), Decimal(40), tmp_path, applied)
     assert notes[0].startswith("GPU 0: the applied servers hold its memory")
     assert notes[1] == f"disk {tmp_path}: disk_gb fits (40.0 GiB free)"
     with pytest.raises(install_set.DoesNotFit, match="model-1 30 GiB = 30 GiB of disk_gb"):
-        install_set.preflight(fleet, None, Decimal(20), tmp_path, applied)
+        check(install_set, fleet, None, Decimal(20), tmp_path, applied)
 
 
 # --------------------------------------------------------------------------- nvidia-smi
 
 
-def test_the_first_gpu_is_read_from_nvidia_smi_in_gib(install_set, box):
-    box.gpu(total_mib=81559, free_mib=40960, count=2)
-    found, note = install_set.query_gpu()
-    assert found == install_set.Gpu(Decimal("79.6474609375"), Decimal(40))
-    assert note == "GPU 0 (of 2; only GPU 0 is used): 79.6 GiB total, 40.0 GiB free"
+def test_every_card_is_read_from_nvidia_smi_in_gib(install_set, box):
+    box.cards((81559, 40960), (24576, 24000))
+    found, note = install_set.query_cards()
+    assert [(card.index, card.uuid, card.total_gb, card.free_gb) for card in found] == [
+        (0, "GPU-00000000-test", Decimal("79.6474609375"), Decimal(40)),
+        (1, "GPU-00000001-test", Decimal(24), Decimal("23.4375"))]
+    assert note == ("GPU 0 (NVIDIA Test GPU): 79.6 GiB total, 40.0 GiB free\n"
+                    "GPU 1 (NVIDIA Test GPU): 24.0 GiB total, 23.4 GiB free")
 
 
 @pytest.mark.parametrize("script, says", [
@@ -200,13 +209,13 @@ def test_the_first_gpu_is_read_from_nvidia_smi_in_gib(install_set, box):
 ])
 def test_a_failing_or_odd_nvidia_smi_means_unknown(install_set, box, script, says):
     box.gpu_output(script)
-    found, note = install_set.query_gpu()
+    found, note = install_set.query_cards()
     assert found is None and note.startswith(says) and note.endswith("GPU memory unknown")
 
 
 def test_no_nvidia_smi_means_unknown(install_set, box):
     box.no_gpu()
-    assert install_set.query_gpu() == (None, "no nvidia-smi: GPU memory unknown")
+    assert install_set.query_cards() == (None, "no nvidia-smi: GPU memory unknown")
 
 
 def test_free_disk_is_measured_at_the_nearest_existing_folder(install_set, tmp_path):

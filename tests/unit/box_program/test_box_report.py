@@ -24,7 +24,9 @@ def test_the_report_carries_revision_time_and_servers_with_the_same_headers(llma
     record = json.loads(box.record.read_text())
     assert body == {"revision": "rev-0001", "applied_at": record["applied_at"], "servers": [
         {"name": "model-0", "port": 8001, "served_model_name": "served-0"},
-        {"name": "model-1", "port": 8002, "served_model_name": "served-1"}]}
+        {"name": "model-1", "port": 8002, "served_model_name": "served-1"}],
+        "cards": [{"index": 0, "name": "NVIDIA Test GPU", "memory_total_mib": 81920}],
+        "placement": {"model-0": [0], "model-1": [0]}}
     assert not any(bearer.encode() in report.body for bearer in BEARERS)
     assert "reported revision rev-0001 to llmao" in outcome.out
 

@@ -16,14 +16,13 @@ smaller number that looks true.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
 from .config_file import LoadKnobs
 from .lifecycle import Memory
-from .vllm_metrics import MetricsRecordError, ServerMetrics
+from .vllm_metrics import MetricsRecordError, ServerMetrics, is_figure
 
 TOKENS_PER_MILLION = 1_000_000
 SECONDS_PER_HOUR = 3600
@@ -137,8 +136,7 @@ def _optional(record: Mapping[str, Any], key: str, kind: type, what: str) -> Any
     if kind is bool:
         if isinstance(value, bool):
             return value
-    elif not isinstance(value, bool) and isinstance(value, int | float) \
-            and math.isfinite(value) and (kind is float or value == int(value)):
+    elif is_figure(value) and (kind is float or value == int(value)):
         return kind(value)
     raise MetricsRecordError(f"{what}.{key} must be {kind.__name__} or null")
 
@@ -189,7 +187,7 @@ def generation_rate(metrics: ServerMetrics | None, previous_total: int | None,
     generated = metrics.generation_tokens_total - previous_total
     if elapsed <= 0 or generated < 0:
         return None
-    return generated / elapsed
+    return bounded(generated / elapsed)
 
 
 def server_load(metrics: ServerMetrics | None, configured_context: int | None,
@@ -223,12 +221,21 @@ def remember_load(memory: Memory, previous: Memory, load: ServerLoad) -> Memory:
 # ------------------------------------------------------------------ one model
 
 
+def bounded(value: float | None) -> float | None:
+    """``value``, or None (unknown) past what a record holds (:func:`is_figure`).
+
+    Each server's figures are bounded where they are read, but a sum over servers or a
+    rate over a short time can still pass the bound; llmao would refuse the whole pass.
+    """
+    return value if value is None or is_figure(value) else None
+
+
 def _sum(values: Iterable[float | None]) -> float | None:
-    """The sum, or None when any term is unknown or there is none."""
+    """The sum, or None when any term is unknown, there is none, or it is out of bounds."""
     values = list(values)
     if not values or any(value is None for value in values):
         return None
-    return sum(values)
+    return bounded(sum(values))
 
 
 def model_load(loads: list[tuple[ServerLoad, bool]]) -> ModelLoad:
@@ -245,7 +252,7 @@ def model_load(loads: list[tuple[ServerLoad, bool]]) -> ModelLoad:
     cost = _sum(load.cost_per_hour for load, _healthy in loads)
     per_million = None
     if cost is not None and rate:
-        per_million = cost / (rate * SECONDS_PER_HOUR / TOKENS_PER_MILLION)
+        per_million = bounded(cost / (rate * SECONDS_PER_HOUR / TOKENS_PER_MILLION))
     saturated = [load.saturated for load in healthy]
     return ModelLoad(
         servers=len(loads), healthy=len(healthy),

@@ -38,6 +38,11 @@ class IntendedServer:
     def served_model_name(self) -> str:
         return self.entry.vllm.served_model_name
 
+    @property
+    def gpus(self) -> int:
+        """The cards this server spans (its recipe's ``vllm.gpus``, default 1)."""
+        return self.entry.vllm.numbers.get("gpus", 1)
+
     def payload_entry(self) -> dict[str, Any]:
         """This server as the seed's JSON shape (with the bearer: box-facing only)."""
         recipe = self.entry.vllm
@@ -76,6 +81,21 @@ class BoxAssignment:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "etag", f'"{self.revision}"')
+
+    @property
+    def cards_needed(self) -> int:
+        """The fewest cards a box needs for this assignment: its widest server's ``gpus``
+        (servers may share cards, so more is not needed by count alone)."""
+        return max((server.gpus for server in self.servers), default=0)
+
+    def short_of_cards(self, reported: int | None) -> str | None:
+        """Why a box that reported ``reported`` cards cannot run this assignment, or None
+        (also when it never said how many it has)."""
+        if reported is None or reported >= self.cards_needed:
+            return None
+        widest = max(self.servers, key=lambda server: server.gpus)
+        return (f"{widest.name} needs {widest.gpus} cards (vllm.gpus of {widest.model_name}), "
+                f"the box reported {reported}")
 
 
 def revision_of(box: str, entries: list[dict[str, Any]],

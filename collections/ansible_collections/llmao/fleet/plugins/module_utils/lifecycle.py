@@ -66,6 +66,7 @@ class Drift(StrEnum):
     UNMANAGED_ROUTE = "unmanaged_route"  # someone else's route matching no intended server
     MODEL_MISMATCH = "model_mismatch"    # a deployment serving another model than config
     REVISION_BEHIND = "revision_behind"  # a box applied an older assignment than intended
+    TOO_FEW_CARDS = "too_few_cards"      # an assignment needs more cards than its box reported
 
 
 class Models(StrEnum):
@@ -162,7 +163,9 @@ def classify(now: float, last_fetch: float | None, probe: Probe, listed: Listed,
              memory: Memory, knobs: Lifecycle) -> Verdict:
     """The state of one server after this pass's probe."""
     if probe.health_ok and probe.models is Models.LISTS:
-        return Verdict(State.HEALTHY, "serving its model with our bearer",
+        # A Healthy probe's detail says why its figures are unknown, if they are.
+        return Verdict(State.HEALTHY, "serving its model with our bearer"
+                       + (f"; {probe.detail}" if probe.detail else ""),
                        Memory(State.HEALTHY, 0, 0, now))
     if probe.models is Models.REJECTED:
         return _rejected(probe, listed, memory, knobs)

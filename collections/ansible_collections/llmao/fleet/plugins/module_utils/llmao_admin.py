@@ -48,6 +48,8 @@ class ServerObservations:
     turns: tuple[Turn, ...] = ()
     # Bound box names to the provider instance id each bound with (None: not reported).
     bindings: Mapping[str, str | None] = field(default_factory=dict)
+    # Box to the number of cards it reported with its applied revision (boxes that did).
+    cards: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def memories(self) -> dict[str, Memory]:
@@ -173,7 +175,8 @@ def observations_document(now: float, last_fetches: Mapping[str, float | None],
     """What ``GET /admin/api/observations`` answers; :func:`parse_observations` reads it.
 
     ``last_fetches`` names every box llmao serves; ``applied`` holds, per box, the
-    report it last made (``revision``, ``applied_at``, ``reported_at``) if any.
+    report it last made (``revision``, ``applied_at``, ``reported_at``, and ``cards``, the
+    number of cards it reported, when it did) if any.
     """
     return {
         "now": now,
@@ -199,19 +202,23 @@ def parse_observations(document: Any) -> ServerObservations:
         raise LlmaoAdminError("llmao's observations lack the 'boxes' or 'verdicts' object")
     last_fetches: dict[str, float | None] = {}
     applied: dict[str, str | None] = {}
+    cards: dict[str, int] = {}
     for box, seen in boxes.items():
         if not isinstance(seen, Mapping):
             raise LlmaoAdminError(f"llmao's observations: boxes[{box!r}] is not an object")
         fetched = seen.get("last_fetch")
         last_fetches[box] = float(fetched) if isinstance(fetched, int | float) else None
         applied[box] = _applied_revision(seen.get("applied"))
+        count = _applied_cards(seen.get("applied"))
+        if count is not None:
+            cards[box] = count
     pass_at = document.get("pass_at")
     return ServerObservations(float(now), last_fetches, applied,
                               {str(k): v for k, v in verdicts.items() if isinstance(v, Mapping)},
                               float(pass_at) if isinstance(pass_at, int | float) else None,
                               _approved(document.get("approved", {})),
                               _turns(document.get("turns", [])),
-                              _bindings(document.get("bindings", {})))
+                              _bindings(document.get("bindings", {})), cards)
 
 
 def parse_pass_lease(document: Any) -> PassLeaseState:
@@ -266,6 +273,14 @@ def _turns(turns: Any) -> tuple[Turn, ...]:
         return turns_from_record(turns)
     except RecordError as exc:
         raise LlmaoAdminError(f"llmao's observations: {exc}") from None
+
+
+def _applied_cards(report: Any) -> int | None:
+    """The number of cards a box reported; None when it did not say (or said nonsense)."""
+    count = report.get("cards") if isinstance(report, Mapping) else None
+    if isinstance(count, int) and not isinstance(count, bool) and count >= 0:
+        return count
+    return None
 
 
 def _applied_revision(report: Any) -> str | None:

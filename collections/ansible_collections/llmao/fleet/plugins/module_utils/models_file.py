@@ -17,12 +17,18 @@ from typing import Any
 
 from .config_errors import Problems
 from .field_checks import MISSING, Section, type_name
-from .payload_rules import INTEGER_NUMBERS, NUMBER_LIMITS, args_problem, text_problem
+from .payload_rules import (
+    INTEGER_NUMBERS,
+    NUMBER_LIMITS,
+    args_problem,
+    parallel_problem,
+    text_problem,
+)
 from .yaml_source import read_yaml
 
 # Optional recipe numbers, in the order they appear in a payload.
 RECIPE_NUMBERS = ("gpu_memory_utilization", "max_model_len", "vram_gb", "disk_gb",
-                  "kv_bytes_per_token")
+                  "kv_bytes_per_token", "gpus")
 # LiteLLM's provider prefix for an OpenAI-compatible vLLM server.
 HOSTED_VLLM_PREFIX = "hosted_vllm/"
 
@@ -128,6 +134,10 @@ def _read_recipe(info: Section, model_name: str | None, self_hosted: bool) -> Vl
             value = recipe.number(key, maximum=NUMBER_LIMITS[key])
         if value is not None:
             numbers[key] = value
+    if not problem:
+        problem = parallel_problem(args, numbers.get("gpus", 1))
+        if problem:
+            recipe.problem("args", problem)
     recipe.close()
     if not (weights and served and recipe.valid and self_hosted):
         return None

@@ -36,9 +36,15 @@ MAX_ARG = 4096
 MAX_SERVERS = 3
 API_KEY_FLAG = "--api-key"
 # Upper bounds of the optional recipe numbers; each is also above 0.
+# ``gpus`` is the number of cards one server spans (``vram_gb`` is then per card).
 NUMBER_LIMITS = {"gpu_memory_utilization": 1, "max_model_len": 10**8, "vram_gb": 10**5,
-                 "disk_gb": 10**6, "kv_bytes_per_token": 10**9}
-INTEGER_NUMBERS = frozenset({"max_model_len", "kv_bytes_per_token"})
+                 "disk_gb": 10**6, "kv_bytes_per_token": 10**9, "gpus": 16}
+INTEGER_NUMBERS = frozenset({"max_model_len", "kv_bytes_per_token", "gpus"})
+# The ``vllm serve`` options that split one server over cards, by the size they set; the
+# product of the sizes is the number of cards the server spans.
+PARALLEL_FLAGS = {"--tensor-parallel-size": "tensor", "-tp": "tensor",
+                  "--pipeline-parallel-size": "pipeline", "-pp": "pipeline"}
+PARALLEL_SIZE_RE = re.compile(r"[0-9]{1,2}\Z")
 # The payload's ``rollout`` object (sent only when boxes follow): its keys and their bounds.
 ROLLOUT_LIMITS = {"follow_s": (1, 86400), "drain_s": (0, 3600)}
 # The Supervisor program a following box runs to follow llmao; a server's program is
@@ -112,4 +118,52 @@ def rollout_problem(value: object) -> str | None:
         if isinstance(number, bool) or not isinstance(number, int | float) \
                 or not math.isfinite(number) or not low <= number <= high:
             return f"{key} must be a finite number from {low} to {high}"
+    return None
+
+
+def parallel_sizes(args: list[str] | tuple[str, ...]) -> tuple[dict[str, int], str | None]:
+    """The tensor and pipeline parallel sizes ``args`` set, and why they cannot be read.
+
+    vLLM turns ``_`` into ``-`` in an option's name and lets argparse take an
+    abbreviation, so ``--tensor_parallel_size`` counts, and a shortened name is
+    refused (write it in full): the box must know exactly what vLLM will read. A
+    size is an integer from 1 to 16, given once, as ``--flag N`` or ``--flag=N``.
+    """
+    sizes: dict[str, int] = {}
+    pending = list(args)
+    while pending:
+        arg = pending.pop(0)
+        option, has_value, value = arg.partition("=")
+        option = option.replace("_", "-") if option.startswith("--") else option
+        kind = PARALLEL_FLAGS.get(option)
+        if kind is None:
+            if option.startswith("--") and len(option) > 2 and any(
+                    flag.startswith(option) for flag in PARALLEL_FLAGS):
+                return sizes, (f"{option[:40]!r} abbreviates a parallel size option: "
+                               "write it in full")
+            continue
+        if not has_value:
+            value = pending.pop(0) if pending else ""
+        if kind in sizes:
+            return sizes, f"the {kind} parallel size is set twice"
+        if not (PARALLEL_SIZE_RE.match(value) and 1 <= int(value) <= NUMBER_LIMITS["gpus"]):
+            return sizes, f"{option} needs an integer from 1 to 16, not {value[:40]!r}"
+        sizes[kind] = int(value)
+    return sizes, None
+
+
+def parallel_problem(args: list[str] | tuple[str, ...], gpus: int) -> str | None:
+    """Why ``args`` and ``gpus`` disagree on the cards one server spans, or None.
+
+    Without a parallel size in ``args`` the box adds ``--tensor-parallel-size``
+    itself (when ``gpus`` is above 1); with one, tensor x pipeline must be ``gpus``.
+    """
+    sizes, problem = parallel_sizes(args)
+    if problem or not sizes:
+        return problem
+    product = sizes.get("tensor", 1) * sizes.get("pipeline", 1)
+    if product != gpus:
+        return (f"tensor x pipeline parallel size is {sizes.get('tensor', 1)} x "
+                f"{sizes.get('pipeline', 1)} = {product} cards, but gpus is {gpus}: "
+                f"set gpus: {product}, or change the sizes")
     return None

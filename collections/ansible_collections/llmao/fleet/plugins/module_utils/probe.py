@@ -12,17 +12,24 @@ for on the ``/health`` connection before the ``/v1/models`` answer is awaited,
 so both are in flight at once and the scrape adds no round trip; its figures
 are kept only when ``/v1/models`` accepted our bearer (docs/metrics.md).
 
+A box is rented and may answer anything, so every request ends by a deadline
+of its own, ``connect_timeout + timeout`` from its start, however slowly the
+box drips its status line, headers or body: a server's probe ends within
+``2 × (connect_timeout + timeout)`` (docs/metrics.md). Bodies are capped, and
+what a box says only reaches a reason cut to one short printable line.
+
 Under box TLS (docs/box-tls.md) every probe and scrape dials HTTPS and verifies the
-chain against the fleet CA and the certificate against the address dialled. A
-certificate that does not verify is the same verdict as a wrong bearer: not ours
-(rejected). A box that has not applied the revision turning TLS on yet may still
-answer plain HTTP (``plain_allowed``); nothing else falls back.
+chain against the fleet CA and the certificate against the address dialled, under
+the same deadlines. A certificate that does not verify is the same verdict as a
+wrong bearer: not ours (rejected). A box that has not applied the revision turning
+TLS on yet may still answer plain HTTP (``plain_allowed``); nothing else falls back.
 """
 
 from __future__ import annotations
 
 import http.client
 import json
+import socket
 import ssl
 import time
 from collections.abc import Iterable
@@ -31,13 +38,17 @@ from dataclasses import dataclass, field, replace
 
 from .lifecycle import Models, Probe
 from .listings import Endpoint
-from .vllm_metrics import read_metrics
+from .vllm_metrics import read_figures
 
 # Probing is waiting on sockets: a thread each costs little, and every extra wave of a
 # fleet larger than the pool adds a whole slow answer (or a timeout) to the pass.
 DEFAULT_CONCURRENCY = 256
 # vLLM's exposition is some tens of kB (its histograms); one this large is not vLLM's.
 MAX_METRICS_BYTES = 4 << 20
+# /health answers nothing and /v1/models one entry per served name.
+MAX_ANSWER_BYTES = 1 << 20
+# A reason is one line of a verdict: what a box sent never makes it longer.
+MAX_REASON_CHARS = 120
 
 
 @dataclass(frozen=True)
@@ -54,23 +65,78 @@ class Target:
     plain_allowed: bool = False
 
 
+class _Deadline:
+    """A connected socket whose every send and receive ends by one deadline.
+
+    http.client reads a status line, the headers and the body through many
+    receives, each bounded only by the socket's timeout: an answer dripped one
+    byte per timeout would never end. Here each receive waits at most what is
+    left until :attr:`deadline` (``time.monotonic()``), and none starts after it.
+    """
+
+    deadline = 0.0
+    read_timeout = 0.0
+
+    def _arm(self) -> None:
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("timed out")
+        self.settimeout(min(left, self.read_timeout))
+
+    def recv_into(self, buffer, nbytes=0, flags=0):
+        self._arm()
+        return super().recv_into(buffer, nbytes, flags)
+
+    def recv(self, bufsize, flags=0):
+        self._arm()
+        return super().recv(bufsize, flags)
+
+    def sendall(self, data, flags=0):
+        self._arm()
+        return super().sendall(data, flags)
+
+
+class _DeadlineSocket(_Deadline, socket.socket):
+    """A plain connection under the deadline."""
+
+
+class _DeadlineTlsSocket(_Deadline, ssl.SSLSocket):
+    """A TLS connection under the same deadline: the fleet CA's context makes its sockets
+    of this class, so TLS reads and writes wait no longer than plain ones."""
+
+
 def _connect(endpoint: Endpoint, connect_timeout: float, timeout: float,
              tls: ssl.SSLContext | None = None) -> http.client.HTTPConnection:
-    connection = (http.client.HTTPConnection(endpoint.host, endpoint.port,
-                                             timeout=connect_timeout) if tls is None else
-                  http.client.HTTPSConnection(endpoint.host, endpoint.port,
-                                              timeout=connect_timeout, context=tls))
-    try:
-        connection.connect()
-        connection.sock.settimeout(timeout)
-    except BaseException:
-        connection.close()
-        raise
+    """A connection whose first request must end ``connect_timeout + timeout`` from now;
+    over TLS (``tls``) the handshake verifies the box within ``connect_timeout``."""
+    deadline = time.monotonic() + connect_timeout + timeout
+    raw = socket.create_connection((endpoint.host, endpoint.port), timeout=connect_timeout)
+    # As http.client does: the scrape and the /v1/models ask are small and go out at once.
+    raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    if tls is None:
+        sock = _DeadlineSocket(raw.family, raw.type, raw.proto, fileno=raw.detach())
+    else:
+        tls.sslsocket_class = _DeadlineTlsSocket
+        try:
+            sock = tls.wrap_socket(raw, server_hostname=endpoint.host)
+        except BaseException:
+            raw.close()
+            raise
+    sock.read_timeout, sock.deadline = timeout, deadline
+    connection = http.client.HTTPConnection(endpoint.host, endpoint.port, timeout=timeout)
+    connection.sock = sock
     return connection
 
 
+def _restart_deadline(connection: http.client.HTTPConnection, connect_timeout: float,
+                      timeout: float) -> None:
+    """A new request on an open connection gets a whole deadline of its own."""
+    if isinstance(connection.sock, _Deadline):
+        connection.sock.deadline = time.monotonic() + connect_timeout + timeout
+
+
 def _ask(connection: http.client.HTTPConnection, path: str, headers: dict[str, str],
-         limit: int = 1 << 20) -> tuple[int, bytes]:
+         limit: int = MAX_ANSWER_BYTES) -> tuple[int, bytes]:
     """One request on an open connection, its answer read; the connection stays usable."""
     connection.request("GET", path, headers=headers)
     answer = connection.getresponse()
@@ -95,27 +161,34 @@ def _send_scrape(connection: http.client.HTTPConnection, headers: dict[str, str]
     return True
 
 
-def _exposition(connection: http.client.HTTPConnection) -> str | None:
-    """The ``/metrics`` answer asked for by :func:`_send_scrape`, or None.
+def _exposition(connection: http.client.HTTPConnection) -> tuple[str | None, str]:
+    """The ``/metrics`` answer asked for by :func:`_send_scrape`, or None and why.
 
     Whatever goes wrong (refused, timed out, not 200, too large, not text)
     leaves the figures unknown; it never fails the probe.
     """
     try:
         answer = connection.getresponse()
+        if answer.status != 200:
+            return None, f"HTTP {answer.status} from /metrics"
+        # An announced length over the cap is refused unread: no time spent on it.
+        if answer.length is not None and answer.length > MAX_METRICS_BYTES:
+            return None, f"/metrics is over {MAX_METRICS_BYTES} bytes"
         body = answer.read(MAX_METRICS_BYTES + 1)
-        if answer.status == 200 and len(body) <= MAX_METRICS_BYTES:
-            return body.decode("utf-8")
-    except (OSError, http.client.HTTPException, UnicodeDecodeError):
-        pass
-    return None
+        if len(body) > MAX_METRICS_BYTES:
+            return None, f"/metrics is over {MAX_METRICS_BYTES} bytes"
+        return body.decode("utf-8"), ""
+    except (OSError, http.client.HTTPException) as exc:
+        return None, f"/metrics: {_describe(exc)}"
+    except UnicodeDecodeError:
+        return None, "/metrics is not UTF-8"
 
 
 def _lists(body: bytes, served_model_name: str) -> bool:
     try:
         data = json.loads(body).get("data") or []
         return any(isinstance(m, dict) and m.get("id") == served_model_name for m in data)
-    except (ValueError, AttributeError):
+    except (ValueError, AttributeError, TypeError, RecursionError):
         return False
 
 
@@ -181,6 +254,7 @@ def _probe_on(connection: http.client.HTTPConnection, target: Target, connect_ti
         except (OSError, http.client.HTTPException) as exc:
             return Probe(False, Models.SKIPPED, _describe(exc))
         bearer = {"Authorization": f"Bearer {target.api_key}"}
+        _restart_deadline(connection, connect_timeout, timeout)
         scraping = scrape and _send_scrape(connection, bearer)
         scraped_at = time.time()
         try:
@@ -191,10 +265,21 @@ def _probe_on(connection: http.client.HTTPConnection, target: Target, connect_ti
         probe = _models_probe(health_ok, status, body, target.served_model_name)
         if not scraping or status != 200:
             return probe
-        return replace(probe, metrics=read_metrics(_exposition(connection), body,
-                                                   target.served_model_name, scraped_at))
+        exposition, unread = _exposition(connection)
+        metrics, unknown = read_figures(exposition, body, target.served_model_name, scraped_at)
+        reason = unread or unknown
+        if reason and probe.models is Models.LISTS and not probe.detail:
+            probe = replace(probe, detail=short_reason(f"figures unknown: {reason}"))
+        return replace(probe, metrics=metrics)
     finally:
         connection.close()
+
+
+def short_reason(text: str) -> str:
+    """``text`` as one short printable line: what a box says is cut before it is kept."""
+    line = "".join(char if char.isprintable() and char.isascii() else "?"
+                   for char in text[:MAX_REASON_CHARS + 1].split("\n", 1)[0].strip())
+    return line if len(line) <= MAX_REASON_CHARS else line[:MAX_REASON_CHARS - 3] + "..."
 
 
 def _describe(exc: BaseException) -> str:
@@ -202,7 +287,21 @@ def _describe(exc: BaseException) -> str:
         return "timed out"
     if isinstance(exc, ConnectionRefusedError):
         return "connection refused"
-    return type(exc).__name__ if not str(exc) else f"{type(exc).__name__}: {exc}"
+    text = type(exc).__name__ if not str(exc) else f"{type(exc).__name__}: {exc}"
+    return short_reason(text)
+
+
+def _probe_apart(target: Target, connect_timeout: float, timeout: float,
+                 scrape: bool) -> Probe:
+    """:func:`probe_one`, where whatever a box's answer still raises fails that probe only.
+
+    Every failure an answer is known to cause is caught where it happens; this is the
+    wall behind them, so that an answer nobody thought of costs its server, not the pass.
+    """
+    try:
+        return probe_one(target, connect_timeout, timeout, scrape)
+    except Exception as exc:  # noqa: BLE001 (one server's answer never fails the pass)
+        return Probe(False, Models.FAILED, short_reason(f"unreadable answer: {_describe(exc)}"))
 
 
 def probe_many(targets: Iterable[Target], connect_timeout: float, timeout: float,
@@ -213,5 +312,5 @@ def probe_many(targets: Iterable[Target], connect_timeout: float, timeout: float
         return {}
     workers = max(1, min(concurrency, len(targets)))
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="llmao-probe") as pool:
-        probes = pool.map(lambda t: probe_one(t, connect_timeout, timeout, scrape), targets)
+        probes = pool.map(lambda t: _probe_apart(t, connect_timeout, timeout, scrape), targets)
         return {target.key: result for target, result in zip(targets, probes, strict=True)}

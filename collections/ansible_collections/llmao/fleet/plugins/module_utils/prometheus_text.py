@@ -26,8 +26,10 @@ LABEL_PAIR = re.compile(r'(?P<name>[a-zA-Z_][a-zA-Z0-9_]*)[ \t]*=[ \t]*'
                         r'"(?P<value>(?:[^"\\]|\\.)*)"')
 ESCAPE = re.compile(r"\\(.)")
 SPECIAL_VALUES = {"+Inf": math.inf, "Inf": math.inf, "-Inf": -math.inf, "NaN": math.nan}
-NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
-TIMESTAMP = re.compile(r"-?\d+")
+# ASCII digits only (``\d`` takes any script's), and short: a float's repr is 24 characters.
+NUMBER = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
+MAX_NUMBER_CHARS = 64
+TIMESTAMP = re.compile(r"-?[0-9]{1,20}")
 
 
 class ExpositionError(ValueError):
@@ -101,7 +103,8 @@ def _read_sample(line: str) -> Sample:
     if len(fields) not in (1, 2):
         raise ExpositionError(f"{name}: expected a value and an optional timestamp")
     if len(fields) == 2 and not TIMESTAMP.fullmatch(fields[1]):
-        raise ExpositionError(f"{name}: the timestamp {fields[1]!r} is not an integer")
+        raise ExpositionError(f"{name}: the timestamp {fields[1][:MAX_NUMBER_CHARS]!r} is not "
+                              "an integer")
     return Sample(name, MappingProxyType(labels), _read_value(name, fields[0]))
 
 
@@ -156,8 +159,10 @@ def _skip_blanks(text: str, position: int) -> int:
 def _read_value(name: str, text: str) -> float:
     if text in SPECIAL_VALUES:
         return SPECIAL_VALUES[text]
+    if len(text) > MAX_NUMBER_CHARS:
+        raise ExpositionError(f"{name}: the value is over {MAX_NUMBER_CHARS} characters")
     if not NUMBER.fullmatch(text):
-        raise ExpositionError(f"{name}: the value {text!r} is not a number")
+        raise ExpositionError(f"{name}: the value {text[:MAX_NUMBER_CHARS]!r} is not a number")
     return float(text)
 
 

@@ -124,6 +124,8 @@ def plan_pass(fleet: Fleet, observations: Observations, probes: Mapping[str, Pro
     listings, routes = observations.listings, observations.routes
     by_id = {route.id: route for route in routes}
     held = holding_turns(observations.turns, observations.applied)
+    short = {box: why for box, assignment in fleet.assignments.items()
+             if (why := assignment.short_of_cards(observations.cards.get(box)))}
     plans = []
     for server in fleet.servers():
         key = server_key(server)
@@ -133,11 +135,17 @@ def plan_pass(fleet: Fleet, observations: Observations, probes: Mapping[str, Pro
         verdict = classify(observations.now, observations.last_fetches.get(server.box),
                            probes[key], listings.listed(server.box),
                            observations.memories.get(key, Memory()), fleet.settings.lifecycle)
-        plans.append(replace(_decide(server, endpoint, verdict, by_id.get(key), held.get(key)),
-                             cert_not_after=probes[key].cert_not_after))
+        if server.box in short:
+            plan = _short_of_cards(server, endpoint, verdict, by_id.get(key), short[server.box])
+        else:
+            plan = _decide(server, endpoint, verdict, by_id.get(key), held.get(key))
+        plans.append(replace(plan, cert_not_after=probes[key].cert_not_after))
     intended = {p.id for p in plans}
     owned_orphans = tuple(r for r in routes if r.owned and r.id not in intended)
     drift = _drift(fleet, plans, routes, intended, observations.applied)
+    drift += [{"kind": Drift.TOO_FEW_CARDS.value, "box": box,
+               "needs": fleet.assignments[box].cards_needed, "cards": observations.cards[box],
+               "what": f"too few cards: {why}"} for box, why in short.items()]
     boxes = {box: _box_cost(fleet, listings, box) for box in fleet.assignments}
     loads, remembered = _loads(fleet, plans, probes, observations.memories, boxes)
     updates = turn_updates(observations.turns, observations.applied,
@@ -220,6 +228,15 @@ def _decide(server: IntendedServer, endpoint: Endpoint | None, verdict: Verdict,
         return ServerPlan(server, endpoint, verdict, route, Change.DELETE,
                           f"{verdict.state.value}: {verdict.reason}")
     return ServerPlan(server, endpoint, verdict, route)
+
+
+def _short_of_cards(server: IntendedServer, endpoint: Endpoint | None, verdict: Verdict,
+                    route: Route | None, why: str) -> ServerPlan:
+    """A server of a box with too few cards for its assignment: never registered (the box
+    refuses the assignment, so what answers there is not what we intend); a route goes."""
+    if route is not None:
+        return ServerPlan(server, endpoint, verdict, route, Change.DELETE, f"too few cards: {why}")
+    return ServerPlan(server, endpoint, verdict, route, why=f"too few cards: {why}")
 
 
 def _held(server: IntendedServer, endpoint: Endpoint | None, verdict: Verdict,

@@ -47,6 +47,12 @@ def _number(value: Any, what: str, optional: bool = False) -> float | None:
     return float(value)
 
 
+def _count(value: Any, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise RecordError(f"{what} must be a whole number")
+    return value
+
+
 # ----------------------------------------------------------------- listings
 
 
@@ -189,6 +195,8 @@ class Observations:
     routes: tuple[Route, ...] = ()
     approved: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     turns: tuple[Turn, ...] = ()
+    # Box to the number of cards it reported (boxes that did).
+    cards: Mapping[str, int] = field(default_factory=dict)
 
     def record(self) -> dict[str, Any]:
         return {
@@ -200,6 +208,7 @@ class Observations:
             "routes": [route_record(route) for route in self.routes],
             "approved": {box: list(models) for box, models in self.approved.items()},
             "turns": [turn.record() for turn in self.turns],
+            "cards": dict(self.cards),
         }
 
     @classmethod
@@ -221,4 +230,6 @@ class Observations:
         return cls(_number(record.get("now"), "now"), last_fetches, applied, memories,
                    listings_from_record(record["listings"]), routes,
                    approvals_from_record(record.get("approved", {})),
-                   turns_from_record(record.get("turns", [])))
+                   turns_from_record(record.get("turns", [])),
+                   {str(box): _count(count, f"cards[{box!r}]")
+                    for box, count in _mapping(record.get("cards", {}), "cards").items()})

@@ -8,6 +8,12 @@ unknown: a figure vLLM did not expose, exposed twice in contradiction, or as
 garbage. An unknown figure is never replaced by zero, because a zero KV cache
 or an idle queue would be a verdict, and a wrong one.
 
+A server is a rented box and may answer anything, so every figure is bounded
+where it is read: a value is a finite number within ``MAX_FIGURE`` (sums
+too), the labels read as numbers are short ASCII digits, and a series given
+twice is a contradiction. An answer that breaks any of these leaves every
+figure of the exposition unknown, with a short reason; reading never raises.
+
 The metric names are vLLM's, as its engine (V0, ``vllm/engine/metrics.py``) and
 its V1 engine (``vllm/v1/metrics/loggers.py``) register them: see
 ``docs/metrics.md`` for the versions covered.
@@ -17,8 +23,9 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
 from .prometheus_text import ExpositionError, Sample, parse_exposition
@@ -32,12 +39,21 @@ PROMPT_TOKENS = "vllm:prompt_tokens_total"
 GENERATION_TOKENS = "vllm:generation_tokens_total"
 READ = frozenset({CACHE_CONFIG_INFO, *KV_USAGE_NAMES, RUNNING, WAITING, PROMPT_TOKENS,
                   GENERATION_TOKENS})
+# The largest figure believed: the largest whole number a JSON reader keeps exactly, far
+# beyond any real cache, queue or counter, and small enough that sums over a fleet stay finite.
+MAX_FIGURE = 2**53
+# A label read as a number (num_gpu_blocks, block_size): a few ASCII digits, nothing else.
+LABEL_NUMBER = re.compile(r"[0-9]{1,15}")
 WHOLE_NUMBERS = frozenset({"kv_cache_tokens", "requests_running", "requests_waiting",
                            "prompt_tokens_total", "generation_tokens_total", "max_model_len"})
 
 
 class MetricsRecordError(ValueError):
     """A metrics record does not have the shape :meth:`ServerMetrics.record` writes."""
+
+
+class UnreadFigures(ValueError):
+    """An answer the figures cannot be read from; the message is the short reason."""
 
 
 @dataclass(frozen=True)
@@ -73,9 +89,9 @@ class ServerMetrics:
             if value is None:
                 values[item.name] = None
                 continue
-            if isinstance(value, bool) or not isinstance(value, int | float) \
-                    or not math.isfinite(value):
-                raise MetricsRecordError(f"metrics.{item.name} must be a number or null")
+            if not is_figure(value):
+                raise MetricsRecordError(f"metrics.{item.name} must be a number within "
+                                         f"±{MAX_FIGURE} or null")
             if item.name in WHOLE_NUMBERS:
                 if value != int(value):
                     raise MetricsRecordError(f"metrics.{item.name} must be a whole number")
@@ -84,20 +100,50 @@ class ServerMetrics:
         return cls(**values)
 
 
+def is_figure(value: Any) -> bool:
+    """A number (not a bool) that is finite and within ±``MAX_FIGURE``; never raises."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    if isinstance(value, int):
+        return -MAX_FIGURE <= value <= MAX_FIGURE
+    return math.isfinite(value) and -MAX_FIGURE <= value <= MAX_FIGURE
+
+
 def read_metrics(exposition: str | None, models_body: bytes | None, served_model_name: str,
                  scraped_at: float) -> ServerMetrics:
-    """The figures of one server from its ``/metrics`` text and its ``/v1/models`` body.
+    """The figures of one server from its ``/metrics`` text and its ``/v1/models`` body."""
+    return read_figures(exposition, models_body, served_model_name, scraped_at)[0]
 
-    Either may be None (not read). Only the lines of the metrics read are
-    parsed; one of them that is not in the text format makes every figure of
-    the exposition unknown; ``max_model_len`` still comes from ``/v1/models``.
+
+def read_figures(exposition: str | None, models_body: bytes | None, served_model_name: str,
+                 scraped_at: float) -> tuple[ServerMetrics, str]:
+    """The figures of one server, and why those of its ``/metrics`` are unknown ("" if read).
+
+    Either answer may be None (not read). Only the lines of the metrics read are
+    parsed; one of them that is not in the text format, or a figure out of
+    bounds, makes every figure of the exposition unknown; ``max_model_len``
+    still comes from ``/v1/models``.
     """
-    samples: list[Sample] = []
+    max_model_len = served_max_model_len(models_body, served_model_name)
+    figures, reason = ServerMetrics(), ""
     if exposition is not None:
         try:
-            samples = parse_exposition(exposition, READ)
-        except ExpositionError:
-            samples = []
+            figures = _figures(parse_exposition(exposition, READ))
+        except (ExpositionError, UnreadFigures) as exc:
+            reason = str(exc)[:200]
+    return replace(figures, max_model_len=max_model_len, scraped_at=scraped_at), reason
+
+
+def _figures(samples: list[Sample]) -> ServerMetrics:
+    """The exposition's figures; a value out of bounds or a series given twice raises."""
+    seen = set()
+    for sample in samples:
+        series = (sample.name, tuple(sorted(sample.labels.items())))
+        if series in seen:
+            raise UnreadFigures(f"{sample.name} is given twice with the same labels")
+        seen.add(series)
+        if math.isfinite(sample.value) and not is_figure(sample.value):
+            raise UnreadFigures(f"{sample.name} is out of bounds")
     return ServerMetrics(
         kv_cache_tokens=_kv_cache_tokens(samples),
         kv_cache_usage_ratio=_kv_usage(samples),
@@ -105,8 +151,6 @@ def read_metrics(exposition: str | None, models_body: bytes | None, served_model
         requests_waiting=_whole(_total(samples, WAITING)),
         prompt_tokens_total=_whole(_total(samples, PROMPT_TOKENS)),
         generation_tokens_total=_whole(_total(samples, GENERATION_TOKENS)),
-        max_model_len=served_max_model_len(models_body, served_model_name),
-        scraped_at=scraped_at,
     )
 
 
@@ -123,7 +167,10 @@ def _total(samples: list[Sample], name: str) -> float | None:
     values = _finite(sample.value for sample in samples if sample.name == name)
     if values is None or any(value < 0 for value in values):
         return None
-    return sum(values)
+    total = math.fsum(values)
+    if not is_figure(total):
+        raise UnreadFigures(f"{name} sums out of bounds")
+    return total
 
 
 def _whole(value: float | None) -> int | None:
@@ -144,25 +191,31 @@ def _kv_cache_tokens(samples: list[Sample]) -> int | None:
 
     One request lives in one engine's cache, so the smallest engine bounds what
     a single request can use. vLLM writes the labels with ``str()``, so a cache
-    not yet profiled says ``num_gpu_blocks="None"``: unknown.
+    not yet profiled says ``num_gpu_blocks="None"``: unknown. Any other label
+    value that is not a few ASCII digits is garbage: the whole answer is unread.
     """
     sizes = []
     for sample in samples:
         if sample.name != CACHE_CONFIG_INFO:
             continue
-        blocks = _positive_int(sample.labels.get("num_gpu_blocks"))
-        block_size = _positive_int(sample.labels.get("block_size"))
-        if blocks is None or block_size is None:
+        blocks = _label_number(sample.labels, "num_gpu_blocks")
+        block_size = _label_number(sample.labels, "block_size")
+        if not blocks or not block_size:
             return None
+        if blocks * block_size > MAX_FIGURE:
+            raise UnreadFigures(f"{CACHE_CONFIG_INFO} is out of bounds")
         sizes.append(blocks * block_size)
     return min(sizes) if sizes else None
 
 
-def _positive_int(text: str | None) -> int | None:
-    if text is None or not text.isdigit():
+def _label_number(labels: Mapping[str, str], name: str) -> int | None:
+    """The label as a whole number; None when absent or "None"; anything else raises."""
+    text = labels.get(name)
+    if text is None or text == "None":
         return None
-    number = int(text)
-    return number if number > 0 else None
+    if not LABEL_NUMBER.fullmatch(text):
+        raise UnreadFigures(f"{CACHE_CONFIG_INFO}: {name} is not a number")
+    return int(text)
 
 
 def served_max_model_len(body: bytes | None, served_model_name: str) -> int | None:
@@ -171,12 +224,12 @@ def served_max_model_len(body: bytes | None, served_model_name: str) -> int | No
         return None
     try:
         data = json.loads(body).get("data")
-    except (ValueError, AttributeError):
+    except (ValueError, AttributeError, RecursionError):
         return None
     for model in data if isinstance(data, list) else ():
         if isinstance(model, dict) and model.get("id") == served_model_name:
             value = model.get("max_model_len")
-            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            if isinstance(value, int) and is_figure(value) and value > 0:
                 return value
             return None
     return None

@@ -248,15 +248,20 @@ def report_applied(admin: LlmaoAdmin, box: str, revision: str,
 
     llmao starts the Loading window of the box's servers from this report, as it does from
     a pull box's fetch: without it, a pushed server restarting would be judged a Healthy
-    server failing, not one starting up. llmao refuses a revision it does not intend.
+    server failing, not one starting up. llmao refuses a revision it does not intend. The
+    record's cards and placement go along, as a pull box reports them.
     """
     if record.get("revision") != revision:
         raise TurnError(f"{box} records revision {record.get('revision') or 'none'}, llmao "
                         f"intends {revision}: the push did not apply it")
-    admin.report_applied(box, {
-        "revision": revision, "applied_at": record.get("applied_at"),
-        "servers": [{key: server.get(key) for key in ("name", "port", "served_model_name")}
-                    for server in record.get("servers") or [] if isinstance(server, Mapping)]})
+    report = {"revision": revision, "applied_at": record.get("applied_at"),
+              "servers": [{key: server.get(key) for key in ("name", "port",
+                                                            "served_model_name")}
+                          for server in record.get("servers") or []
+                          if isinstance(server, Mapping)]}
+    # The box's cards and the placement, as the box program recorded them (llmao checks them).
+    report.update((key, record[key]) for key in ("cards", "placement") if key in record)
+    admin.report_applied(box, report)
 
 
 def take(module: AnsibleModule, admin: LlmaoAdmin, box: str, revision: str,

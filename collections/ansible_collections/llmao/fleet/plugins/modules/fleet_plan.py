@@ -163,7 +163,9 @@ deployments:
 drift:
   description:
     - What differs between config and the fleet that this pass does not fix by itself
-      (C(kind) is C(orphan_route), C(unmanaged_route), C(model_mismatch) or C(revision_behind)).
+      (C(kind) is C(orphan_route), C(unmanaged_route), C(model_mismatch), C(revision_behind)
+      or C(too_few_cards), a box that reported fewer cards than its assignment needs, whose
+      servers are never registered).
   returned: success
   type: list
   elements: dict
@@ -273,6 +275,8 @@ def server_line(entry: dict[str, Any]) -> str:
         outcome = f"{entry['change']}: {entry['why']}"
     else:
         outcome = "unchanged, " + ("in LiteLLM" if entry["in_litellm"] else "not in LiteLLM")
+        if entry["why"]:
+            outcome += f": {entry['why']}"
     public = entry["public"] or "no public address"
     line = (f"{entry['box']} {entry['name']} ({entry['model_name']}, {entry['listen_port']} -> "
             f"{public}): {state}: {entry['reason']} => {outcome}")
@@ -285,7 +289,7 @@ def server_line(entry: dict[str, Any]) -> str:
 
 def drift_line(item: dict[str, Any]) -> str:
     kind = item["kind"]
-    if kind == Drift.REVISION_BEHIND:
+    if kind in (Drift.REVISION_BEHIND, Drift.TOO_FEW_CARDS):
         return f"{item['box']}: {item['what']}"
     if kind == Drift.UNMANAGED_ROUTE:
         return f"{item['id']} ({item['model_name']} at {item['api_base']}): {item['what']}"

@@ -23,6 +23,10 @@ description:
     C(/v1/models) answer into its KV cache size and usage, running and waiting requests, token
     counters and served C(max_model_len) (see C(docs/metrics.md)). A figure that cannot be read
     is null (unknown), never 0, and never fails the probe."
+  - "A box may answer anything: each request ends O(connect_timeout) + O(timeout) after it
+    starts however slowly the box sends, so a server's probe ends within twice that; bodies are
+    capped, every figure is bounded where it is read, and a reason drawn from what a box sent is
+    cut to one short printable line."
   - The bearers are derived inside the module from O(config); they never pass through play
     variables and never appear in the result.
   - It only reads, so it reports C(changed=false) and runs the same in check mode.
@@ -50,7 +54,9 @@ options:
     type: float
   timeout:
     description:
-      - Seconds to wait for each answer. Defaults to C(fleet.probe_timeout_s).
+      - Seconds to wait for each read of an answer. Defaults to C(fleet.probe_timeout_s).
+      - A whole request (connect, status line, headers, body) ends O(connect_timeout) +
+        O(timeout) after it starts.
     type: float
   concurrency:
     description:
@@ -131,7 +137,9 @@ probes:
           timed out, another status), C(skipped) (not asked, C(/health) did not answer).
       type: str
     detail:
-      description: Why a probe failed, without any key.
+      description:
+        - Why a probe failed, without any key; for a server that serves, why its figures are
+          unknown, if they are. One printable line of at most 120 characters.
       type: str
     public:
       description: The address dialled, C(host:port), or null when none is known.

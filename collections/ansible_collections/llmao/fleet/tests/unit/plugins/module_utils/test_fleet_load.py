@@ -22,6 +22,7 @@ from ansible_collections.llmao.fleet.plugins.module_utils.fleet_load import (
 )
 from ansible_collections.llmao.fleet.plugins.module_utils.lifecycle import Memory
 from ansible_collections.llmao.fleet.plugins.module_utils.vllm_metrics import (
+    MAX_FIGURE,
     MetricsRecordError,
     ServerMetrics,
 )
@@ -175,3 +176,23 @@ def test_box_cost_listing_first_then_config_shared_by_its_servers():
     assert box_cost("local", None, None) == BoxCost("local")
     assert cost_share(BoxCost("vast", 0.9, "listing"), 3) == pytest.approx(0.3)
     assert cost_share(BoxCost("local"), 3) is None
+
+
+def test_a_pass_at_the_bounds_still_posts():
+    # One box at the largest figure believed, beside an honest one: the sums, the rate over
+    # a short time and the cost per token pass the bound; llmao would refuse the whole
+    # pass (issue 18, item 3), so each is unknown instead.
+    huge = load(figures(kv_cache_tokens=MAX_FIGURE, requests_running=MAX_FIGURE,
+                        generation_tokens_total=MAX_FIGURE), previous=(0, NOW - 1e-3), cost=0.5)
+    honest = load(figures(), previous=(400, NOW - 60), cost=0.5)
+    model = model_load([(huge, True), (honest, True)])
+    assert huge.generation_tokens_per_s is None
+    assert model.kv_cache_tokens is None and model.requests_running is None
+    assert model.requests_waiting == 0 and model.cost_per_hour == 1.0
+    slow = load(figures(generation_tokens_total=1001), previous=(1000, NOW - 1e9), cost=1e15)
+    assert model_load([(slow, True)]).cost_per_million_tokens is None
+    posted = {"pass_at": NOW, "drift": [], "verdicts": {
+        "s1": {"state": "Healthy", **huge.record()}, "s2": {"state": "Healthy",
+                                                           **honest.record()}},
+        **load_document({"s1": huge, "s2": honest}, {"m": model}, {})}
+    assert read_load_document(json.loads(json.dumps(posted)))[1]["m"] == model

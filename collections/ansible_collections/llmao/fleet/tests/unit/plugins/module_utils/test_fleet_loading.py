@@ -229,6 +229,28 @@ MODELS_CASES = [
      "models[1].litellm_params.model: 'hosted_vllm/qwen' does not name the served model"),
     ("routed under another provider", lambda m: _gemma(m)["litellm_params"].update(model="gemma"),
      "models[0].litellm_params.model: 'gemma' does not name the served model"),
+    ("gpus zero", lambda m: _gemma(m)["model_info"]["vllm"].update(gpus=0),
+     "models.yaml: models[0].model_info.vllm.gpus: must be an integer from 1 to 16, not 0"),
+    ("gpus above 16", lambda m: _gemma(m)["model_info"]["vllm"].update(gpus=17),
+     "models[0].model_info.vllm.gpus: must be an integer from 1 to 16, not 17"),
+    ("gpus a float", lambda m: _gemma(m)["model_info"]["vllm"].update(gpus=2.0),
+     "models[0].model_info.vllm.gpus: must be an integer from 1 to 16"),
+    ("parallel sizes without gpus",
+     lambda m: _gemma(m)["model_info"]["vllm"].update(args=["--tensor-parallel-size", "2"]),
+     "models.yaml: models[0].model_info.vllm.args: tensor x pipeline parallel size is 2 x 1 = "
+     "2 cards, but gpus is 1: set gpus: 2, or change the sizes"),
+    ("parallel sizes off gpus",
+     lambda m: _gemma(m)["model_info"]["vllm"].update(gpus=4, args="-tp 2 -pp=1"),
+     "models[0].model_info.vllm.args: tensor x pipeline parallel size is 2 x 1 = 2 cards, "
+     "but gpus is 4"),
+    ("parallel size abbreviated",
+     lambda m: _gemma(m)["model_info"]["vllm"].update(gpus=2, args=["--tensor-parallel", "2"]),
+     "models[0].model_info.vllm.args: '--tensor-parallel' abbreviates a parallel size option: "
+     "write it in full"),
+    ("parallel size set twice",
+     lambda m: _gemma(m)["model_info"]["vllm"].update(gpus=2,
+                                                      args="-tp 2 --tensor_parallel_size 2"),
+     "models[0].model_info.vllm.args: the tensor parallel size is set twice"),
 ]
 
 

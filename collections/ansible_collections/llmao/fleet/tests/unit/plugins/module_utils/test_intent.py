@@ -165,6 +165,18 @@ def test_settings_list_every_secret(fleet):
     assert fleet.settings.fleet_key in secrets
 
 
+def test_gpus_is_sent_only_when_the_recipe_sets_it(tmp_path, fleet):
+    models = base_models()
+    models["models"][0]["model_info"]["vllm"].update(
+        gpus=4, args=["--tensor-parallel-size", "2", "-pp", "2"])
+    spanning = load_fleet(*write_pair(tmp_path, models=models)).assignment("203.0.113.10")
+    gemma = json.loads(spanning.body)["servers"][0]
+    assert gemma["gpus"] == 4 and gemma["args"][-2:] == ["-pp", "2"]
+    assert spanning.revision != fleet.assignment("203.0.113.10").revision
+    assert all("gpus" not in server for server in
+               json.loads(fleet.assignment("203.0.113.10").body)["servers"])
+
+
 def following(**rollout):
     config = base_config()
     config["rollout"] = rollout

@@ -155,3 +155,13 @@ def test_a_certificate_that_does_not_verify_is_rejected_then_foreign_with_its_re
         verdict = classify(NOW, NOW, refused, Listed.NOT_NAMED, memory, KNOBS)
         memory = verdict.memory
     assert verdict.state is State.FOREIGN and "fleet CA did not sign" in verdict.reason
+
+
+def test_a_healthy_server_says_why_its_figures_are_unknown():
+    blind = Probe(True, Models.LISTS, "figures unknown: /metrics: timed out")
+    verdict = classify(NOW, NOW - 10, blind, Listed.NAMED, Memory(), KNOBS)
+    assert verdict.state is State.HEALTHY
+    assert verdict.reason == "serving its model with our bearer; figures unknown: /metrics: " \
+                             "timed out"
+    assert classify(NOW, NOW - 10, SERVING, Listed.NAMED, Memory(), KNOBS).reason == \
+        "serving its model with our bearer"

@@ -37,6 +37,15 @@ def test_observations_are_read():
     assert seen.approved == {}
 
 
+def test_the_cards_a_box_reported_are_read_and_nonsense_is_unknown():
+    boxes = {"a": {"last_fetch": None, "applied": {"revision": "r", "cards": 2}},
+             "b": {"last_fetch": None, "applied": {"revision": "r", "cards": True}},
+             "c": {"last_fetch": None, "applied": {"revision": "r", "cards": -1}},
+             "d": {"last_fetch": None, "applied": {"revision": "r"}}}
+    assert parse_observations({**ANSWER, "boxes": boxes}).cards == {"a": 2}
+    assert parse_observations(ANSWER).cards == {}
+
+
 def test_approvals_are_read_in_port_order():
     seen = parse_observations({**ANSWER, "approved": {"192.0.2.77": ["qwen", "gemma"]}})
     assert seen.approved == {"192.0.2.77": ("qwen", "gemma")}

@@ -55,6 +55,10 @@ def test_label_escapes_special_values_and_timestamps():
     ('m{a="1" b="2"} 1', "',' or '}'"),
     ("m 1 2 3", "optional timestamp"),
     ("m 1 1.5", "not an integer"),
+    ("m \u0663", "not a number"),            # an Arabic-Indic digit: float() takes it
+    ("m 1 \u0663", "not an integer"),
+    ("m " + "9" * 401, "over 64 characters"),  # a huge number is refused, not read as inf
+    ("m 1 " + "9" * 401, "not an integer"),
     ("m{a=\"1\"}1", "space must separate"),
     ("9m 1", "start with a metric name"),
     ("# TYPE m gauges", "no known type"),

@@ -26,7 +26,7 @@ from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_plan import 
     probe_targets,
 )
 from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_records import Observations
-from ansible_collections.llmao.fleet.tests.unit.fleets import write_pair
+from ansible_collections.llmao.fleet.tests.unit.fleets import base_models, write_pair
 
 NOW = 50_000.0
 SERVING = Probe(True, Models.LISTS)
@@ -143,3 +143,34 @@ def test_body_and_model_info(fleet):
 def test_misread_model_info_is_an_error(document):
     with pytest.raises(ValueError):
         parse_model_info(document)
+
+
+def spanning(tmp_path, gpus):
+    """The base fleet with gemma's recipe spanning gpus cards."""
+    models = base_models()
+    models["models"][0]["model_info"]["vllm"]["gpus"] = gpus
+    return load_fleet(*write_pair(tmp_path, models=models))
+
+
+def test_a_box_with_too_few_cards_is_flagged_and_never_registered(tmp_path):
+    fleet = spanning(tmp_path, 4)
+    seen = Observations(NOW, {"203.0.113.10": NOW - 30}, {}, {}, LOCAL,
+                        (owned(GEMMA, "gemma", 8001),), cards={"203.0.113.10": 2})
+    result = plan_pass(fleet, seen, {GEMMA: SERVING, QWEN: SERVING, LEGACY: DOWN})
+    by_id = {server.id: server for server in result.servers}
+    assert (by_id[GEMMA].change, by_id[QWEN].change) == ("delete", None)
+    assert by_id[QWEN].why == ("too few cards: gemma needs 4 cards (vllm.gpus of gemma), "
+                               "the box reported 2")
+    assert [item for item in result.drift if item["kind"] == "too_few_cards"] == [{
+        "kind": "too_few_cards", "box": "203.0.113.10", "needs": 4, "cards": 2,
+        "what": "too few cards: gemma needs 4 cards (vllm.gpus of gemma), the box reported 2"}]
+
+
+@pytest.mark.parametrize("cards", [{}, {"203.0.113.10": 4}, {"203.0.113.10": 8}])
+def test_enough_cards_or_none_reported_registers_as_usual(tmp_path, cards):
+    seen = Observations(NOW, {"203.0.113.10": NOW - 30}, {}, {}, LOCAL, (), cards=cards)
+    result = plan_pass(spanning(tmp_path, 4), seen, {GEMMA: SERVING, QWEN: SERVING,
+                                                     LEGACY: DOWN})
+    assert [(c.id, c.change) for c in changed(result)] == [
+        (GEMMA, "register"), (QWEN, "register")]
+    assert not [item for item in result.drift if item["kind"] == "too_few_cards"]

@@ -117,6 +117,7 @@ def observations():
                       "http://203.0.113.10:41001/v1"),
                 Route("hand-made", "gpt", "https://api.example/v1", None)),
         approved={"192.0.2.77": ("qwen", "gemma")},
+        cards={"203.0.113.10": 2},
     )
 
 
@@ -130,6 +131,7 @@ def test_observations_round_trip():
     assert after.routes == before.routes
     assert after.listings.endpoint("203.0.113.10", 8001, None).port == 41001
     assert dict(after.approved) == {"192.0.2.77": ("qwen", "gemma")}
+    assert dict(after.cards) == {"203.0.113.10": 2}
 
 
 def test_observations_without_approvals_have_none():

@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
 
 from ansible_collections.llmao.fleet.plugins.module_utils.vllm_metrics import (
+    MAX_FIGURE,
     MetricsRecordError,
     ServerMetrics,
+    is_figure,
+    read_figures,
     read_metrics,
 )
+from rig.hostile_vllm import EXPOSITIONS
 
 DATA = Path(__file__).parent / "data"
 MODELS = json.dumps({"object": "list", "data": [
@@ -104,3 +109,38 @@ def test_record_round_trip_through_json():
 def test_record_of_the_wrong_shape_is_refused(record):
     with pytest.raises(MetricsRecordError):
         ServerMetrics.from_record(record)
+
+
+@pytest.mark.parametrize("fault", ["squared", "long_label", "overflow", "long_number",
+                                   "odd_unicode", "duplicate_engines"])
+def test_a_hostile_answer_never_raises_and_leaves_every_figure_unknown(fault):
+    # Issue 18, item 3: "²" passes isdigit() and fails int(); a 5,000-digit label fails
+    # int(); two engines at 1.7e308 sum to inf; a 401-digit value. Each raised out of here.
+    text = EXPOSITIONS[fault].replace("{name}", "gemma4-26b")
+    metrics, reason = read_figures(text, MODELS, "gemma4-26b", NOW)
+    assert metrics == ServerMetrics(max_model_len=32768, scraped_at=NOW)
+    assert reason and len(reason) <= 200
+    assert read_metrics(text, MODELS, "gemma4-26b", NOW) == metrics
+
+
+def test_figures_are_bounded_where_read():
+    labels = 'engine="0",model_name="m"'
+    at_bound = f"vllm:num_requests_running{{{labels}}} {float(MAX_FIGURE)}\n"
+    assert read_figures(at_bound, None, "m", NOW)[0].requests_running == MAX_FIGURE
+    # Two engines each within bounds, but not their sum.
+    two = at_bound + f'vllm:num_requests_running{{engine="1",model_name="m"}} {MAX_FIGURE}\n'
+    assert read_figures(two, None, "m", NOW) == (
+        ServerMetrics(scraped_at=NOW), "vllm:num_requests_running sums out of bounds")
+    # Blocks × block size past the bound, each label a few digits.
+    cache = 'vllm:cache_config_info{block_size="999999999",num_gpu_blocks="999999999"} 1\n'
+    assert read_figures(cache, None, "m", NOW)[1] == "vllm:cache_config_info is out of bounds"
+    # A cache not yet profiled is unknown, not unreadable.
+    assert read_figures('vllm:cache_config_info{block_size="16",num_gpu_blocks="None"} 1\n',
+                        None, "m", NOW) == (ServerMetrics(scraped_at=NOW), "")
+
+
+@pytest.mark.parametrize("value", [10**401, -(2**60), 1.7e308, True, "3", math.inf])
+def test_a_record_figure_out_of_bounds_is_refused_not_a_crash(value):
+    assert not is_figure(value)
+    with pytest.raises(MetricsRecordError, match="within"):
+        ServerMetrics.from_record({"kv_cache_tokens": value})

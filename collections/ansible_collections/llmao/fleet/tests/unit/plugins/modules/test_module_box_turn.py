@@ -147,6 +147,15 @@ def test_the_applied_revision_is_reported_as_the_controller_and_the_turn_seen_do
         "servers": [{"name": "gemma4-26b", "port": 8001, "served_model_name": "gemma4-26b"}]}
 
 
+def test_the_cards_and_placement_the_box_recorded_are_reported_too(capsys, llmao):
+    cards = {"cards": [{"index": 0, "name": "NVIDIA L4", "memory_total_mib": 23034}],
+             "placement": {"gemma4-26b": [0]}}
+    run(capsys, llmao, servers=["gemma4-26b"])
+    run(capsys, llmao, state="done", applied={**record(llmao), **cards})
+    (report,) = llmao.requests_to("/vllm/applied")
+    assert {key: json.loads(report.body)[key] for key in cards} == cards
+
+
 def test_a_revision_llmao_knows_applied_is_not_reported_again(capsys, llmao):
     run(capsys, llmao, servers=["gemma4-26b"])
     run(capsys, llmao, state="done", applied=record(llmao))

@@ -19,7 +19,7 @@ from ansible_collections.llmao.fleet.plugins.modules.fleet_plan import (
     make_plan,
     plan_result,
 )
-from ansible_collections.llmao.fleet.tests.unit.fleets import base_config, write_pair
+from ansible_collections.llmao.fleet.tests.unit.fleets import base_config, base_models, write_pair
 
 NOW = 10_000.0
 GEMMA, QWEN, LEGACY = ("llmao:203.0.113.10:8001:gemma", "llmao:203.0.113.10:8002:qwen",
@@ -68,6 +68,21 @@ def test_first_pass_registers_the_healthy_and_says_so(fleet):
     assert result["memories"][GEMMA]["state"] == "Healthy"
     assert {server["provider"] for server in result["servers"]} == {"local"}
     assert result["now"] == NOW
+
+
+def test_a_box_short_of_cards_is_a_drift_line_and_registers_nothing(tmp_path):
+    models = base_models()
+    models["models"][0]["model_info"]["vllm"]["gpus"] = 2
+    fleet = load_fleet(*write_pair(tmp_path, models=models))
+    seen = observations(cards={"203.0.113.10": 1})
+    result = result_of(fleet, seen, {GEMMA: SERVING, QWEN: SERVING, LEGACY: DOWN})
+    assert result["changes"] == [] and result["deployments"] == []
+    assert result["drift_lines"] == [
+        "203.0.113.10: too few cards: gemma needs 2 cards (vllm.gpus of gemma), the box "
+        "reported 1"]
+    assert result["lines"][0].endswith(
+        "=> unchanged, not in LiteLLM: too few cards: gemma needs 2 cards (vllm.gpus of gemma), "
+        "the box reported 1")
 
 
 def test_transitions_show_in_the_lines(fleet):
