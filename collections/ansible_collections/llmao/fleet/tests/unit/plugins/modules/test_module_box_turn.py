@@ -152,7 +152,7 @@ def test_the_cards_and_placement_the_box_recorded_are_reported_too(capsys, llmao
              "placement": {"gemma4-26b": [0]}}
     run(capsys, llmao, servers=["gemma4-26b"])
     run(capsys, llmao, state="done", applied={**record(llmao), **cards})
-    (report,) = llmao.requests_to("/vllm/applied")
+    (report,) = llmao.requests_to(APPLIED)
     assert {key: json.loads(report.body)[key] for key in cards} == cards
 
 
