@@ -106,9 +106,11 @@ class _DeadlineTlsSocket(_Deadline, ssl.SSLSocket):
 
 
 def _connect(endpoint: Endpoint, connect_timeout: float, timeout: float,
-             tls: ssl.SSLContext | None = None) -> http.client.HTTPConnection:
+             tls: ssl.SSLContext | None = None,
+             session: ssl.SSLSession | None = None) -> http.client.HTTPConnection:
     """A connection whose first request must end ``connect_timeout + timeout`` from now;
-    over TLS (``tls``) the handshake verifies the box within ``connect_timeout``."""
+    over TLS (``tls``) the handshake verifies the box within ``connect_timeout``, or
+    resumes ``session``, one this probe verified on its first connection to the box."""
     deadline = time.monotonic() + connect_timeout + timeout
     raw = socket.create_connection((endpoint.host, endpoint.port), timeout=connect_timeout)
     # As http.client does: the scrape and the /v1/models ask are small and go out at once.
@@ -118,7 +120,7 @@ def _connect(endpoint: Endpoint, connect_timeout: float, timeout: float,
     else:
         tls.sslsocket_class = _DeadlineTlsSocket
         try:
-            sock = tls.wrap_socket(raw, server_hostname=endpoint.host)
+            sock = tls.wrap_socket(raw, server_hostname=endpoint.host, session=session)
         except BaseException:
             raw.close()
             raise
@@ -144,8 +146,9 @@ def _ask(connection: http.client.HTTPConnection, path: str, headers: dict[str, s
 
 
 def _get(endpoint: Endpoint, path: str, headers: dict[str, str], connect_timeout: float,
-         timeout: float, tls: ssl.SSLContext | None = None) -> tuple[int, bytes]:
-    connection = _connect(endpoint, connect_timeout, timeout, tls)
+         timeout: float, tls: ssl.SSLContext | None = None,
+         session: ssl.SSLSession | None = None) -> tuple[int, bytes]:
+    connection = _connect(endpoint, connect_timeout, timeout, tls, session)
     try:
         return _ask(connection, path, headers)
     finally:
@@ -258,8 +261,11 @@ def _probe_on(connection: http.client.HTTPConnection, target: Target, connect_ti
         scraping = scrape and _send_scrape(connection, bearer)
         scraped_at = time.time()
         try:
+            # The second connection resumes the first's TLS session: no second certificate
+            # to send and verify (the box proved it a moment ago on the first).
+            session = connection.sock.session if tls is not None else None
             status, body = _get(target.endpoint, "/v1/models", bearer, connect_timeout, timeout,
-                                tls)
+                                tls, session)
         except (OSError, http.client.HTTPException) as exc:
             return Probe(health_ok, Models.FAILED, _describe(exc))
         probe = _models_probe(health_ok, status, body, target.served_model_name)
