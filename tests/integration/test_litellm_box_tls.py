@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import secrets
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -29,8 +30,8 @@ class Server:
     def __init__(self, name: str, bearer: str):
         self.box, self.listen_port, self.name, self.model_name = "127.0.0.1", 8001, name, name
         self.api_key = bearer
-        self.entry = type("Entry", (), {"litellm_params": {"model": f"hosted_vllm/{name}"},
-                                        "model_info": {}})()
+        self.entry = SimpleNamespace(litellm_params={"model": f"hosted_vllm/{name}"},
+                                     model_info={})
 
 
 def register(proxy, master_key, server, endpoint, ca_path):
