@@ -114,13 +114,17 @@ def test_changelog_rst_is_generated_not_edited(tmp_path: Path) -> None:
     assert (copy / "CHANGELOG.rst").read_text() == (COLLECTION / "CHANGELOG.rst").read_text()
 
 
+def version_tuple(version: object) -> tuple[int, ...]:
+    return tuple(map(int, str(version).split(".")))
+
+
 def released(changelog: Path) -> list[tuple[int, ...]]:
-    return sorted(tuple(map(int, str(version).split("."))) for version in read(changelog)["releases"])
+    return sorted(map(version_tuple, read(changelog)["releases"]))
 
 
 def test_the_collection_version_is_released_or_the_next_release() -> None:
     """galaxy.yml names the release under way: one already in the changelog, or a newer one."""
-    version = tuple(map(int, str(read(COLLECTION / "galaxy.yml")["version"]).split(".")))
+    version = version_tuple(read(COLLECTION / "galaxy.yml")["version"])
     history = released(COLLECTION / "changelogs" / "changelog.yaml")
     assert version in history or version > history[-1]
 
