@@ -103,13 +103,18 @@ def check_transport(args: argparse.Namespace) -> None:
 
 
 def prepare_state(location: str) -> None:
-    """Open (and create) the store now, and forget approvals: they never outlive a run."""
+    """Open (and create, or upgrade) the store now, and forget approvals: they never outlive
+    a run. An upgrade of the store's schema is said once, here."""
     try:
         store = open_store(location)
         store.clear_approvals()
         store.close()
     except StoreError as exc:
         raise Refused(str(exc)) from None
+    before, after = store.schema_versions
+    if before != after:
+        print(f"{PROG}: the state store's schema is now version {after} (it was "
+              f"{before or 'new, or of 0.1.0'})", file=sys.stderr)
 
 
 def load_checked_fleet(args: argparse.Namespace) -> Fleet:
