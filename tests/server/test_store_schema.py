@@ -153,9 +153,10 @@ def test_a_new_step_is_run_once_and_a_failing_one_changes_nothing(
 
 
 def test_llmao_server_upgrades_the_store_at_start_and_says_so(
-        old_store: str, capsys: pytest.CaptureFixture[str]) -> None:
-    cli.prepare_state(old_store)  # what llmao-server runs before it binds
-    assert f"schema is now version {LATEST} (it was new, or of 0.1.0)" in capsys.readouterr().err
+        old_store: str, caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level("INFO"):
+        cli.log_upgrade(cli.prepare_state(old_store))  # what llmao-server runs before it binds
+    assert f"schema is now version {LATEST} (it was new, or of 0.1.0)" in caplog.text
     store = open_store(old_store)
     assert store.schema_versions == (LATEST, LATEST) and store.approvals() == []
     store.close()
