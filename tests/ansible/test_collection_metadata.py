@@ -154,3 +154,9 @@ def test_a_release_lists_every_module_added_since_the_last(tmp_path: Path) -> No
     assert {entry["name"] for entry in release.get("modules", [])} == modules - shipped
     rst = (copy / "CHANGELOG.rst").read_text(encoding="utf-8")
     assert all(f"llmao.fleet.{name}" in rst for name in modules - shipped)
+
+
+def test_the_server_and_the_collection_are_released_together() -> None:
+    """One release, one number: the wheel (pyproject.toml) carries the collection's core."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    assert project["version"] == str(read(COLLECTION / "galaxy.yml")["version"])
