@@ -78,7 +78,9 @@ class Summary:
                     "               local boxes share one machine's ports: they follow "
                     "instead (the roll above)"]
         push = self.playbook("provision.yml", self.inventory, self.reach_inventory)
-        return [f"  push         {push}", "               box by box, each in its turn"]
+        return [f"  push         {push}",
+                "               box by box, each in its turn; a pushed box is the push "
+                "path's: it stops following"]
 
     def metrics_lines(self) -> list[str]:
         return [f"  prometheus   prometheus --config.file={shown(self.prometheus_config)}",
