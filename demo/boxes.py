@@ -16,6 +16,7 @@ Secrets reach a box only in its environment (a 0600 env file for containers), ne
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import subprocess
@@ -28,7 +29,7 @@ from pathlib import Path
 
 from rig import REPO_ROOT
 from rig.box_image import ensure_box_image
-from rig.boxes import container_name, start_box
+from rig.boxes import BOX_LABEL, container_name, start_box
 from rig.dockerd import docker
 from rig.web import answers
 
@@ -207,6 +208,20 @@ def box_token(box: str, demo_dir: Path, containers: bool) -> str:
         done = docker("exec", container_name(box), "cat", "/data/llmao/box-token")
         return done.stdout.decode().strip()
     return (demo_dir / "boxes" / box / "data" / "llmao" / "box-token").read_text().strip()
+
+
+def write_reach_inventory(path: Path, containers: list[str]) -> Path:
+    """An inventory source that tells Ansible how to reach each container box (the engine's
+    connection, by container), named by its box label: with the fleet's own inventory it lets
+    `playbooks/provision.yml` push to the demo's boxes."""
+    hosts = {}
+    for container in containers:
+        done = docker("inspect", "--format", f'{{{{index .Config.Labels "{BOX_LABEL}"}}}}',
+                      container)
+        hosts[done.stdout.decode().strip()] = {"ansible_connection": "community.docker.docker",
+                                              "ansible_host": container}
+    path.write_text(json.dumps({"all": {"hosts": hosts}}, indent=2) + "\n")
+    return path
 
 
 def remove_container(container: str) -> None:

@@ -4,12 +4,18 @@ The committed files are the example an operator copies; the demo runs the very s
 what must differ per run filled in: fresh random secrets, the ports it found free, where its
 state lives, and (for container boxes) box names and the local engine's listing. Everything is
 written under `.demo/`, each file 0600 because config.yaml holds every secret of the fleet.
-The secrets a person needs (admin token, LiteLLM master key, fleet key) go into files of their
-own, so the printed commands read them (`curl -H @file`) and no secret is ever printed.
+The secrets a person needs (admin token, LiteLLM master key, fleet key, metrics token) go into
+files of their own, so the printed commands read them (`curl -H @file`) and no secret is ever
+printed.
+
+What the demo adds to the committed fleet, to show the whole job: boxes follow their assignment
+(`rollout:`, a short period, so a change rolls in seconds), a price per box (`cost_per_hour`, so
+the cost figures show), and a metrics token with a ready `prometheus.yml`.
 """
 
 from __future__ import annotations
 
+import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,6 +27,11 @@ from rig import REPO_ROOT
 from rig.fleet_files import FleetFolder, FleetSecrets, write_fleet, write_private
 
 TEMPLATE = REPO_ROOT / "inventories" / "local"
+# Boxes re-check their assignment this often, and wait this long for requests in flight.
+ROLLOUT = {"follow_s": 5, "drain_s": 2}
+# $ per hour of box i (the last price for any box after it): the local boxes have no listing.
+BOX_PRICES = (0.45, 0.25, 0.25)
+ALERT_RULES = REPO_ROOT / "docs" / "alerts" / "llmao-rules.yml"
 
 
 def template_config() -> dict[str, Any]:
@@ -44,6 +55,7 @@ class DemoFleet(FleetFolder):
     folder: Path
     boxes: tuple[str, ...]
     secrets: FleetSecrets = field(repr=False)
+    metrics_token: str = field(repr=False)
 
     def listen_ports(self) -> dict[str, list[int]]:
         """Each box's listen ports, in row order."""
@@ -54,17 +66,22 @@ class DemoFleet(FleetFolder):
 
 
 def demo_config(boxes: list[str], keys: FleetSecrets, *, server_url: str, litellm_url: str,
-                state: Path, providers: dict[str, Any] | None) -> dict[str, Any]:
+                state: Path, providers: dict[str, Any] | None,
+                metrics_token: str) -> dict[str, Any]:
     """The committed config with this run's values; box i of the template becomes boxes[i]."""
     config = template_config()
     rows = list(config["fleet"]["hosts"].values())
     if len(boxes) != len(rows):
         raise ValueError(f"the local fleet has {len(rows)} boxes, {len(boxes)} names given")
+    prices = {box: BOX_PRICES[min(index, len(BOX_PRICES) - 1)]
+              for index, box in enumerate(boxes)}
     config["fleet"].update(key=keys.fleet_key, vllm_api_salt=keys.salt,
-                           hosts=dict(zip(boxes, rows, strict=True)))
+                           hosts=dict(zip(boxes, rows, strict=True)), cost_per_hour=prices)
     config["litellm"] = {"url": litellm_url, "master_key": keys.master_key}
     config["server"] = {"url": server_url, "state": str(state)}
     config["admin"] = {"token": keys.admin_token}
+    config["metrics"] = {"token": metrics_token}
+    config["rollout"] = dict(ROLLOUT)
     if providers:
         config["providers"] = providers
     return config
@@ -74,11 +91,12 @@ def write_demo_fleet(folder: Path, boxes: list[str], *, server_url: str, litellm
                      state: Path, providers: dict[str, Any] | None = None) -> DemoFleet:
     """Write config.yaml, models.yaml and the inventory source, and check they load."""
     keys = FleetSecrets()
+    metrics_token = "metrics-" + secrets.token_urlsafe(32)
     config = demo_config(boxes, keys, server_url=server_url, litellm_url=litellm_url,
-                         state=state, providers=providers)
+                         state=state, providers=providers, metrics_token=metrics_token)
     write_fleet(folder, config, (TEMPLATE / "models.yaml").read_text(), private=True,
                 inventory=True)
-    fleet = DemoFleet(folder, tuple(boxes), keys)
+    fleet = DemoFleet(folder, tuple(boxes), keys, metrics_token)
     fleet.load()  # a template that does not load stops the demo here, with the core's message
     return fleet
 
@@ -90,6 +108,7 @@ class CredentialFiles:
     admin_token: Path
     litellm_headers: Path
     box_headers: Path
+    metrics_token: Path
 
 
 def add_box_token(files: CredentialFiles, token: str) -> None:
@@ -99,12 +118,36 @@ def add_box_token(files: CredentialFiles, token: str) -> None:
 
 
 def write_credential_files(folder: Path, fleet: DemoFleet, box: str) -> CredentialFiles:
-    """The admin token, LiteLLM's and one box's request headers, for `curl -H @file`."""
+    """The admin token, LiteLLM's and one box's request headers, for `curl -H @file`, and the
+    metrics token for Prometheus's ``credentials_file``."""
     files = CredentialFiles(folder / "admin-token", folder / "litellm.headers",
-                            folder / "box.headers")
+                            folder / "box.headers", folder / "metrics-token")
     write_private(files.admin_token, fleet.secrets.admin_token + "\n")
+    write_private(files.metrics_token, fleet.metrics_token + "\n")
     write_private(files.litellm_headers,
                   f"Authorization: Bearer {fleet.secrets.master_key}\n")
     write_private(files.box_headers,
                   f"Authorization: Bearer {fleet.secrets.fleet_key}\nX-LLMAO-Host: {box}\n")
     return files
+
+
+def write_prometheus_config(path: Path, llmao_url: str, ca_file: Path,
+                            token_file: Path) -> Path:
+    """A ``prometheus.yml`` that scrapes this run's llmao-server (HTTPS, the demo's CA, the
+    metrics token read from its file) with llmao's alert rules: ``prometheus
+    --config.file=PATH`` as it is. Absolute paths: it works from any folder."""
+    target = urlsplit(llmao_url).netloc
+    config = {
+        "global": {"scrape_interval": "15s", "evaluation_interval": "15s"},
+        "rule_files": [str(ALERT_RULES)],
+        "scrape_configs": [{
+            "job_name": "llmao",
+            "scheme": "https",
+            "tls_config": {"ca_file": str(ca_file.resolve())},
+            "authorization": {"credentials_file": str(token_file.resolve())},
+            "static_configs": [{"targets": [target]}],
+        }],
+    }
+    path.write_text("# Prometheus for the llmao demo: prometheus --config.file=" + str(path)
+                    + "\n" + yaml.safe_dump(config, sort_keys=False))
+    return path

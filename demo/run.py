@@ -21,8 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rig.box_image import BASE_TAG, image_exists
 from rig.boxes import BOX_LABEL, host_gateway_address
 from rig.dockerd import EngineError, ensure_engine, our_pid, stop_engine
+from rig.litellm_process import LiteLLMMissing, litellm_python
 from rig.tls import make_server_tls
 
 from .boxes import (
@@ -32,15 +34,18 @@ from .boxes import (
     container_running,
     remove_container,
     wait_serving,
+    write_reach_inventory,
 )
 from .fleet import (
+    ROLLOUT,
     add_box_token,
     template_boxes,
     template_port,
     write_credential_files,
     write_demo_fleet,
+    write_prometheus_config,
 )
-from .paths import demo_dir, shown
+from .paths import ToolMissing, demo_dir, shown, venv_tool
 from .processes import Record, stop_process
 from .reconcile import interval_s, run_pass, start_loop
 from .services import chat, launch_litellm, owned_routes, pick_port, start_llmao, wait_litellm
@@ -150,23 +155,64 @@ class Layout:
         return [self.llmao_host, "localhost"] if self.mode == "local" else [self.llmao_host]
 
 
+class CannotStart(RuntimeError):
+    """Something the demo needs is missing; the message names the command that brings it."""
+
+
+def check_common_needs() -> None:
+    """What either kind of box needs, checked before anything starts: the demo's own tools
+    (supervisord, llmao-server, ansible-playbook in .venv) and the LiteLLM environment."""
+    try:
+        for tool in ("llmao-server", "supervisord", "ansible-playbook"):
+            venv_tool(tool)
+        litellm_python()
+    except (ToolMissing, LiteLLMMissing) as exc:  # each names `make setup`
+        raise CannotStart(str(exc)) from None
+
+
+def container_needs() -> str | None:
+    """Why container boxes cannot run here (with the command that fixes it), or None.
+
+    The box image is built once from a base image that debootstrap makes (rig/box_image.py);
+    without debootstrap and without that image, container boxes fail minutes in. Asked only
+    once an engine answers (the image is the engine's)."""
+    if image_exists(BASE_TAG) or shutil.which("debootstrap"):
+        return None
+    return ("debootstrap is not installed and the box image is not built: `apt-get install "
+            f"debootstrap` (then `make demo`), or run local boxes: {MODE_ENV}=local make demo")
+
+
 def choose_layout(record: Record) -> tuple[Layout, str]:
     """The layout and why. LLMAO_DEMO_BOXES=local|container forces one; by default container
-    boxes when an engine answers or dockerd can be started, else local processes."""
+    boxes when an engine answers (or dockerd can be started) and the box image can be had,
+    else local processes. A forced kind that cannot run stops here, before anything starts,
+    with the command to run."""
     wanted = os.environ.get(MODE_ENV, "").strip() or "auto"
     if wanted not in ("auto", "local", "container"):
-        raise ValueError(f"{MODE_ENV}={wanted!r}: expected local, container or auto")
+        raise CannotStart(f"{MODE_ENV}={wanted!r}: expected local, container or auto")
     if wanted == "local":
         return Layout.local(), f"{MODE_ENV}=local"
     try:
         started = ensure_engine()
     except EngineError as exc:  # EngineMissing too: dockerd is not installed
         if wanted == "container":
-            raise
+            raise CannotStart(f"{MODE_ENV}=container, but {exc}; install a container engine "
+                              f"(apt-get install docker.io) or run {MODE_ENV}=local make demo"
+                              ) from None
         return Layout.local(), f"no container engine: {exc}"
     if started:
         record.dockerd_pid = our_pid()
         record.save()
+    missing = container_needs()
+    if missing is not None:
+        if started:  # nothing will run in it
+            stop_engine()
+            record.dockerd_pid = None
+            record.save()
+        if wanted == "container":
+            raise CannotStart(f"{MODE_ENV}=container, but {missing}")
+        return Layout.local(), f"no container boxes: {missing}"
+    if started:
         return Layout.container(), "started dockerd, stopped again by make demo-stop"
     return Layout.container(), "a container engine answers"
 
@@ -175,6 +221,7 @@ def bring_up(folder: Path, record: Record, progress: Progress) -> Summary:
     """The five steps, each with its progress line."""
     logs = folder / "logs"
     logs.mkdir(parents=True, exist_ok=True)
+    check_common_needs()
     layout, why = choose_layout(record)
     record.mode = layout.mode
     record.save()
@@ -195,12 +242,16 @@ def bring_up(folder: Path, record: Record, progress: Progress) -> Summary:
     keys = fleet.secrets
     litellm = launch_litellm(record, keys.master_key, litellm_port, logs)  # waited for at 3
     llmao_url = start_llmao(record, fleet, tls, host, llmao_port, logs)
+    prometheus = write_prometheus_config(folder / "prometheus.yml", llmao_url, tls.ca_file,
+                                         credentials.metrics_token)
     progress.done(llmao_url)
 
     progress.step(2, f"{len(layout.boxes)} boxes boot and pull their assignment")
     boot = BoxBoot(llmao_url, keys.fleet_key, tls.ca_file)
     urls = boot_boxes(fleet, boot, record, folder, layout.mode == "container", progress.add)
     add_box_token(credentials, box_token(layout.boxes[0], folder, layout.mode == "container"))
+    reach = (write_reach_inventory(folder / "fleet" / "reach.yml", record.containers)
+             if layout.mode == "container" else None)
     progress.done()
 
     progress.step(3, "LiteLLM proxy (real, .venv-litellm)")
@@ -229,7 +280,10 @@ def bring_up(folder: Path, record: Record, progress: Progress) -> Summary:
         answered_by=answered_by, model=model, llmao_url=llmao_url, litellm_url=litellm.url,
         ca_file=tls.ca_file, admin_token_file=credentials.admin_token,
         litellm_headers=credentials.litellm_headers, box_headers=credentials.box_headers,
-        inventory=fleet.inventory_path, logs=logs)
+        inventory=fleet.inventory_path, logs=logs, models_file=fleet.models_path,
+        llmao_pid=next(entry.pid for entry in record.processes if entry.role == "llmao-server"),
+        follow_s=ROLLOUT["follow_s"], prometheus_config=prometheus,
+        metrics_token_file=credentials.metrics_token, reach_inventory=reach)
 
 
 def start() -> int:
@@ -253,6 +307,10 @@ def start() -> int:
         signal.signal(signal.SIGTERM, signal.default_int_handler)
         try:
             summary = bring_up(folder, record, progress)
+        except CannotStart as exc:
+            print(f"llmao demo cannot start: {exc}", file=sys.stderr, flush=True)
+            stop_recorded(record)
+            return 2
         except (KeyboardInterrupt, Exception) as exc:
             signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut this
             signal.signal(signal.SIGTERM, signal.SIG_IGN)

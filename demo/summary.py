@@ -32,6 +32,18 @@ class Summary:
     box_headers: Path
     inventory: Path
     logs: Path
+    models_file: Path
+    llmao_pid: int
+    follow_s: float
+    prometheus_config: Path
+    metrics_token_file: Path
+    # The inventory source that reaches the container boxes; None for local boxes.
+    reach_inventory: Path | None
+
+    def playbook(self, name: str, *inventories: Path) -> str:
+        sources = " ".join(f"-i {shown(path)}" for path in inventories)
+        return (f"SSL_CERT_FILE={shown(self.ca_file)} .venv/bin/ansible-playbook "
+                f"playbooks/{name} {sources}")
 
     def chat_command(self) -> str:
         body = json.dumps({"model": self.model,
@@ -45,8 +57,35 @@ class Summary:
                 f"{self.llmao_url}/vllm/config")
 
     def reconcile_command(self) -> str:
-        return (f"SSL_CERT_FILE={shown(self.ca_file)} .venv/bin/ansible-playbook "
-                f"playbooks/reconcile.yml -i {shown(self.inventory)}")
+        return self.playbook("reconcile.yml", self.inventory)
+
+    def roll_lines(self) -> list[str]:
+        """How a change rolls: the file to edit, the reload, what the boxes then do."""
+        return [
+            f"  roll         edit {shown(self.models_file)} (say, a model's max_model_len), then",
+            f"               kill -HUP {self.llmao_pid}   (llmao-server reads its files again)",
+            f"               the boxes see the new revision within {self.follow_s:g} s and "
+            "take turns: drained,",
+            "               restarted, routed again after a reconcile pass; watch the "
+            "dashboard's Rollout",
+        ]
+
+    def push_lines(self) -> list[str]:
+        """The push path, provision.yml, over an inventory that reaches the boxes."""
+        if self.reach_inventory is None:
+            return ["  push         provision.yml reaches container boxes "
+                    "(LLMAO_DEMO_BOXES=container make demo);",
+                    "               local boxes share one machine's ports: they follow "
+                    "instead (the roll above)"]
+        push = self.playbook("provision.yml", self.inventory, self.reach_inventory)
+        return [f"  push         {push}",
+                "               box by box, each in its turn; a pushed box is the push "
+                "path's: it stops following"]
+
+    def metrics_lines(self) -> list[str]:
+        return [f"  prometheus   prometheus --config.file={shown(self.prometheus_config)}",
+                f"               (scrapes {self.llmao_url}/metrics with the token in "
+                f"{shown(self.metrics_token_file)})"]
 
     def text(self) -> str:
         kind = "container boxes" if self.mode == "container" else "local boxes"
@@ -63,6 +102,9 @@ class Summary:
             f"  chat         {self.chat_command()}",
             f"  assignment   {self.assignment_command()}",
             f"  reconcile    {self.reconcile_command()}",
+            *self.roll_lines(),
+            *self.push_lines(),
+            *self.metrics_lines(),
             f"  logs         {shown(self.logs)}/",
             "  stop         make demo-stop",
             "",

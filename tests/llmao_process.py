@@ -68,14 +68,16 @@ class LlmaoServer(ChildService):
 def start_llmao_server(config: Path, models: Path, log_dir: Path, *, host: str = "127.0.0.1",
                        port: int | None = None, workers: int = 2,
                        tls: tuple[Path, Path, Path] | None = None,
-                       options: Sequence[str] = ()) -> LlmaoServer:
+                       options: Sequence[str] = (), server: Path = SERVER,
+                       env: dict[str, str] | None = None) -> LlmaoServer:
     """Start it on host:port (a free port when None) and wait for ``/healthz``.
 
     ``tls`` is (CA file, certificate, key): the server serves HTTPS with the pair and this
-    side trusts the CA. ``options`` are more ``llmao-server`` flags.
+    side trusts the CA. ``options`` are more ``llmao-server`` flags; ``server`` is the
+    program (this environment's by default), run in ``env`` (this process's by default).
     """
     port = port or free_port(host)
-    argv = [str(SERVER), "--config", str(config), "--models", str(models),
+    argv = [str(server), "--config", str(config), "--models", str(models),
             "--bind", f"{host}:{port}", "--workers", str(workers), *options]
     context = None
     if tls is not None:
@@ -85,7 +87,7 @@ def start_llmao_server(config: Path, models: Path, log_dir: Path, *, host: str =
     log_path = log_dir / f"llmao-server-{port}.log"
     with open(log_path, "wb") as log:
         process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log,
-                                   stderr=subprocess.STDOUT)
+                                   stderr=subprocess.STDOUT, env=env)
     scheme = "https" if tls else "http"
     server = LlmaoServer(f"{scheme}://{host}:{port}", process, log_path, context, workers)
     deadline = time.monotonic() + START_TIMEOUT_S

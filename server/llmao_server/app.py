@@ -3,7 +3,8 @@
 Configuration comes from ``test_config`` or the environment: ``LLMAO_CONFIG``
 and ``LLMAO_MODELS`` (the two fleet files), ``LLMAO_STATE`` (overrides
 ``server.state``). ``llmao-server`` passes the fleet it has already loaded and
-checked as ``LLMAO_FLEET``, so a large fleet is read once.
+checked as ``LLMAO_FLEET``, so a large fleet is read once, and
+``LLMAO_ACCESS_LOG`` false for ``--no-access-log`` (the access log is on by default).
 """
 
 from __future__ import annotations
@@ -19,8 +20,9 @@ from ansible_collections.llmao.fleet.plugins.module_utils.config_errors import C
 from ansible_collections.llmao.fleet.plugins.module_utils.fleet import Fleet, load_fleet
 
 from . import admin_api, fleet_metrics, health
+from .access_log import AccessLog
 from .api_errors import flask_error_handler
-from .box_api import BoxApi
+from .box_api import ROUTES, BoxApi
 from .dashboard import init_dashboard
 from .hsts import StrictTransport
 from .logs import SERVER_LOGGER, ensure_server_logging
@@ -53,6 +55,8 @@ def create_app(test_config: Mapping[str, Any] | None = None) -> Flask:
     # Flask's routes answer errors in the box API's JSON shape.
     app.register_error_handler(Exception, flask_error_handler)
     app.wsgi_app = StrictTransport(BoxApi(state, app.wsgi_app))
+    if app.config.get("LLMAO_ACCESS_LOG", True):
+        app.wsgi_app = AccessLog(app.wsgi_app, state.redact, ROUTES)
     return app
 
 

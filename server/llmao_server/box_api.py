@@ -5,8 +5,8 @@
 The fleet key is the gate, checked in constant time; the box is who the
 request claims to be (``X-LLMAO-Host``, else the leftmost ``X-Forwarded-For``,
 else the peer, by the core's rule). A known box gets the bytes the core built
-at load. Every request is logged with the claim and where it came from, and
-nothing else a caller sent.
+at load. The access log (:mod:`.access_log`) writes every request with the claim,
+handed over in the environ, and where it came from, and nothing else a caller sent.
 
 This is a plain WSGI layer in front of the Flask app rather than a blueprint:
 a boot storm hits ``GET /vllm/config`` and nothing else, and Flask's request
@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import hmac
 import json
-import logging
 import time
 from collections.abc import Callable, Iterable
 from http import HTTPStatus
@@ -35,6 +34,7 @@ from ansible_collections.llmao.fleet.plugins.module_utils.hostnames import (
 from ansible_collections.llmao.fleet.plugins.module_utils.intent import BoxAssignment
 from ansible_collections.llmao.fleet.plugins.module_utils.payload_rules import BOX_NAME_RE
 
+from .access_log import CLAIM_KEY
 from .api_errors import JSON, RequestRefused, error_answer
 from .applied_report import APPLIED_MAX_BYTES, read_applied_report
 from .bearer_header import presented_bearer
@@ -44,21 +44,16 @@ from .box_certs import (
     issue_certificate,
     require_bound,
 )
-from .logs import RequestLog
 from .redaction import clipped
 from .state import ServerState
 from .turns import AskViews, ask_turn, read_ask
 
 PREFIX = "/vllm/"
 STATUS_LINES = {status.value: f"{status.value} {status.phrase}" for status in HTTPStatus}
-# HTTP methods are short tokens; a longer one is cut in the log line.
-SHOWN_METHOD_LENGTH = 16
 # Where WSGI keeps the two headers a claim is read from (PEP 3333: ``HTTP_``, then the
 # name upper-cased with ``-`` as ``_``).
 CLAIM_ENVIRON_KEYS = {name: "HTTP_" + name.upper().replace("-", "_")
                       for name in (HOST_HEADER, FORWARDED_HEADER)}
-
-log = RequestLog(logging.getLogger(__name__))
 
 WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 # What a route answers: status, body and the headers of its own.
@@ -82,7 +77,7 @@ class ClaimHeaders:
 
 
 class BoxRequest:
-    """The parts of a WSGI request the box API reads: every one is needed, for the log at least."""
+    """The parts of a WSGI request the box API reads."""
 
     def __init__(self, environ: dict[str, Any]):
         self.environ = environ
@@ -90,10 +85,10 @@ class BoxRequest:
         self.path: str = environ.get("PATH_INFO", "")
         self.peer: str | None = environ.get("REMOTE_ADDR")
         self.authorization: str = environ.get("HTTP_AUTHORIZATION", "")
-        self.forwarded: str | None = environ.get("HTTP_X_FORWARDED_FOR")
         self.if_none_match: str = environ.get("HTTP_IF_NONE_MATCH", "")
-        # The box name the request claims, and how (``header``, ``forwarded``, ``peer``).
-        self.claim = claimed_box_name(ClaimHeaders(environ), self.peer)
+        # The box name the request claims, and how (``header``, ``forwarded``, ``peer``);
+        # the access log shows it.
+        self.claim = environ[CLAIM_KEY] = claimed_box_name(ClaimHeaders(environ), self.peer)
         # A box token this request's answer hands out (it bound the box's name).
         self.issued_token: str | None = None
 
@@ -234,7 +229,6 @@ class BoxApi:
             return self.inner(environ, start_response)
         request = BoxRequest(environ)
         status, body, headers = self.answer(request)
-        self.log_request(request, status)
         # A 304 has no body, so no length or type of one (RFC 9110 15.4.5).
         described = ([] if status == HTTPStatus.NOT_MODIFIED else
                      [("Content-Type", JSON), ("Content-Length", str(len(body)))])
@@ -260,15 +254,3 @@ class BoxApi:
             if status == 405 and route:
                 extra.append(("Allow", ", ".join(route[0])))
             return status, body, extra
-
-    def log_request(self, request: BoxRequest, status: int) -> None:
-        """One line per request: the claim, how it was made, the peer, the raw XFF, the status.
-
-        What the caller sent is redacted and cut short (:meth:`Redactor.shown`), so a
-        request without the key cannot add kilobytes to the log.
-        """
-        name, source = request.claim
-        shown = self.state.redact.shown
-        path = request.path if request.path in ROUTES else shown(request.path)
-        log.info(f"{request.method[:SHOWN_METHOD_LENGTH]} {path} {status} host={shown(name)} "
-                 f"via={source} peer={request.peer!r} xff={shown(request.forwarded)}")

@@ -60,6 +60,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--log-format", choices=LOG_FORMATS, default=LOG_FORMATS[0],
                         help="text lines, or one JSON object a line for a log collector "
                              f"({LOG_FORMATS[0]})")
+    parser.add_argument("--access-log", action=argparse.BooleanOptionalAction, default=True,
+                        help="one line per request: method, path, status, duration, box, "
+                             "peer (on)")
     parser.set_defaults(**environment_defaults(os.environ))
     args = parser.parse_args(argv)
     if not args.config or not args.models:
@@ -102,14 +105,25 @@ def check_transport(args: argparse.Namespace) -> None:
                       "--certfile and --keyfile to serve HTTPS on this address")
 
 
-def prepare_state(location: str) -> None:
-    """Open (and create) the store now, and forget approvals: they never outlive a run."""
+def prepare_state(location: str) -> tuple[int, int]:
+    """Open (and create, or upgrade) the store now, and forget approvals: they never outlive
+    a run. The store's schema version before and after."""
     try:
         store = open_store(location)
         store.clear_approvals()
         store.close()
     except StoreError as exc:
         raise Refused(str(exc)) from None
+    return store.schema_versions
+
+
+def log_upgrade(versions: tuple[int, int]) -> None:
+    """Say once, in the server's log, that the store's schema was upgraded."""
+    before, after = versions
+    if before != after:
+        logging.getLogger(SERVER_LOGGER).info(
+            "%s: the state store's schema is now version %s (it was %s)", PROG, after,
+            before or "new, or of 0.1.0")
 
 
 def load_checked_fleet(args: argparse.Namespace) -> Fleet:
@@ -128,7 +142,7 @@ def load_checked_fleet(args: argparse.Namespace) -> Fleet:
 def app_settings(args: argparse.Namespace, location: str, fleet: Fleet) -> dict[str, Any]:
     """The app factory's settings: the files, the store, and the fleet already checked."""
     return {"LLMAO_CONFIG": args.config, "LLMAO_MODELS": args.models,
-            "LLMAO_STATE": location, "LLMAO_FLEET": fleet}
+            "LLMAO_STATE": location, "LLMAO_FLEET": fleet, "LLMAO_ACCESS_LOG": args.access_log}
 
 
 def reloaded_app(args: argparse.Namespace, location: str) -> Flask | None:
@@ -161,11 +175,12 @@ def main(argv: list[str] | None = None) -> int:
         fleet = load_checked_fleet(args)
         check_transport(args)
         location = args.state or fleet.settings.server_state
-        prepare_state(location)
+        versions = prepare_state(location)
     except Refused as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
         return 2
     log_to_stderr(args.log_format)
+    log_upgrade(versions)
     app_config = app_settings(args, location, fleet)
     options = gunicorn_options(args.bind, args.workers, args.certfile, args.keyfile,
                                args.read_timeout)

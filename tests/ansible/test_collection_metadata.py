@@ -114,6 +114,49 @@ def test_changelog_rst_is_generated_not_edited(tmp_path: Path) -> None:
     assert (copy / "CHANGELOG.rst").read_text() == (COLLECTION / "CHANGELOG.rst").read_text()
 
 
-def test_the_collection_version_is_released_in_the_changelog() -> None:
-    version = str(read(COLLECTION / "galaxy.yml")["version"])
-    assert version in read(COLLECTION / "changelogs" / "changelog.yaml")["releases"]
+def version_tuple(version: object) -> tuple[int, ...]:
+    return tuple(map(int, str(version).split(".")))
+
+
+def released(changelog: Path) -> list[tuple[int, ...]]:
+    return sorted(map(version_tuple, read(changelog)["releases"]))
+
+
+def test_the_collection_version_is_released_or_the_next_release() -> None:
+    """galaxy.yml names the release under way: one already in the changelog, or a newer one."""
+    version = version_tuple(read(COLLECTION / "galaxy.yml")["version"])
+    history = released(COLLECTION / "changelogs" / "changelog.yaml")
+    assert version in history or version > history[-1]
+
+
+def test_a_release_lists_every_module_added_since_the_last(tmp_path: Path) -> None:
+    """A module's ``version_added`` is the release that first ships it: antsibull-changelog
+    lists a module as new in the release its ``version_added`` names, so a wrong one hides
+    it. Released in a copy: galaxy.yml's version, with the fragments as they stand; a version
+    already released must already list every module."""
+    copy = tmp_path / "ansible_collections" / "llmao" / "fleet"
+    shutil.copytree(COLLECTION, copy, ignore=shutil.ignore_patterns("output", "__pycache__"))
+    version = str(read(copy / "galaxy.yml")["version"])
+    history = read(copy / "changelogs" / "changelog.yaml")["releases"]
+    shipped = {entry["name"] for release in history.values()
+               for entry in release.get("modules", [])}
+    modules = {path.stem for path in (copy / "plugins" / "modules").glob("*.py")}
+    if version in history:
+        assert modules <= shipped
+        return
+    env_path = f"{tmp_path}{os.pathsep}{ROOT / 'collections'}"
+    done = subprocess.run([str(BIN / "antsibull-changelog"), "release", "--version", version],
+                          cwd=copy, text=True, capture_output=True, timeout=300, check=False,
+                          env={**os.environ, "ANSIBLE_COLLECTIONS_PATH": env_path,
+                               "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"})
+    assert done.returncode == 0, done.stdout + done.stderr
+    release = read(copy / "changelogs" / "changelog.yaml")["releases"][version]
+    assert {entry["name"] for entry in release.get("modules", [])} == modules - shipped
+    rst = (copy / "CHANGELOG.rst").read_text(encoding="utf-8")
+    assert all(f"llmao.fleet.{name}" in rst for name in modules - shipped)
+
+
+def test_the_server_and_the_collection_are_released_together() -> None:
+    """One release, one number: the wheel (pyproject.toml) carries the collection's core."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    assert project["version"] == str(read(COLLECTION / "galaxy.yml")["version"])

@@ -17,9 +17,11 @@ import re
 import shlex
 import shutil
 import socket
+import ssl
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -75,7 +77,8 @@ def demo_secrets(folder: Path) -> list[str]:
     fleet = load_fleet(str(config), str(folder / "fleet" / "models.yaml"))
     settings = yaml.safe_load(config.read_text())
     found = [settings["fleet"]["key"], settings["fleet"]["vllm_api_salt"],
-             settings["litellm"]["master_key"], settings["admin"]["token"]]
+             settings["litellm"]["master_key"], settings["admin"]["token"],
+             settings["metrics"]["token"]]
     tokens = [path.read_text().strip() for path in folder.glob("boxes/*/data/llmao/box-token")]
     assert len(tokens) == len(fleet.assignments), "every box keeps its box token"
     return found + [server.api_key for server in fleet.servers()] + tokens
@@ -136,8 +139,33 @@ def test_demo_starts_answers_a_chat_and_stops_without_a_trace(demo_env):
             assignment = json.loads(fetched.stdout)  # the box's headers hold its box token
             assert assignment["host"] == "127.0.0.2"
             assert [server["port"] for server in assignment["servers"]] == [8001, 8002]
-        for name in ("admin-token", "litellm.headers", "box.headers", "fleet/config.yaml"):
+            assert assignment["rollout"]["follow_s"] > 0, "the boxes follow their assignment"
+        for name in ("admin-token", "litellm.headers", "box.headers", "metrics-token",
+                     "fleet/config.yaml"):
             assert (folder / name).stat().st_mode & 0o077 == 0, name
+
+        # The whole job: how to roll a change and to push, a price per box, Prometheus.
+        assert re.search(r"^  roll +edit \S+models\.yaml .*\n +kill -HUP \d+ ", first.stdout,
+                         re.MULTILINE), first.stdout
+        assert re.search(r"^  push +provision\.yml reaches container boxes", first.stdout,
+                         re.MULTILINE), first.stdout
+        config = yaml.safe_load((folder / "fleet" / "config.yaml").read_text())
+        assert set(config["fleet"]["cost_per_hour"]) == set(template_boxes())
+        prometheus = re.search(r"^  prometheus +prometheus --config\.file=(\S+)$",
+                               first.stdout, re.MULTILINE)
+        assert prometheus and Path(REPO, prometheus.group(1)).resolve() == \
+            folder / "prometheus.yml"
+        if shutil.which("promtool"):
+            subprocess.run(["promtool", "check", "config", str(folder / "prometheus.yml")],
+                           capture_output=True, timeout=60, check=True)
+        scrape = yaml.safe_load((folder / "prometheus.yml").read_text())["scrape_configs"][0]
+        token = (folder / "metrics-token").read_text().strip()
+        with urllib.request.urlopen(urllib.request.Request(
+                f"https://{scrape['static_configs'][0]['targets'][0]}/metrics",
+                headers={"Authorization": f"Bearer {token}"}), timeout=30,
+                context=ssl.create_default_context(
+                    cafile=scrape["tls_config"]["ca_file"])) as answer:
+            assert "llmao_box_cost_per_hour" in answer.read().decode()
 
         # Idempotent: a second start finds it running and starts nothing.
         second = demo(demo_env)

@@ -107,11 +107,17 @@ def test_json_log_format_writes_one_object_a_line(tmp_path: Path) -> None:
     with server:
         assert fetch(server, KNOWN)[0] == 200
         deadline = time.monotonic() + 10
-        while "GET /vllm/config" not in server.log() and time.monotonic() < deadline:
+        while '"path": "/vllm/config"' not in server.log() and time.monotonic() < deadline:
             time.sleep(0.1)
     lines = [json.loads(line) for line in server.log().splitlines() if line.strip()]
-    assert all(set(line) >= {"time", "level", "logger", "pid", "message"} for line in lines)
+    assert all(set(line) >= {"time", "level", "logger", "pid"} for line in lines)
     loggers = {line["logger"] for line in lines}
-    assert {"gunicorn.error", "llmao_server.box_api"} <= loggers
+    assert {"gunicorn.error", "llmao_server.access"} <= loggers
+    assert all("message" in line for line in lines if line["logger"] != "llmao_server.access")
+    (access,) = [line for line in lines if line.get("path") == "/vllm/config"]
+    assert access["logger"] == "llmao_server.access"
+    assert access.items() >= {"method": "GET", "path": "/vllm/config", "status": 200,
+                              "box": KNOWN, "via": "header", "peer": "127.0.0.1"}.items()
+    assert 0 < access["duration_ms"] < 10_000
     assert len({line["pid"] for line in lines}) >= 2  # the arbiter and a worker
     assert not [secret for secret in SECRETS if secret in server.log()]

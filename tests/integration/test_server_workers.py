@@ -37,7 +37,7 @@ from tests.server.fleet_pair import (
 
 SERVER = Path(sys.executable).with_name("llmao-server")
 START_TIMEOUT_S = 30.0
-LINE = re.compile(r"\[(?P<pid>\d+)\] INFO llmao_server\.box_api: GET /vllm/config "
+LINE = re.compile(r"\[(?P<pid>\d+)\] INFO llmao_server\.access: GET /vllm/config "
                   r"(?P<status>\d{3}) host='(?P<host>[^']*)'")
 KNOWN_BOXES = [f"10.20.0.{index}" for index in range(1, 41)]
 
@@ -287,7 +287,7 @@ def listening(port: int) -> bool:
         return probe.connect_ex(("127.0.0.1", port)) == 0
 
 
-TURN_LINE = re.compile(r"\[(?P<pid>\d+)\] INFO llmao_server\.box_api: POST /vllm/turn 200 ")
+TURN_LINE = re.compile(r"\[(?P<pid>\d+)\] INFO llmao_server\.access: POST /vllm/turn 200 ")
 
 
 def revision_of(server: Server, box: str) -> str:

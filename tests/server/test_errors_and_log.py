@@ -11,7 +11,7 @@ from flask.testing import FlaskClient
 from llmao_server.state import ServerState
 from tests.server.fleet_pair import FLEET_KEY, KNOWN, SALT, UNKNOWN, box_headers
 
-BOX_API_LOGGER = "llmao_server.box_api"
+ACCESS_LOGGER = "llmao_server.access"
 
 
 def assert_error_shape(answer, status: int) -> dict[str, str]:
@@ -72,7 +72,7 @@ def test_a_fault_is_a_generic_500_and_a_redacted_traceback_in_the_log(
 
 
 def request_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
-    return [r.getMessage() for r in caplog.records if r.name == BOX_API_LOGGER]
+    return [r.getMessage() for r in caplog.records if r.name == ACCESS_LOGGER]
 
 
 @pytest.mark.parametrize(("headers", "peer", "line"), [

@@ -154,6 +154,10 @@ class BindingConflict:
 class StateStore(ABC):
     """The fleet's observed state. Times are seconds since the epoch (``time.time()``)."""
 
+    # The schema version (store/schema.py) the store had when this object opened it, and has
+    # now that it is open (0 before: a new store, or one of 0.1.0, which kept no version).
+    schema_versions: tuple[int, int]
+
     @abstractmethod
     def note_fetches(self, fetches: Mapping[str, float]) -> None:
         """Remember the latest config fetch of each box (box name → time)."""

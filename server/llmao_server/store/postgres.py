@@ -20,11 +20,12 @@ from urllib.parse import urlsplit, urlunsplit
 import psycopg
 
 from .base import StoreError
+from .schema import NewerSchema
 from .sql import SqlStore
 
 CONNECT_TIMEOUT_S = 10
 APPLICATION_NAME = "llmao-server"
-# Any constant: instances starting together take turns creating the schema
+# Any constant: instances starting together take turns upgrading the schema
 # (PostgreSQL's CREATE TABLE IF NOT EXISTS is not safe against a concurrent twin).
 SCHEMA_LOCK = 0x6C6D616F
 # Another constant: grants and updates of rollout turns take turns, till their commit.
@@ -52,26 +53,23 @@ def password_of(url: str) -> str | None:
 
 
 class PostgresStore(SqlStore):
-    """:class:`SqlStore` on a PostgreSQL database (its tables created if missing)."""
+    """:class:`SqlStore` on a PostgreSQL database (its schema brought up to date)."""
 
     driver_errors = (psycopg.Error,)
 
     placeholder = "%s"
     turns_lock = f"SELECT pg_advisory_xact_lock({TURNS_LOCK})"
+    # Held until the upgrade commits.
+    schema_lock = f"SELECT pg_advisory_xact_lock({SCHEMA_LOCK})"
 
     def __init__(self, url: str):
         self.url = url
         self._local = threading.local()
         try:
-            self.create_schema()
-        except psycopg.Error as exc:
+            self.upgrade_schema()
+        except (psycopg.Error, NewerSchema) as exc:
             raise StoreError(f"cannot open the state store {shown_url(url)}: "
                              f"{self._scrub(str(exc))}") from None
-
-    def create_schema(self) -> None:
-        """Create the tables under an advisory lock held until the schema is committed."""
-        self._connection().execute("SELECT pg_advisory_xact_lock(%s)", (SCHEMA_LOCK,))
-        super().create_schema()
 
     def _connection(self) -> psycopg.Connection:
         local = self._local

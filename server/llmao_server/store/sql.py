@@ -17,115 +17,8 @@ from typing import Any, ClassVar
 
 from ansible_collections.llmao.fleet.plugins.module_utils.rollout import Phase, Turn, TurnError
 
-from . import base
+from . import base, schema
 from .history import load_sample
-
-SCHEMA = (
-    """CREATE TABLE IF NOT EXISTS box_fetches (
-        box TEXT PRIMARY KEY,
-        fetched_at DOUBLE PRECISION NOT NULL)""",
-    """CREATE TABLE IF NOT EXISTS unknown_boxes (
-        name TEXT PRIMARY KEY,
-        first_seen DOUBLE PRECISION NOT NULL,
-        last_seen DOUBLE PRECISION NOT NULL,
-        seen_count BIGINT NOT NULL)""",
-    "CREATE INDEX IF NOT EXISTS unknown_boxes_by_last_seen ON unknown_boxes (last_seen)",
-    """CREATE TABLE IF NOT EXISTS approvals (
-        box TEXT PRIMARY KEY,
-        models TEXT NOT NULL,
-        approved_by TEXT NOT NULL,
-        approved_at DOUBLE PRECISION NOT NULL)""",
-    """CREATE TABLE IF NOT EXISTS applied_reports (
-        box TEXT PRIMARY KEY,
-        revision TEXT NOT NULL,
-        applied_at TEXT NOT NULL,
-        servers TEXT NOT NULL,
-        reported_at DOUBLE PRECISION NOT NULL)""",
-    # The cards each box reported with its applied revision (added after applied_reports).
-    """CREATE TABLE IF NOT EXISTS box_cards (
-        box TEXT PRIMARY KEY,
-        cards TEXT NOT NULL,
-        placement TEXT NOT NULL)""",
-    # One row: the latest reconcile pass, replaced whole by the next one.
-    """CREATE TABLE IF NOT EXISTS reconcile_pass (
-        slot INTEGER PRIMARY KEY,
-        pass_at DOUBLE PRECISION NOT NULL,
-        recorded_at DOUBLE PRECISION NOT NULL,
-        verdicts TEXT NOT NULL,
-        drift TEXT NOT NULL)""",
-    # The latest pass's per model and per box loads, beside it (added after reconcile_pass).
-    """CREATE TABLE IF NOT EXISTS pass_loads (
-        slot INTEGER PRIMARY KEY,
-        models TEXT NOT NULL,
-        boxes TEXT NOT NULL)""",
-    # One load sample per kept pass, thinned as it ages (record_pass); per server and per
-    # model apart, so that the charts of models never parse every server's figures.
-    """CREATE TABLE IF NOT EXISTS load_samples (
-        pass_at DOUBLE PRECISION PRIMARY KEY,
-        servers TEXT NOT NULL,
-        models TEXT NOT NULL)""",
-    # Its first form, one column for both.
-    "DROP TABLE IF EXISTS load_history",
-    # Admin credential attempts per peer, and from everyone under OVERALL_SCOPE.
-    """CREATE TABLE IF NOT EXISTS admin_attempts (
-        scope TEXT PRIMARY KEY,
-        window_start DOUBLE PRECISION NOT NULL,
-        attempts BIGINT NOT NULL)""",
-    # Secrets made once and shared by every worker and instance (the cookie signing key).
-    """CREATE TABLE IF NOT EXISTS server_secrets (
-        name TEXT PRIMARY KEY,
-        value TEXT NOT NULL)""",
-    # Admin sessions in force; token_check ties each to the admin.token it was opened under.
-    """CREATE TABLE IF NOT EXISTS admin_sessions (
-        id TEXT PRIMARY KEY,
-        token_check TEXT NOT NULL,
-        opened_at DOUBLE PRECISION NOT NULL,
-        expires_at DOUBLE PRECISION NOT NULL)""",
-    # The fleet-wide reconcile pass lease: one row at most (slot 1).
-    """CREATE TABLE IF NOT EXISTS pass_lease (
-        slot INTEGER PRIMARY KEY,
-        lease_id TEXT NOT NULL,
-        holder TEXT NOT NULL,
-        taken_at DOUBLE PRECISION NOT NULL,
-        expires_at DOUBLE PRECISION NOT NULL)""",
-    # Each box's latest follow check (GET /vllm/config with If-None-Match): not a fetch.
-    """CREATE TABLE IF NOT EXISTS box_checks (
-        box TEXT PRIMARY KEY,
-        checked_at DOUBLE PRECISION NOT NULL)""",
-    # Each box's latest rollout turn, as Turn.record() JSON.
-    """CREATE TABLE IF NOT EXISTS rollout_turns (
-        box TEXT PRIMARY KEY,
-        turn TEXT NOT NULL)""",
-    # The revision each box was last told to wait for: a refusal is audited once per revision.
-    """CREATE TABLE IF NOT EXISTS turn_waits (
-        box TEXT PRIMARY KEY,
-        revision TEXT NOT NULL)""",
-    # Box bindings (docs/box-identity.md): a token's SHA-256, never the token; an empty
-    # token_hash is a released binding. seq orders changes for the workers' refresh.
-    """CREATE TABLE IF NOT EXISTS box_bindings (
-        box TEXT PRIMARY KEY,
-        token_hash TEXT NOT NULL,
-        confirmed INTEGER NOT NULL,
-        bound_at DOUBLE PRECISION NOT NULL,
-        peer TEXT,
-        instance TEXT,
-        seq BIGINT NOT NULL)""",
-    "CREATE INDEX IF NOT EXISTS box_bindings_by_seq ON box_bindings (seq)",
-    # One row: the last seq given; taking the next one locks it till the commit, so
-    # changes commit in seq order and a refresh by seq misses none.
-    """CREATE TABLE IF NOT EXISTS binding_seq (
-        slot INTEGER PRIMARY KEY,
-        seq BIGINT NOT NULL)""",
-    "INSERT INTO binding_seq (slot, seq) VALUES (1, 0) ON CONFLICT (slot) DO NOTHING",
-    # Refused claims of bound names: one row per bound name at most.
-    """CREATE TABLE IF NOT EXISTS binding_conflicts (
-        box TEXT PRIMARY KEY,
-        claims BIGINT NOT NULL,
-        last_at DOUBLE PRECISION NOT NULL,
-        last_peer TEXT)""",
-    # What counted failed logins only, before every attempt was counted.
-    "DROP TABLE IF EXISTS login_failures",
-)
 
 NOTE_FETCH = """
     INSERT INTO box_fetches (box, fetched_at) VALUES (?, ?)
@@ -294,18 +187,19 @@ class SqlStore(base.StateStore):
     # The first statement of a transaction that reads the turns and writes one: it waits
     # for any other such transaction to end, so that decisions never interleave.
     turns_lock: ClassVar[str]
+    # The first statement of the schema's upgrade: one opener at a time runs it.
+    schema_lock: ClassVar[str]
 
     @abstractmethod
     def _connection(self) -> Any:
         """This process's (and thread's) open connection to the database."""
 
-    def create_schema(self) -> None:
-        """Create what is missing; safe to run from several processes at once."""
-        connection = self._connection()
-        cursor = connection.cursor()
-        for statement in SCHEMA:
-            cursor.execute(statement)
-        connection.commit()
+    def upgrade_schema(self) -> None:
+        """Bring the schema to this release's version (:mod:`.schema`), all at once, under the
+        schema lock: safe to run from several processes and instances at once."""
+        with self._transaction() as cursor:
+            cursor.execute(self.schema_lock)
+            self.schema_versions = schema.upgrade(cursor, self._sql)
 
     # ------------------------------------------------------------------ writes
 

@@ -13,6 +13,7 @@ import sqlite3
 import threading
 
 from .base import StoreError
+from .schema import NewerSchema
 from .sql import SqlStore
 
 BUSY_TIMEOUT_S = 10.0
@@ -56,12 +57,13 @@ def keep_private(path: str) -> None:
 
 
 class SqliteStore(SqlStore):
-    """:class:`SqlStore` on a SQLite file (created with its schema if missing)."""
+    """:class:`SqlStore` on a SQLite file (created if missing, its schema brought up to date)."""
 
     driver_errors = (sqlite3.Error,)
     # Takes the write lock first (waiting up to the busy timeout): with a deferred start,
     # two workers could both read the turns before either writes.
     turns_lock = "BEGIN IMMEDIATE"
+    schema_lock = "BEGIN IMMEDIATE"
 
     def __init__(self, path: str):
         self.path = path
@@ -69,8 +71,8 @@ class SqliteStore(SqlStore):
         keep_private(path)
         try:
             self._connection().execute("PRAGMA journal_mode=WAL")
-            self.create_schema()
-        except sqlite3.Error as exc:
+            self.upgrade_schema()
+        except (sqlite3.Error, NewerSchema) as exc:
             raise StoreError(f"cannot open the state store {path}: {exc}") from None
 
     def _connection(self) -> sqlite3.Connection:

@@ -7,7 +7,7 @@ import stat
 from decimal import Decimal
 
 import pytest
-from hypothesis import example, given, settings
+from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
 from .helpers import BEARERS, payload, server_entry
@@ -140,7 +140,15 @@ def test_supervisor_reads_the_program_as_meant(install_set, supervisor_options, 
          "sk-vllm-abc")
 def test_any_argument_survives_supervisor_unchanged(install_set, supervisor_options,
                                                      data_settings, args, api_key):
-    server = one_server(install_set, args=args, api_key=api_key)
+    try:
+        server = one_server(install_set, args=args, api_key=api_key)
+    except install_set.Refused as refused:
+        # A parallel size the recipe does not set as `gpus` is refused at load (and by the
+        # box): such args never reach a program. Any other refusal is a failure here.
+        if not any(word in str(refused) for word in ("-tp", "-pp", "parallel")):
+            raise
+        assume(False)
+        return
     text = install_set.render_program(server, None, data_settings)
     config, argv = read_back(supervisor_options, text, "model-0")
     assert argv == install_set.vllm_argv(server, None, "vllm")

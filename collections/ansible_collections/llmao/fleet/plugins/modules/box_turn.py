@@ -8,7 +8,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: box_turn
 short_description: Take a box's rollout turn before a push, and see it through after
-version_added: 0.1.0
+version_added: 0.2.0
 author:
   - llmao fleet contributors (!UNKNOWN)
 description:

@@ -8,7 +8,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: pass_lease
 short_description: Take, renew or release the fleet-wide reconcile pass lease
-version_added: 0.1.0
+version_added: 0.2.0
 author:
   - llmao fleet contributors (!UNKNOWN)
 description:
