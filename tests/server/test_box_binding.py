@@ -79,7 +79,7 @@ def test_every_box_route_checks_the_token(client: FlaskClient) -> None:
     _, token, _ = fetch(client)
     fetch(client, token)
     applied = {"revision": "r", "applied_at": "2026-01-01T00:00:00Z", "servers": []}
-    ask = {"revision": "r", "servers": []}
+    ask = {"revision": "r", "servers": ["gemma"]}
     assert post(client, "/vllm/applied", applied) == 403
     assert post(client, "/vllm/turn", ask) == 403
     assert post(client, "/vllm/applied", applied, token) == 200
