@@ -159,19 +159,22 @@ class Stub:
         self.gpu_memory_utilization: float = args.gpu_memory_utilization
         self.behaviour = behaviour
         key = os.environ.get("VLLM_API_KEY", "")
-        self.expected_auth = f"Bearer {key}".encode() if key else None
+        self.expected_key = key.encode() if key else None
         self.box = os.environ.get("LLMAO_BOX_NAME") or socket.gethostname()
         self.created = int(time.time())
         self.scheduler = Scheduler(args.num_gpu_blocks_override, args.block_size,
                                    args.max_num_seqs)
 
     def authorized(self, header: str | None) -> bool:
-        """vLLM's rule: with a key configured, the whole header must be `Bearer <key>`."""
+        """vLLM's rule: with a key configured, the header is `<scheme> <key>`, the scheme
+        `Bearer` in any case (vLLM 0.32's middleware compares it lowercased), the key whole."""
         if self.behaviour.fail == "reject":
             return False
-        if self.expected_auth is None:
+        if self.expected_key is None:
             return True
-        return hmac.compare_digest((header or "").encode(), self.expected_auth)
+        scheme, _, token = (header or "").partition(" ")
+        return scheme.lower() == "bearer" and hmac.compare_digest(token.encode(),
+                                                                   self.expected_key)
 
     def models(self) -> dict:
         return {
@@ -198,7 +201,8 @@ class Stub:
         if isinstance(wanted, int) and wanted > len(words):
             words += ["token"] * (min(wanted, self.max_model_len) - len(words))
         limit = request.get("max_tokens")
-        if isinstance(limit, int) and 0 < limit < len(words):
+        if isinstance(limit, int) and 0 < limit <= len(words):
+            # vLLM says "length" whenever the answer reached max_tokens, even exactly.
             return words[:limit], "length"
         return words, "stop"
 
@@ -304,10 +308,13 @@ def wants_usage(request: dict) -> bool:
 
 def too_long(stub: Stub, request: dict) -> dict:
     """vLLM's refusal of a prompt longer than the served context."""
+    tokens = prompt_tokens(request)
     return error_body(HTTPStatus.BAD_REQUEST,
                       f"This model's maximum context length is {stub.max_model_len} tokens. "
-                      f"However, your request has {prompt_tokens(request)} input tokens.",
-                      "BadRequestError")
+                      f"However, your prompt contains at least {tokens} input tokens, which "
+                      "exceeds this limit even without any output tokens. Please reduce the "
+                      f"length of the input prompt. (parameter=input_tokens, value={tokens})",
+                      "BadRequestError", "input_tokens")
 
 
 class Scheduler:
@@ -409,8 +416,10 @@ def exposition(stub: Stub) -> str:
     return "\n".join(lines) + "\n"
 
 
-def error_body(status: HTTPStatus, message: str, kind: str) -> dict:
-    return {"error": {"message": message, "type": kind, "param": None, "code": status.value}}
+def error_body(status: HTTPStatus, message: str, kind: str, param: str | None = None) -> dict:
+    """vLLM's error shape; ``param`` names the field at fault as vLLM does (``model``,
+    ``input_tokens``, ``body.<field>`` for a request that fails validation)."""
+    return {"error": {"message": message, "type": kind, "param": param, "code": status.value}}
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -496,15 +505,18 @@ class Handler(BaseHTTPRequestHandler):
         except ValueError:
             request = None
         if not isinstance(request, dict) or not isinstance(request.get(field), kind):
+            # vLLM's request validation answers with the type "Bad Request".
             self.answer_json(HTTPStatus.BAD_REQUEST,
-                             error_body(HTTPStatus.BAD_REQUEST, problem, "BadRequestError"))
+                             error_body(HTTPStatus.BAD_REQUEST, problem, "Bad Request",
+                                        f"body.{field}"))
             return None
         model = request.get("model")
         if model is not None and model not in self.stub.served_names:
             self.answer_json(
                 HTTPStatus.NOT_FOUND,
                 error_body(
-                    HTTPStatus.NOT_FOUND, f"The model `{model}` does not exist.", "NotFoundError"
+                    HTTPStatus.NOT_FOUND, f"The model `{model}` does not exist. Valid aliases: "
+                    f"{', '.join(self.stub.served_names)}.", "NotFoundError", "model"
                 ),
             )
             return None
