@@ -33,6 +33,9 @@ CHAT_TEMPLATE = (
     "{% endfor %}"
     "{% if add_generation_prompt %}{{ '<|assistant|> ' }}{% endif %}"
 )
+WORDS = ("fleet", "box", "model", "server", "token", "stream", "route", "drain", "roll",
+         "health", "metric", "cache", "answer", "prompt", "chat", "context", "revision",
+         "supervisor", "program", "one", "two", "three", "four", "five", "the", "a", "of", "to")
 SPECIAL = ["<unk>", "<s>", "</s>", "<|system|>", "<|user|>", "<|assistant|>"]
 
 
@@ -47,9 +50,7 @@ def is_current(folder: Path) -> bool:
 
 def corpus() -> list[str]:
     """Enough varied text for a few hundred merges; the words mean nothing."""
-    words = ("fleet box model server token stream route drain roll health metric cache "
-             "answer prompt chat context revision supervisor program llmao vllm litellm "
-             "one two three four five six seven eight nine ten the a of to and is in").split()
+    words = WORDS
     lines = []
     for index in range(2000):
         picked = [words[(index * 7 + step * 13) % len(words)] for step in range(12)]

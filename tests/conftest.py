@@ -16,8 +16,8 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from rig import dockerd
-from rig.box_image import ensure_box_image
 from rig import real_vllm as real
+from rig.box_image import ensure_box_image
 from rig.boxes import Box, LocalStub, start_box, start_local_stub
 from rig.fleet_files import strong_secret
 
