@@ -37,6 +37,8 @@ KV_CACHE_ARGS = ("--kv-cache-memory-bytes", str(2 * 2**20), "--max-model-len", "
                  "--enforce-eager")
 SERVED_NAME = "tiny-llama"
 READY_TIMEOUT_S = 420.0
+# vLLM names its IPC sockets TMPDIR/<uuid4> (36 characters): the path must fit in 107 bytes.
+TMPDIR_MAX = 107 - 1 - 36 - 1
 MODEL_TIMEOUT_S = 300.0
 
 
@@ -79,8 +81,12 @@ def environment(folder: Path) -> dict[str, str]:
     """What `vllm serve` runs with: offline, no usage report, and its scratch files in
     ``folder`` (vLLM leaves IPC sockets in TMPDIR and compile caches in VLLM_CACHE_ROOT)."""
     scratch = {name: folder / sub for name, sub in (
-        ("TMPDIR", "tmp"), ("VLLM_CACHE_ROOT", "vllm-cache"), ("XDG_CACHE_HOME", "cache"),
+        ("TMPDIR", "t"), ("VLLM_CACHE_ROOT", "vllm-cache"), ("XDG_CACHE_HOME", "cache"),
         ("HF_HOME", "hf"), ("XDG_CONFIG_HOME", "config"))}
+    if len(str(scratch["TMPDIR"])) > TMPDIR_MAX:
+        raise RealVllmError(f"{folder} is too long a path for vLLM's scratch files: its IPC "
+                            f"sockets in TMPDIR need a folder of at most {TMPDIR_MAX} "
+                            "characters (a unix socket path ends at 107 bytes)")
     for path in scratch.values():
         path.mkdir(parents=True, exist_ok=True)
     return {
@@ -101,12 +107,11 @@ def serve_argv(model: Path, *, port: int, served_name: str, host: str = "127.0.0
             str(port), "--served-model-name", served_name, *args]
 
 
-def wrapper_script(folder: Path) -> Path:
-    """A `vllm` for a box's VLLM_BIN: the real one, with environment() exported (the box
-    program's Supervisor program adds VLLM_API_KEY and the arguments)."""
-    script = folder / "vllm"
+def write_wrapper(script: Path, scratch: Path) -> Path:
+    """A `vllm` for a box's VLLM_BIN at ``script``: the real one, with environment(scratch)
+    exported (the box program's Supervisor program adds VLLM_API_KEY and the arguments)."""
     exports = [f"export {key}={shlex.quote(value)}" for key, value in
-               environment(folder).items()]
+               environment(scratch).items()]
     script.write_text("\n".join(["#!/bin/sh", *exports,
                                  f'exec {shlex.quote(str(venv() / "bin" / "vllm"))} "$@"', ""]))
     script.chmod(0o755)

@@ -57,6 +57,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
 
 DEFAULT_BEHAVIOUR_FILE = "/etc/llmao-stub/vllm.json"
+# vLLM's own list of `serve` options (rig/vllm_serve_flags.py makes it from the real parser):
+# beside this file in the repository, in /etc/llmao-stub in the box image.
+FLAGS_FILES = (os.path.join(os.path.dirname(os.path.abspath(__file__)), "vllm_serve_flags.txt"),
+               "/etc/llmao-stub/vllm-serve-flags.txt")
 FAILURE_MODES = (None, "exit", "health_500", "reject")
 DEFAULT_MAX_MODEL_LEN = 8192
 # vLLM's defaults for the KV block size and the scheduler's batch; the stub's cache: 64k tokens.
@@ -130,6 +134,56 @@ def refused_argument(argv: list[str], refused: tuple[str, ...]) -> str | None:
     return None
 
 
+def known_options() -> frozenset[str] | None:
+    """The options real `vllm serve` accepts (FLAGS_FILES, or $STUB_VLLM_FLAGS), or None when
+    no list is found: then every option is taken, as the stub did before it had one."""
+    for path in (os.environ.get("STUB_VLLM_FLAGS"), *FLAGS_FILES):
+        if path and os.path.isfile(path):
+            with open(path, encoding="utf-8") as handle:
+                return frozenset(line.strip() for line in handle
+                                 if line.startswith("--") and line.strip())
+    return None
+
+
+def unrecognized(words: list[str], known: frozenset[str]) -> list[str]:
+    """The options vLLM's parser would not recognize, as it reads them: the name up to a `.`
+    (which starts a JSON sub-key) with `_` read as `-`, and argparse's unique prefixes."""
+    unknown = []
+    for word in words:
+        if not word.startswith("--"):
+            continue
+        option = word.partition("=")[0]
+        name = "--" + option[2:].split(".", 1)[0].replace("_", "-")
+        if name not in known and sum(flag.startswith(name) for flag in known) != 1:
+            unknown.append(option)
+    return unknown
+
+
+def model_limit(model: str) -> int | None:
+    """The context a local model folder allows (its config.json's max_position_embeddings), or
+    None for a hub name or a folder that does not say."""
+    try:
+        with open(os.path.join(model, "config.json"), encoding="utf-8") as handle:
+            limit = json.load(handle).get("max_position_embeddings")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return limit if isinstance(limit, int) and limit > 0 else None
+
+
+def context_problem(args: argparse.Namespace) -> str | None:
+    """vLLM's refusal at start of a --max-model-len above the model's own limit; without the
+    flag the context is the model's limit (DEFAULT_MAX_MODEL_LEN when it is not known)."""
+    limit = model_limit(args.model)
+    if args.max_model_len is None:
+        args.max_model_len = limit or DEFAULT_MAX_MODEL_LEN
+    if limit is None or args.max_model_len <= limit \
+            or os.environ.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN") == "1":
+        return None
+    return (f"User-specified max_model_len ({args.max_model_len}) is greater than the derived "
+            f"max_model_len (max_position_embeddings={limit} in model's config.json). To "
+            "allow overriding this maximum, set the env var VLLM_ALLOW_LONG_MAX_MODEL_LEN=1.")
+
+
 def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     """vLLM's `serve` command line; flags the stub has no use for are accepted and returned."""
     parser = argparse.ArgumentParser(prog="vllm", allow_abbrev=False)
@@ -140,7 +194,7 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     serve.add_argument("--port", type=int, default=8000)
     serve.add_argument("--served-model-name", nargs="+")
     serve.add_argument("--gpu-memory-utilization", type=float, default=0.9)
-    serve.add_argument("--max-model-len", type=int, default=DEFAULT_MAX_MODEL_LEN)
+    serve.add_argument("--max-model-len", type=int)
     serve.add_argument("--block-size", type=int, default=DEFAULT_BLOCK_SIZE)
     serve.add_argument("--num-gpu-blocks-override", type=int, default=DEFAULT_GPU_BLOCKS)
     serve.add_argument("--max-num-seqs", type=int, default=DEFAULT_MAX_NUM_SEQS)
@@ -593,6 +647,14 @@ def serve(argv: list[str]) -> int:
     behaviour = load_behaviour(behaviour_file, args.port)
     if args.api_key is not None:
         say("--api-key on the command line is ignored: pass the key in VLLM_API_KEY")
+    known = known_options()
+    unknown = [] if known is None else unrecognized(ignored, known)
+    if unknown:
+        # vLLM's argparse error, word for word, and its exit status.
+        print(f"vllm: error: unrecognized arguments: {' '.join(unknown)}", file=sys.stderr)
+        return 2
+    if known is None:
+        say("no list of vLLM's options found: every option is taken")
     if ignored:
         say(f"ignoring arguments the stub has no use for: {' '.join(ignored)}")
     if behaviour.fail == "exit":
@@ -602,6 +664,10 @@ def serve(argv: list[str]) -> int:
     if refused is not None:
         say(f"error: argument {refused} refused (refuse_args in the behaviour file)")
         return 2
+    problem = context_problem(args)
+    if problem is not None:
+        say(f"error: {problem}")
+        return 1
     stub = Stub(args, behaviour)
     say(f"loading {stub.model} (takes {behaviour.load_delay_s} s)")
     time.sleep(behaviour.load_delay_s)

@@ -83,10 +83,16 @@ def need_real_vllm() -> None:
 
 
 @pytest.fixture(scope="session")
-def real_vllm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[real.RealVllm]:
+def real_vllm_installed() -> None:
+    """The real vLLM's environment and model are here (else skipped, or failed in CI)."""
+    need_real_vllm()
+
+
+@pytest.fixture(scope="session")
+def real_vllm(real_vllm_installed: None,
+              tmp_path_factory: pytest.TempPathFactory) -> Iterator[real.RealVllm]:
     """One real `vllm serve` of the tiny model for the whole session (a start costs a minute
     or two): tests read it and never change it."""
-    need_real_vllm()
     server = real.start_real_vllm(tmp_path_factory.mktemp("real-vllm"),
                                   served_name=real.SERVED_NAME,
                                   api_key=strong_secret("vllm-key-"))
