@@ -22,7 +22,9 @@ Steps
              ``disk_gb`` against the free space of DATA_DIRECTORY. Sizes are GiB.
              It runs only when the programs would change: an unchanged
              assignment is already running and holds what it once checked for.
-             No ``nvidia-smi`` or nothing to check is not a failure.
+             A box without ``nvidia-smi`` is refused (exit 1, nothing written):
+             the programs run vLLM's CUDA build, which cannot start there. An
+             ``nvidia-smi`` that fails, or nothing to check, is not a failure.
   3. divide  servers that pin ``gpu_memory_utilization`` keep it; the others
              share ``0.9 - pinned``: each its weights (``vram_gb`` / card) plus a
              share of the rest, weighted by ``max_model_len`` when all have one.
@@ -792,6 +794,15 @@ class Gpu:
     free_gb: Decimal
 
 
+NO_NVIDIA_SMI = "no nvidia-smi: GPU memory unknown"
+# What a box without the NVIDIA driver's tool is told, and what one without a GPU would need.
+NO_GPU_BOX = ("no nvidia-smi on this box: its vLLM servers would run vLLM's CUDA build, which "
+              "needs an NVIDIA GPU and its driver; nothing written. (A CPU-only box would need "
+              "vLLM's CPU build as VLLM_BIN and each recipe's KV cache sized with "
+              "--kv-cache-memory-bytes in its args, since on the CPU --gpu-memory-utilization "
+              "is a share of the host's RAM: llmao does not run such boxes.)")
+
+
 def query_gpu(timeout_s: float = 30.0) -> tuple[Gpu | None, str]:
     """Ask nvidia-smi about GPU 0; (None, why) when the hardware is unknown."""
     command = ["nvidia-smi", "--query-gpu=memory.total,memory.free",
@@ -800,7 +811,7 @@ def query_gpu(timeout_s: float = 30.0) -> tuple[Gpu | None, str]:
         done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s,
                               check=False)
     except FileNotFoundError:
-        return None, "no nvidia-smi: GPU memory unknown"
+        return None, NO_NVIDIA_SMI
     except (OSError, subprocess.TimeoutExpired) as exc:
         return None, f"nvidia-smi did not run ({exc}): GPU memory unknown"
     if done.returncode != 0:
@@ -1452,6 +1463,8 @@ def apply_assignment(assignment: Assignment, settings: Settings, console: Consol
     for note in notes:
         console.say(note)
     if plan.changing_servers():
+        if assignment.servers and NO_NVIDIA_SMI in notes:
+            raise DoesNotFit(NO_GPU_BOX)
         for note in preflight(assignment.servers, gpu, disk_free_gb(settings.data_dir),
                               settings.data_dir, plan.previous):
             console.say(note)
