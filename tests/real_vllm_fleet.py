@@ -142,6 +142,16 @@ class RealVllmFleet(RollingFleet):
             return None
         return json.loads(body)["data"][0]["max_model_len"] if status == 200 else None
 
+    def change(self, max_model_len: int | None = None,
+               moved: str | None = None) -> dict[str, str]:
+        """A new context in the tiny model's recipe (the rest of it kept); llmao reloaded."""
+        if moved is not None:
+            raise ValueError("this fleet's boxes do not move")
+        self.local.recipes = {MODEL: recipe(max_model_len or FIRST_CONTEXT)}
+        self.local.write()
+        self.server.reload()
+        return self.intended()
+
     def real_server(self) -> Any:
         return next(s for s in self.local.load().servers() if s.box == self.real_box)
 

@@ -121,7 +121,10 @@ def test_the_real_vllm_serves_through_llmao_and_rolls(fleet, real_litellm, litel
     assert fleet.served_context(fleet.real_box) == FIRST_CONTEXT, said()
 
     # 2. Reconcile's scrape of the real /metrics moves while streams are held open.
-    # 2 MiB of KV cache at 1 KiB a token (2 layers x K and V x 128 values x 2 bytes).
+    # 2 MiB of KV cache at 1 KiB a token (2 layers x K and V x 128 values x 2 bytes). The
+    # pass that routed it records its verdicts after writing to LiteLLM: wait for them.
+    fleet.wait("reconcile's scrape of the real server recorded",
+               lambda: scraped(fleet, "kv_cache_tokens") is not None, 60)
     assert scraped(fleet, "kv_cache_tokens") == KV_CACHE_BYTES // 1024, said()
     assert scraped(fleet, "max_model_len") == FIRST_CONTEXT
     generated_before = scraped(fleet, "generation_tokens_total") or 0
