@@ -16,7 +16,8 @@ litellm-venv:
 # tests that need them are skipped, with the reason, where they are missing.
 setup-vllm:
 	@bash rig/vllm_venv.sh
-	@if [ -x .venv-vllm/bin/vllm ]; then .venv-vllm/bin/python rig/tiny_model.py .cache/tiny-llama; fi
+	@if [ -x .venv-vllm/bin/vllm ]; then mkdir -p .cache/tiny-llama.tmp && \
+		TMPDIR=.cache/tiny-llama.tmp .venv-vllm/bin/python rig/tiny_model.py .cache/tiny-llama; fi
 
 $(STAMP): pyproject.toml requirements.yml
 	@echo "==> creating $(VENV) and installing llmao fleet (editable) with its test tools"
@@ -50,4 +51,4 @@ bench: setup
 	@$(BIN)/python -m bench
 
 clean:
-	rm -rf $(VENV) .venv-litellm .venv-vllm .cache/tiny-llama .pytest_cache .ruff_cache
+	rm -rf $(VENV) .venv-litellm .venv-vllm .cache/tiny-llama* .pytest_cache .ruff_cache

@@ -68,10 +68,13 @@ def missing() -> str | None:
 
 def ensure_model(folder: Path = MODEL_DIR) -> Path:
     """The tiny model's folder, made first when missing or out of date (seconds)."""
+    # torch's scratch (its compile cache) goes beside the model, not in the machine's /tmp.
+    scratch = folder.with_name(folder.name + ".tmp")
+    scratch.mkdir(parents=True, exist_ok=True)
     with rig_lock("tiny-model"):
         done = subprocess.run([str(venv() / "bin" / "python"), str(TINY_MODEL), str(folder)],
                               capture_output=True, text=True, timeout=MODEL_TIMEOUT_S,
-                              check=False)
+                              env={**os.environ, "TMPDIR": str(scratch)}, check=False)
     if done.returncode != 0:
         raise RealVllmError(f"the tiny model was not made:\n{done.stdout}{done.stderr}")
     return folder
