@@ -488,7 +488,9 @@ class Handler(BaseHTTPRequestHandler):
         if path == "/health":
             self.health()
         elif path == "/metrics":
-            self.answer(HTTPStatus.OK, self.stub.metrics().encode(), "text/plain; version=0.0.4")
+            # What vLLM 0.32's prometheus_client sends (the text format, version 1.0.0).
+            self.answer(HTTPStatus.OK, self.stub.metrics().encode(),
+                        "text/plain; version=1.0.0; charset=utf-8")
         elif path == "/v1/models":
             if self.check_auth():
                 self.answer_json(HTTPStatus.OK, self.stub.models())
@@ -512,10 +514,11 @@ class Handler(BaseHTTPRequestHandler):
             self.answer_json(HTTPStatus.NOT_FOUND, {"detail": "Not Found"})
 
     def health(self) -> None:
+        """An empty answer without a content type, as vLLM's."""
         if self.stub.behaviour.fail == "health_500":
-            self.answer(HTTPStatus.INTERNAL_SERVER_ERROR, b"")
+            self.answer(HTTPStatus.INTERNAL_SERVER_ERROR, b"", None)
         else:
-            self.answer(HTTPStatus.OK, b"")
+            self.answer(HTTPStatus.OK, b"", None)
 
     def check_auth(self) -> bool:
         if self.stub.authorized(self.headers.get("Authorization")):
@@ -613,11 +616,13 @@ class Handler(BaseHTTPRequestHandler):
     def answer_json(self, status: HTTPStatus, payload: object) -> None:
         self.answer(status, json.dumps(payload).encode(), "application/json")
 
-    def answer(self, status: HTTPStatus, body: bytes, content_type: str = "text/plain") -> None:
+    def answer(self, status: HTTPStatus, body: bytes,
+               content_type: str | None = "text/plain") -> None:
         if self.stub.behaviour.answer_delay_s:
             time.sleep(self.stub.behaviour.answer_delay_s)
         self.send_response(status)
-        self.send_header("Content-Type", content_type)
+        if content_type is not None:
+            self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -64,6 +65,30 @@ def chat(server: Server, tokens: int, **extra: object) -> dict:
     """A chat request whose answer is exactly ``tokens`` long (min_tokens = max_tokens)."""
     return {"model": server.served_name, "messages": [{"role": "user", "content": "hello"}],
             "max_tokens": tokens, "min_tokens": tokens, **extra}
+
+
+def headers_of(url: str, request_headers: dict[str, str] | None = None,
+               body: dict | None = None) -> dict[str, str]:
+    """The answer's headers, lowercased names (read whole, the connection then closed)."""
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(url, data=data, headers={
+        "Content-Type": "application/json", **(request_headers or {})})
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback only
+    with opener.open(request, timeout=60) as answer:
+        answer.read()
+        return {name.lower(): value for name, value in answer.headers.items()}
+
+
+def test_content_types_are_vllms(server):
+    health = headers_of(f"{server.url}/health")
+    assert health["content-length"] == "0" and "content-type" not in health
+    assert headers_of(f"{server.url}/metrics")["content-type"] == \
+        "text/plain; version=1.0.0; charset=utf-8"
+    assert headers_of(f"{server.url}/v1/models", server.bearer())["content-type"] == \
+        "application/json"
+    stream = headers_of(f"{server.url}/v1/chat/completions", server.bearer(),
+                        chat(server, 2, stream=True))
+    assert stream["content-type"] == "text/event-stream; charset=utf-8"
 
 
 def test_health_and_metrics_take_no_bearer(server):
