@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ansible_collections.llmao.fleet.plugins.module_utils.intent import IntendedServer
 from ansible_collections.llmao.fleet.plugins.module_utils.litellm_client import LiteLLM
 from ansible_collections.llmao.fleet.plugins.module_utils.litellm_routes import deployment_id
 from demo.boxes import INSTALL_SET, PROVISION, box_path, wait_supervisor, write_local_box
@@ -127,11 +128,12 @@ def boot(box: LocalBox, llmao_url: str, fleet_key: str, ca_file: Path) -> str:
     return output
 
 
+@dataclass
 class RealVllmFleet(RollingFleet):
-    """RollingFleet's reading and waiting, over local boxes."""
+    """RollingFleet's reading and waiting, over local boxes: which one runs the real vLLM."""
 
-    real_box: str
-    stub_box: str
+    real_box: str = ""
+    stub_box: str = ""
 
     def served_context(self, box: str) -> int | None:
         server = next(s for s in self.local.load().servers() if s.box == box)
@@ -152,7 +154,7 @@ class RealVllmFleet(RollingFleet):
         self.server.reload()
         return self.intended()
 
-    def real_server(self) -> Any:
+    def real_server(self) -> IntendedServer:
         return next(s for s in self.local.load().servers() if s.box == self.real_box)
 
     def diagnostics(self) -> str:
@@ -205,8 +207,7 @@ def real_vllm_fleet(folder: Path, litellm_url: str, master_key: str
             local.inventory_path, {"SSL_CERT_FILE": str(tls.ca_file),
                                    "ANSIBLE_LOCAL_TEMP": str(folder / "ansible-tmp"),
                                    "HOME": os.environ.get("HOME", str(folder))}))
-        fleet = RealVllmFleet(local, server, boxes, litellm, loop)
-        fleet.real_box, fleet.stub_box = real_box, stub_box
+        fleet = RealVllmFleet(local, server, boxes, litellm, loop, real_box, stub_box)
         fleet.wait("both boxes serving their revision and routed", fleet.settled,
                    SETTLE_TIMEOUT_S)
         yield fleet
