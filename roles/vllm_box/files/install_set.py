@@ -77,7 +77,8 @@ Environment
 
 Exit codes
   0  done, or nothing to change
-  1  the assignment does not fit this box; nothing written
+  1  the assignment does not fit this box, or the box has no nvidia-smi;
+     nothing written
   2  refused: llmao answered 403, 404 or another 4xx, the assignment is
      malformed or hostile (see docs/box-protocol.md), an existing file is
      not ours, or the environment is wrong (LLMAO_HOST or FLEET_KEY not
@@ -189,7 +190,8 @@ FOLLOW_BACKOFF_CAP_S = 900.0
 
 EXIT_DOC = """exit codes:
   0  done, or nothing to change
-  1  the assignment does not fit this box (GPU memory or disk); nothing written
+  1  the assignment does not fit this box (GPU memory or disk), or the box has
+     no nvidia-smi (no GPU); nothing written
   2  refused: 403/404/other 4xx, malformed or hostile assignment, foreign file,
      bad environment (non-ASCII LLMAO_HOST or FLEET_KEY, say)
   3  llmao unreachable after the retries (network errors, 5xx)
