@@ -62,6 +62,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
 
 DEFAULT_BEHAVIOUR_FILE = "/etc/llmao-stub/vllm.json"
+# vLLM's own list of `serve` options (rig/vllm_serve_flags.py makes it from the real parser):
+# beside this file in the repository, in /etc/llmao-stub in the box image.
+FLAGS_FILES = (os.path.join(os.path.dirname(os.path.abspath(__file__)), "vllm_serve_flags.txt"),
+               "/etc/llmao-stub/vllm-serve-flags.txt")
 FAILURE_MODES = (None, "exit", "health_500", "reject")
 DEFAULT_MAX_MODEL_LEN = 8192
 # vLLM's defaults for the KV block size and the scheduler's batch; the stub's cache: 64k tokens.
@@ -135,6 +139,56 @@ def refused_argument(argv: list[str], refused: tuple[str, ...]) -> str | None:
     return None
 
 
+def known_options() -> frozenset[str] | None:
+    """The options real `vllm serve` accepts (FLAGS_FILES, or $STUB_VLLM_FLAGS), or None when
+    no list is found: then every option is taken, as the stub did before it had one."""
+    for path in (os.environ.get("STUB_VLLM_FLAGS"), *FLAGS_FILES):
+        if path and os.path.isfile(path):
+            with open(path, encoding="utf-8") as handle:
+                return frozenset(line.strip() for line in handle
+                                 if line.startswith("--") and line.strip())
+    return None
+
+
+def unrecognized(words: list[str], known: frozenset[str]) -> list[str]:
+    """The options vLLM's parser would not recognize, as it reads them: the name up to a `.`
+    (which starts a JSON sub-key) with `_` read as `-`, and argparse's unique prefixes."""
+    unknown = []
+    for word in words:
+        if not word.startswith("--"):
+            continue
+        option = word.partition("=")[0]
+        name = "--" + option[2:].split(".", 1)[0].replace("_", "-")
+        if name not in known and sum(flag.startswith(name) for flag in known) != 1:
+            unknown.append(option)
+    return unknown
+
+
+def model_limit(model: str) -> int | None:
+    """The context a local model folder allows (its config.json's max_position_embeddings), or
+    None for a hub name or a folder that does not say."""
+    try:
+        with open(os.path.join(model, "config.json"), encoding="utf-8") as handle:
+            limit = json.load(handle).get("max_position_embeddings")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return limit if isinstance(limit, int) and limit > 0 else None
+
+
+def context_problem(args: argparse.Namespace) -> str | None:
+    """vLLM's refusal at start of a --max-model-len above the model's own limit; without the
+    flag the context is the model's limit (DEFAULT_MAX_MODEL_LEN when it is not known)."""
+    limit = model_limit(args.model)
+    if args.max_model_len is None:
+        args.max_model_len = limit or DEFAULT_MAX_MODEL_LEN
+    if limit is None or args.max_model_len <= limit \
+            or os.environ.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN") == "1":
+        return None
+    return (f"User-specified max_model_len ({args.max_model_len}) is greater than the derived "
+            f"max_model_len (max_position_embeddings={limit} in model's config.json). To "
+            "allow overriding this maximum, set the env var VLLM_ALLOW_LONG_MAX_MODEL_LEN=1.")
+
+
 def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     """vLLM's `serve` command line; flags the stub has no use for are accepted and returned."""
     parser = argparse.ArgumentParser(prog="vllm", allow_abbrev=False)
@@ -145,7 +199,7 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     serve.add_argument("--port", type=int, default=8000)
     serve.add_argument("--served-model-name", nargs="+")
     serve.add_argument("--gpu-memory-utilization", type=float, default=0.9)
-    serve.add_argument("--max-model-len", type=int, default=DEFAULT_MAX_MODEL_LEN)
+    serve.add_argument("--max-model-len", type=int)
     serve.add_argument("--block-size", type=int, default=DEFAULT_BLOCK_SIZE)
     serve.add_argument("--num-gpu-blocks-override", type=int, default=DEFAULT_GPU_BLOCKS)
     serve.add_argument("--max-num-seqs", type=int, default=DEFAULT_MAX_NUM_SEQS)
@@ -168,19 +222,22 @@ class Stub:
         self.pipeline_parallel_size: int = args.pipeline_parallel_size
         self.behaviour = behaviour
         key = os.environ.get("VLLM_API_KEY", "")
-        self.expected_auth = f"Bearer {key}".encode() if key else None
+        self.expected_key = key.encode() if key else None
         self.box = os.environ.get("LLMAO_BOX_NAME") or socket.gethostname()
         self.created = int(time.time())
         self.scheduler = Scheduler(args.num_gpu_blocks_override, args.block_size,
                                    args.max_num_seqs)
 
     def authorized(self, header: str | None) -> bool:
-        """vLLM's rule: with a key configured, the whole header must be `Bearer <key>`."""
+        """vLLM's rule: with a key configured, the header is `<scheme> <key>`, the scheme
+        `Bearer` in any case (vLLM 0.32's middleware compares it lowercased), the key whole."""
         if self.behaviour.fail == "reject":
             return False
-        if self.expected_auth is None:
+        if self.expected_key is None:
             return True
-        return hmac.compare_digest((header or "").encode(), self.expected_auth)
+        scheme, _, token = (header or "").partition(" ")
+        return scheme.lower() == "bearer" and hmac.compare_digest(token.encode(),
+                                                                   self.expected_key)
 
     def devices(self) -> dict:
         """The cards this process was given, for `GET /stub/devices`."""
@@ -217,7 +274,8 @@ class Stub:
         if isinstance(wanted, int) and wanted > len(words):
             words += ["token"] * (min(wanted, self.max_model_len) - len(words))
         limit = request.get("max_tokens")
-        if isinstance(limit, int) and 0 < limit < len(words):
+        if isinstance(limit, int) and 0 < limit <= len(words):
+            # vLLM says "length" whenever the answer reached max_tokens, even exactly.
             return words[:limit], "length"
         return words, "stop"
 
@@ -323,10 +381,13 @@ def wants_usage(request: dict) -> bool:
 
 def too_long(stub: Stub, request: dict) -> dict:
     """vLLM's refusal of a prompt longer than the served context."""
+    tokens = prompt_tokens(request)
     return error_body(HTTPStatus.BAD_REQUEST,
                       f"This model's maximum context length is {stub.max_model_len} tokens. "
-                      f"However, your request has {prompt_tokens(request)} input tokens.",
-                      "BadRequestError")
+                      f"However, your prompt contains at least {tokens} input tokens, which "
+                      "exceeds this limit even without any output tokens. Please reduce the "
+                      f"length of the input prompt. (parameter=input_tokens, value={tokens})",
+                      "BadRequestError", "input_tokens")
 
 
 class Scheduler:
@@ -428,8 +489,10 @@ def exposition(stub: Stub) -> str:
     return "\n".join(lines) + "\n"
 
 
-def error_body(status: HTTPStatus, message: str, kind: str) -> dict:
-    return {"error": {"message": message, "type": kind, "param": None, "code": status.value}}
+def error_body(status: HTTPStatus, message: str, kind: str, param: str | None = None) -> dict:
+    """vLLM's error shape; ``param`` names the field at fault as vLLM does (``model``,
+    ``input_tokens``, ``body.<field>`` for a request that fails validation)."""
+    return {"error": {"message": message, "type": kind, "param": param, "code": status.value}}
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -444,7 +507,9 @@ class Handler(BaseHTTPRequestHandler):
         if path == "/health":
             self.health()
         elif path == "/metrics":
-            self.answer(HTTPStatus.OK, self.stub.metrics().encode(), "text/plain; version=0.0.4")
+            # What vLLM 0.32's prometheus_client sends (the text format, version 1.0.0).
+            self.answer(HTTPStatus.OK, self.stub.metrics().encode(),
+                        "text/plain; version=1.0.0; charset=utf-8")
         elif path == "/v1/models":
             if self.check_auth():
                 self.answer_json(HTTPStatus.OK, self.stub.models())
@@ -470,10 +535,11 @@ class Handler(BaseHTTPRequestHandler):
             self.answer_json(HTTPStatus.NOT_FOUND, {"detail": "Not Found"})
 
     def health(self) -> None:
+        """An empty answer without a content type, as vLLM's."""
         if self.stub.behaviour.fail == "health_500":
-            self.answer(HTTPStatus.INTERNAL_SERVER_ERROR, b"")
+            self.answer(HTTPStatus.INTERNAL_SERVER_ERROR, b"", None)
         else:
-            self.answer(HTTPStatus.OK, b"")
+            self.answer(HTTPStatus.OK, b"", None)
 
     def check_auth(self) -> bool:
         if self.stub.authorized(self.headers.get("Authorization")):
@@ -517,15 +583,18 @@ class Handler(BaseHTTPRequestHandler):
         except ValueError:
             request = None
         if not isinstance(request, dict) or not isinstance(request.get(field), kind):
+            # vLLM's request validation answers with the type "Bad Request".
             self.answer_json(HTTPStatus.BAD_REQUEST,
-                             error_body(HTTPStatus.BAD_REQUEST, problem, "BadRequestError"))
+                             error_body(HTTPStatus.BAD_REQUEST, problem, "Bad Request",
+                                        f"body.{field}"))
             return None
         model = request.get("model")
         if model is not None and model not in self.stub.served_names:
             self.answer_json(
                 HTTPStatus.NOT_FOUND,
                 error_body(
-                    HTTPStatus.NOT_FOUND, f"The model `{model}` does not exist.", "NotFoundError"
+                    HTTPStatus.NOT_FOUND, f"The model `{model}` does not exist. Valid aliases: "
+                    f"{', '.join(self.stub.served_names)}.", "NotFoundError", "model"
                 ),
             )
             return None
@@ -568,11 +637,13 @@ class Handler(BaseHTTPRequestHandler):
     def answer_json(self, status: HTTPStatus, payload: object) -> None:
         self.answer(status, json.dumps(payload).encode(), "application/json")
 
-    def answer(self, status: HTTPStatus, body: bytes, content_type: str = "text/plain") -> None:
+    def answer(self, status: HTTPStatus, body: bytes,
+               content_type: str | None = "text/plain") -> None:
         if self.stub.behaviour.answer_delay_s:
             time.sleep(self.stub.behaviour.answer_delay_s)
         self.send_response(status)
-        self.send_header("Content-Type", content_type)
+        if content_type is not None:
+            self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
@@ -602,6 +673,14 @@ def serve(argv: list[str]) -> int:
     behaviour = load_behaviour(behaviour_file, args.port)
     if args.api_key is not None:
         say("--api-key on the command line is ignored: pass the key in VLLM_API_KEY")
+    known = known_options()
+    unknown = [] if known is None else unrecognized(ignored, known)
+    if unknown:
+        # vLLM's argparse error, word for word, and its exit status.
+        print(f"vllm: error: unrecognized arguments: {' '.join(unknown)}", file=sys.stderr)
+        return 2
+    if known is None:
+        say("no list of vLLM's options found: every option is taken")
     if ignored:
         say(f"ignoring arguments the stub has no use for: {' '.join(ignored)}")
     if behaviour.fail == "exit":
@@ -611,6 +690,10 @@ def serve(argv: list[str]) -> int:
     if refused is not None:
         say(f"error: argument {refused} refused (refuse_args in the behaviour file)")
         return 2
+    problem = context_problem(args)
+    if problem is not None:
+        say(f"error: {problem}")
+        return 1
     stub = Stub(args, behaviour)
     say(f"loading {stub.model} (takes {behaviour.load_delay_s} s)")
     time.sleep(behaviour.load_delay_s)
