@@ -34,7 +34,7 @@ demo: setup
 demo-stop:
 	@$(BIN)/python -m demo stop
 
-test: setup
+test: setup setup-vllm
 	@$(BIN)/python -m pytest
 
 # ruff, then ansible-lint's production profile (settings in .ansible-lint; offline).
