@@ -29,6 +29,7 @@ class State(StrEnum):
     REJECTED = "Rejected"
     FOREIGN = "Foreign"
     UNLISTED = "Unlisted"
+    PREEMPTED = "Preempted"
 
 
 class Action(StrEnum):
@@ -48,6 +49,7 @@ ACTIONS = {
     State.REJECTED: Action.DELETE,
     State.FOREIGN: Action.DELETE,
     State.UNLISTED: Action.DELETE,
+    State.PREEMPTED: Action.DELETE,
 }
 
 
@@ -86,6 +88,8 @@ class Listed(StrEnum):
     UNKNOWN = "unknown"        # a listing could not be read and none that was read names it,
     #                            or several listed instances share the name (ambiguous)
     NO_PROVIDERS = "no_providers"  # a local fleet: nothing to ask
+    PREEMPTED = "preempted"    # a listing names it: an interruptible instance its provider
+    #                            stopped (a Vast bid outbid, a RunPod spot pod reclaimed)
 
 
 @dataclass(frozen=True)
@@ -162,6 +166,11 @@ def classify(now: float, last_fetch: float | None, probe: Probe, listed: Listed,
     if probe.models is Models.REJECTED:
         return _rejected(probe, listed, memory, knobs)
     answering = probe.health_ok or probe.models is Models.OTHER
+    if listed is Listed.PREEMPTED and not answering:
+        return Verdict(State.PREEMPTED, "preempted: the provider stopped it (an interruptible "
+                       "instance); its route is removed until it runs again",
+                       replace(memory, state=State.PREEMPTED, consecutive_failures=0,
+                               rejected_passes=0))
     gone = listed is Listed.NOT_NAMED and not answering
     if _was_serving_since_last_boot(last_fetch, memory):
         verdict = _failing(probe, memory, knobs)

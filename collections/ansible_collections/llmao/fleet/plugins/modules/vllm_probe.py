@@ -209,6 +209,8 @@ def main() -> None:
         listings = read_listings(fleet.settings.providers, knobs.probe_timeout_s)
         for provider, reason in listings.failed.items():
             module.warn(f"the {provider} listing could not be read ({reason})")
+        for warning in listings.warnings:
+            module.warn(warning)
     else:
         try:
             listings = listings_from_record(params["listings"])
