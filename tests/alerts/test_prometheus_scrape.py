@@ -24,10 +24,11 @@ from typing import Any
 
 import pytest
 
+from llmao_server.build_info import package_version
 from rig.boxes import free_port
 from rig.processes import stop_child
 from tests.llmao_process import LlmaoServer, start_llmao_server
-from tests.server.fleet_pair import ADMIN_TOKEN, CONFIG, KNOWN, LEGACY, write_pair
+from tests.server.fleet_pair import ADMIN_TOKEN, CONFIG, KNOWN, LEGACY, box_headers, write_pair
 from tests.server.loaded_pass import a_pass, pass_document
 
 PROMETHEUS = shutil.which("prometheus")
@@ -135,7 +136,7 @@ def test_prometheus_scrapes_llmao_server_and_the_rules_fire(llmao: LlmaoServer,
                          f"box={LEGACY},model=gemma,server=gemma": 0.0}
     assert query(prometheus, "llmao_model_saturated") == {"model=gemma": 0.0, "model=qwen": 1.0}
     assert query(prometheus, 'llmao_servers{state="Healthy"}') == {"state=Healthy": 3.0}
-    assert query(prometheus, "llmao_box_cost_per_hour") == {
+    assert query(prometheus, "llmao_box_cost_usd_per_hour") == {
         f"box={KNOWN},provider=local": 0.8, f"box={LEGACY},provider=local": 0.6}
     # The unknown KV size of qwen is absent, not 0.
     assert set(query(prometheus, "llmao_server_kv_cache_tokens")) == {
@@ -146,3 +147,30 @@ def test_prometheus_scrapes_llmao_server_and_the_rules_fire(llmao: LlmaoServer,
                                if alert["labels"]["alertname"] == "LlmaoServerOversized"
                                and alert["state"] == "firing"], SEEN_TIMEOUT_S)
     assert [alert["labels"]["box"] for alert in firing] == [KNOWN]
+
+
+def fetch_config(server: LlmaoServer) -> None:
+    request = urllib.request.Request(f"{server.url}/vllm/config", headers=box_headers())
+    with urllib.request.urlopen(request, timeout=15) as answer:
+        assert answer.status == 200
+
+
+def test_every_worker_counts_into_the_same_box_api_counters(llmao: LlmaoServer,
+                                                             prometheus: str) -> None:
+    """Scrapes land on each of the three workers; the counts they show never disagree."""
+    fetches = 6
+    for _ in range(fetches):
+        fetch_config(llmao)
+    config_2xx = 'llmao_box_api_requests_total{path="/vllm/config",code="2xx"}'
+    wait_for(lambda: query(prometheus, config_2xx) == {"code=2xx,path=/vllm/config": fetches},
+             SEEN_TIMEOUT_S)
+    time.sleep(5)  # five more scrapes, on whichever workers
+    for over_time in ("min_over_time", "max_over_time"):
+        assert query(prometheus, f"{over_time}({config_2xx}[5s])") == {
+            "code=2xx,path=/vllm/config": fetches}
+    counted = query(prometheus, 'llmao_box_api_request_duration_seconds_count'
+                                '{path="/vllm/config"}')
+    assert counted == {"path=/vllm/config": fetches}
+    assert query(prometheus, "llmao_build_info") == {f"version={package_version()}": 1.0}
+    assert query(prometheus, "process_start_time_seconds > 0")
+    assert query(prometheus, f'llmao_box_last_fetch_timestamp_seconds{{box="{KNOWN}"}}')
