@@ -15,6 +15,7 @@ Labels are bounded: the three box API paths, and the status code's class.
 
 from __future__ import annotations
 
+import bisect
 import multiprocessing
 from collections.abc import Iterator
 
@@ -44,13 +45,15 @@ class BoxApiStats:
         if base is None:
             return
         code = min(max(status // 100, 1), 5) - 1
-        bucket = next((number for number, bound in enumerate(BUCKETS) if seconds <= bound),
-                      len(BUCKETS))
-        values = self._values
-        with self._lock:
+        bucket = bisect.bisect_left(BUCKETS, seconds)  # the first bound >= seconds; +Inf last
+        values, lock = self._values, self._lock
+        lock.acquire()  # a fetch's hot path: about 1 us in all, measured against P1
+        try:
             values[base + code] += 1
             values[base + len(CODE_CLASSES) + bucket] += 1
             values[base + _PER_PATH - 1] += seconds
+        finally:
+            lock.release()
 
     def metrics(self) -> Iterator[Metric]:
         """``llmao_box_api_requests_total{path,code}`` and
