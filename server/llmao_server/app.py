@@ -18,7 +18,7 @@ from flask import Flask
 from ansible_collections.llmao.fleet.plugins.module_utils.config_errors import ConfigError
 from ansible_collections.llmao.fleet.plugins.module_utils.fleet import Fleet, load_fleet
 
-from . import admin_api, fleet_metrics, health
+from . import admin_api, fleet_metrics, health, scrape_targets
 from .api_errors import flask_error_handler
 from .box_api import BoxApi
 from .dashboard import init_dashboard
@@ -48,6 +48,7 @@ def create_app(test_config: Mapping[str, Any] | None = None) -> Flask:
     app.register_blueprint(health.bp)
     app.register_blueprint(admin_api.bp)
     app.register_blueprint(fleet_metrics.bp)
+    app.register_blueprint(scrape_targets.bp)
     init_dashboard(app)
     store.close()  # a worker forked from this process opens its own connection
     # Flask's routes answer errors in the box API's JSON shape.

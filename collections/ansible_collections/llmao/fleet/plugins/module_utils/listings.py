@@ -64,10 +64,15 @@ class Endpoint:
     source: str
 
     @property
+    def address(self) -> str:
+        """``host:port`` (``[v6]:port``), as a URL or a Prometheus target names it."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{host}:{self.port}"
+
+    @property
     def base_url(self) -> str:
         """``http://host:port/v1``, the OpenAI base LiteLLM and the probes use."""
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}/v1"
+        return f"http://{self.address}/v1"
 
 
 @dataclass(frozen=True)

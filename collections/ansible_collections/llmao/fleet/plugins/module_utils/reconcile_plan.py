@@ -55,7 +55,7 @@ class ServerPlan:
         return {
             "id": self.id, "box": self.server.box, "name": self.server.name,
             "model_name": self.server.model_name, "listen_port": self.server.listen_port,
-            "public": f"{self.endpoint.host}:{self.endpoint.port}" if self.endpoint else None,
+            "public": self.endpoint.address if self.endpoint else None,
             "state": self.verdict.state.value, "reason": self.verdict.reason,
             "in_litellm": self.route is not None,
             "change": self.change.value if self.change else None, "why": self.why,
