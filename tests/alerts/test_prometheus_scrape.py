@@ -19,6 +19,7 @@ import time
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -56,11 +57,9 @@ def llmao(tmp_path: Path) -> Iterator[LlmaoServer]:
 @pytest.fixture
 def prometheus(tmp_path: Path, llmao: LlmaoServer) -> Iterator[str]:
     """Prometheus scraping ``llmao`` every second; yields its API's base URL."""
-    token_file = tmp_path / "metrics-token"
-    token_file.write_text(METRICS_TOKEN)
-    token_file.chmod(0o600)
+    token_file = write_token(tmp_path, METRICS_TOKEN)
     shutil.copy(RULES, tmp_path / RULES.name)
-    (tmp_path / "prometheus.yml").write_text(json.dumps({
+    with run_prometheus(tmp_path, {
         "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
         "rule_files": [RULES.name],
         "scrape_configs": [{
@@ -68,13 +67,29 @@ def prometheus(tmp_path: Path, llmao: LlmaoServer) -> Iterator[str]:
             "authorization": {"credentials_file": str(token_file)},
             "static_configs": [{"targets": [llmao.url.removeprefix("http://")]}],
         }],
-    }))
+    }) as url:
+        yield url
+
+
+def write_token(folder: Path, token: str) -> Path:
+    """The metrics token in a file only its owner reads, as Prometheus's credentials_file."""
+    token_file = folder / "metrics-token"
+    token_file.write_text(token)
+    token_file.chmod(0o600)
+    return token_file
+
+
+@contextmanager
+def run_prometheus(folder: Path, config: dict[str, Any]) -> Iterator[str]:
+    """Debian's Prometheus on loopback with ``config`` (its files beside it in ``folder``)
+    and a throwaway data folder, until ready; yields its API's base URL, stops it by PID."""
+    (folder / "prometheus.yml").write_text(json.dumps(config))
     port = free_port("127.0.0.1")
-    log_path = tmp_path / "prometheus.log"
+    log_path = folder / "prometheus.log"
     with open(log_path, "wb") as log:
         process = subprocess.Popen(
-            [PROMETHEUS or "prometheus", f"--config.file={tmp_path / 'prometheus.yml'}",
-             f"--storage.tsdb.path={tmp_path / 'data'}",
+            [PROMETHEUS or "prometheus", f"--config.file={folder / 'prometheus.yml'}",
+             f"--storage.tsdb.path={folder / 'data'}",
              f"--web.listen-address=127.0.0.1:{port}"],
             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"

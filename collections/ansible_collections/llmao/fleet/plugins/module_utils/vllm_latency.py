@@ -1,0 +1,257 @@
+# Copyright: llmao fleet contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""How fast one vLLM server answered over the last pass interval, and how often it preempted.
+
+vLLM exports its latencies as cumulative histograms (time to first token,
+end-to-end request latency, inter-token latency) and its preemptions as a
+counter, all since it started. A quantile of the cumulative totals would say
+how the server did since its start, and move less with every hour it runs; so
+each pass keeps the scrape's cumulative buckets (:class:`Cumulative`, in the
+server's lifecycle memory) and the next pass reads the p50 and p95 of the
+bucket DELTAS between the two scrapes (:func:`interval_latency`), as
+Prometheus's ``histogram_quantile`` over ``rate()`` would.
+
+Unknown stays unknown: a first scrape, a histogram not exported, an interval
+without a request, or an answer out of bounds gives None, never 0. A counter
+that went back (vLLM restarted) counts from zero again. Names are checked
+against a real vLLM 0.32 answer (``shared/vectors/vllm-metrics-0.32.txt``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field, fields
+from types import MappingProxyType
+from typing import Any
+
+from .prometheus_text import ExpositionError, Sample, parse_exposition
+
+# Figure name → vLLM's histogram names, newest first (before 0.11 vLLM called the
+# inter-token latency time_per_output_token).
+HISTOGRAMS = {
+    "ttft": ("vllm:time_to_first_token_seconds",),
+    "e2e": ("vllm:e2e_request_latency_seconds",),
+    "itl": ("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds"),
+}
+PREEMPTIONS = "vllm:num_preemptions_total"
+READ = frozenset({f"{name}_bucket" for names in HISTOGRAMS.values() for name in names}
+                 | {PREEMPTIONS})
+QUANTILES = (("p50", 0.5), ("p95", 0.95))
+# Bounds on what a server may say: vLLM's histograms have about 20 buckets; a count is a
+# whole number a JSON reader keeps exactly.
+MAX_BUCKETS = 64
+MAX_COUNT = 2**53
+
+Buckets = tuple[tuple[float, float], ...]
+
+
+class LatencyRecordError(ValueError):
+    """A latency record does not have the shape its ``record`` writes."""
+
+
+@dataclass(frozen=True)
+class Cumulative:
+    """One scrape's histograms and preemption counter, since the server started.
+
+    ``histograms`` maps a figure (``ttft``, ``e2e``, ``itl``) to its cumulative
+    ``(upper bound, count)`` pairs, ``+Inf`` last, summed over the engines.
+    """
+
+    histograms: Mapping[str, Buckets] = field(default_factory=lambda: MappingProxyType({}))
+    preemptions_total: float | None = None
+
+    def record(self) -> dict[str, Any]:
+        """JSON: bounds as numbers, ``+Inf`` as the string ``"+Inf"``."""
+        return {"histograms": {name: [[_bound_text(bound), count] for bound, count in buckets]
+                               for name, buckets in self.histograms.items()},
+                "preemptions_total": self.preemptions_total}
+
+    @classmethod
+    def from_record(cls, record: Any) -> Cumulative:
+        if not isinstance(record, Mapping) or not isinstance(record.get("histograms"), Mapping):
+            raise LatencyRecordError("latency_seen must be an object with histograms")
+        histograms = {}
+        for name, pairs in record["histograms"].items():
+            if name not in HISTOGRAMS or not isinstance(pairs, list):
+                raise LatencyRecordError(f"latency_seen.histograms.{name} is not a histogram")
+            try:
+                buckets = tuple((_bound(str(bound)), float(count)) for bound, count in pairs)
+            except (TypeError, ValueError):
+                raise LatencyRecordError(f"latency_seen.histograms.{name} holds a pair that "
+                                         "is not a bound and a count") from None
+            histograms[name] = _checked(buckets)
+        total = record.get("preemptions_total")
+        if total is not None and not _is_count(total):
+            raise LatencyRecordError("latency_seen.preemptions_total must be a count or null")
+        return cls(MappingProxyType(histograms), total)
+
+
+@dataclass(frozen=True)
+class Latency:
+    """The last pass interval: p50 and p95 in seconds per figure, and the preemptions."""
+
+    ttft_p50_s: float | None = None
+    ttft_p95_s: float | None = None
+    e2e_p50_s: float | None = None
+    e2e_p95_s: float | None = None
+    itl_p50_s: float | None = None
+    itl_p95_s: float | None = None
+    preemptions: int | None = None
+
+    def record(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_record(cls, record: Any) -> Latency:
+        """Back from :meth:`record`; a missing figure is unknown, a wrong type raises."""
+        if record is None:
+            return cls()
+        if not isinstance(record, Mapping):
+            raise LatencyRecordError("latency must be an object")
+        values = {}
+        for item in fields(cls):
+            value = record.get(item.name)
+            if value is not None and (isinstance(value, bool)
+                                      or not isinstance(value, int | float)
+                                      or not 0 <= value <= MAX_COUNT):
+                raise LatencyRecordError(f"latency.{item.name} must be a number or null")
+            values[item.name] = value
+        if values["preemptions"] is not None:
+            values["preemptions"] = int(values["preemptions"])
+        return cls(**values)
+
+
+def read_latency(exposition: str | None) -> Cumulative | None:
+    """The cumulative histograms and counter of one ``/metrics`` answer; None when unread.
+
+    Only the lines of the names read are parsed. A histogram whose buckets are
+    out of bounds or contradict each other is left out; an answer that is not
+    in the text format reads nothing.
+    """
+    if exposition is None:
+        return None
+    try:
+        samples = parse_exposition(exposition, READ)
+    except ExpositionError:
+        return None
+    return cumulative(samples)
+
+
+def cumulative(samples: Iterable[Sample]) -> Cumulative:
+    """Each histogram's buckets summed over engines (the first name vLLM exports), and the
+    preemption counter summed likewise."""
+    samples = list(samples)
+    histograms = {}
+    for figure, names in HISTOGRAMS.items():
+        for name in names:
+            buckets = _summed_buckets(sample for sample in samples
+                                      if sample.name == f"{name}_bucket")
+            if buckets:
+                histograms[figure] = buckets
+                break
+    counts = [sample.value for sample in samples if sample.name == PREEMPTIONS]
+    total = math.fsum(counts) if counts and all(map(_is_count, counts)) else None
+    return Cumulative(MappingProxyType(histograms),
+                      total if total is not None and total <= MAX_COUNT else None)
+
+
+def _summed_buckets(samples: Iterable[Sample]) -> Buckets:
+    """``(bound, count)`` over engines, or () when the buckets cannot be believed."""
+    by_bound: dict[float, float] = {}
+    seen: set[tuple[tuple[str, str], ...]] = set()
+    for sample in samples:
+        labels = tuple(sorted(sample.labels.items()))
+        if labels in seen or not _is_count(sample.value):
+            return ()
+        seen.add(labels)
+        try:
+            bound = _bound(sample.labels.get("le", ""))
+        except ValueError:
+            return ()
+        by_bound[bound] = by_bound.get(bound, 0.0) + sample.value
+    try:
+        return _checked(tuple(sorted(by_bound.items())))
+    except LatencyRecordError:
+        return ()
+
+
+def _checked(buckets: Buckets) -> Buckets:
+    """Buckets that make a histogram: few, ``+Inf`` last, counts never falling, in bounds."""
+    counts = [count for _bound_value, count in buckets]
+    if not buckets or len(buckets) > MAX_BUCKETS or buckets[-1][0] != math.inf \
+            or any(later < earlier for earlier, later in zip(counts, counts[1:], strict=False)) \
+            or not all(map(_is_count, counts)) \
+            or any(bound < 0 or math.isnan(bound) for bound, _count in buckets):
+        raise LatencyRecordError("the buckets do not make a histogram")
+    return buckets
+
+
+def _bound(text: str) -> float:
+    """An ``le`` label: a number or ``+Inf``; anything else raises ValueError."""
+    if text == "+Inf":
+        return math.inf
+    bound = float(text)
+    if not math.isfinite(bound) or len(text) > 32:
+        raise ValueError(text)
+    return bound
+
+
+def _bound_text(bound: float) -> float | str:
+    return "+Inf" if bound == math.inf else bound
+
+
+def _is_count(value: Any) -> bool:
+    return not isinstance(value, bool) and isinstance(value, int | float) \
+        and math.isfinite(value) and 0 <= value <= MAX_COUNT
+
+
+def interval_latency(previous: Cumulative | None, current: Cumulative | None) -> Latency:
+    """The p50 and p95 of each histogram's bucket deltas between two scrapes, and the
+    preemptions between them; None for what either scrape lacks or nobody asked."""
+    if previous is None or current is None:
+        return Latency()
+    figures: dict[str, float | None] = {}
+    for figure in HISTOGRAMS:
+        delta = _delta(previous.histograms.get(figure), current.histograms.get(figure))
+        for suffix, quantile in QUANTILES:
+            figures[f"{figure}_{suffix}_s"] = None if delta is None else \
+                bucket_quantile(quantile, delta)
+    preemptions = None
+    if previous.preemptions_total is not None and current.preemptions_total is not None:
+        grown = current.preemptions_total - previous.preemptions_total
+        preemptions = int(current.preemptions_total if grown < 0 else grown)
+    return Latency(**figures, preemptions=preemptions)
+
+
+def _delta(before: Buckets | None, after: Buckets | None) -> Buckets | None:
+    """What happened between two scrapes; the whole of ``after`` when vLLM restarted (its
+    count went back, or its buckets changed), None when either lacks the histogram."""
+    if before is None or after is None:
+        return None
+    if [bound for bound, _count in before] != [bound for bound, _count in after] \
+            or after[-1][1] < before[-1][1]:
+        return after
+    return tuple((bound, count - old) for (bound, count), (_bound_value, old)
+                 in zip(after, before, strict=True))
+
+
+def bucket_quantile(quantile: float, buckets: Buckets) -> float | None:
+    """The ``quantile`` of cumulative ``buckets``, interpolated inside its bucket as
+    Prometheus's ``histogram_quantile`` does; None when the buckets count nothing.
+
+    A rank in the ``+Inf`` bucket is the largest finite bound (no more is known).
+    """
+    total = buckets[-1][1]
+    if total <= 0:
+        return None
+    rank = quantile * total
+    lower, below = 0.0, 0.0
+    for bound, count in buckets:
+        if count >= rank:
+            if bound == math.inf:
+                return lower
+            inside = count - below
+            return bound if inside <= 0 else lower + (bound - lower) * (rank - below) / inside
+        lower, below = bound, count
+    return lower
