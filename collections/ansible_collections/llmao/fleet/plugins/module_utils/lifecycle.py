@@ -17,6 +17,7 @@ from enum import StrEnum
 from typing import Any
 
 from .config_file import Lifecycle
+from .vllm_latency import Cumulative
 from .vllm_metrics import ServerMetrics
 
 
@@ -100,14 +101,17 @@ class Probe:
     models: Models
     detail: str = ""
     metrics: ServerMetrics | None = None   # read when it answered with our bearer
+    latency: Cumulative | None = None      # its latency histograms, read with the metrics
 
 
 @dataclass(frozen=True)
 class Memory:
     """What the previous pass left behind (stored by the server between runs).
 
-    The last three are the load's (:mod:`fleet_load`): passes in a row with
-    requests waiting, and the generation counter with the time it was read.
+    The last four are the load's (:mod:`fleet_load`): passes in a row with
+    requests waiting, the generation counter with the time it was read, and the
+    latency histograms as last scraped (:meth:`Cumulative.record`), whose deltas
+    the next pass reads.
     """
 
     state: State | None = None
@@ -117,6 +121,7 @@ class Memory:
     waiting_passes: int = 0
     generation_tokens_total: int | None = None
     generation_counted_at: float | None = None
+    latency_seen: Mapping[str, Any] | None = None
 
     def record(self) -> dict[str, Any]:
         """The memory as JSON, as the server keeps it between passes."""
@@ -133,7 +138,9 @@ class Memory:
                    int(record.get("rejected_passes") or 0), record.get("last_healthy_at"),
                    int(record.get("waiting_passes") or 0),
                    _remembered(record.get("generation_tokens_total")),
-                   _remembered(record.get("generation_counted_at")))
+                   _remembered(record.get("generation_counted_at")),
+                   record.get("latency_seen") if isinstance(record.get("latency_seen"), Mapping)
+                   else None)
 
 
 def _remembered(value: Any) -> Any:

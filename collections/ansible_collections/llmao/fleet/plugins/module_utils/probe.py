@@ -24,6 +24,7 @@ from dataclasses import dataclass, field, replace
 
 from .lifecycle import Models, Probe
 from .listings import Endpoint
+from .vllm_latency import read_latency
 from .vllm_metrics import read_metrics
 
 # Probing is waiting on sockets: a thread each costs little, and every extra wave of a
@@ -145,8 +146,10 @@ def probe_one(target: Target, connect_timeout: float, timeout: float,
         probe = _models_probe(health_ok, status, body, target.served_model_name)
         if not scraping or status != 200:
             return probe
-        return replace(probe, metrics=read_metrics(_exposition(connection), body,
-                                                   target.served_model_name, scraped_at))
+        exposition = _exposition(connection)
+        return replace(probe, metrics=read_metrics(exposition, body, target.served_model_name,
+                                                   scraped_at),
+                       latency=read_latency(exposition))
     finally:
         connection.close()
 

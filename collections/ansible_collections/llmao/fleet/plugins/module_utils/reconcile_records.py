@@ -20,6 +20,7 @@ from .lifecycle import Memory, Models, Probe
 from .listings import EntryProblem, ListedBox, Listings, index_listings
 from .litellm_routes import Route
 from .rollout import Turn
+from .vllm_latency import Cumulative
 from .vllm_metrics import MetricsRecordError, ServerMetrics
 
 
@@ -118,7 +119,8 @@ def route_from_record(record: Any) -> Route:
 
 def probe_record(probe: Probe) -> dict[str, Any]:
     return {"health_ok": probe.health_ok, "models": probe.models.value, "detail": probe.detail,
-            "metrics": probe.metrics.record() if probe.metrics else None}
+            "metrics": probe.metrics.record() if probe.metrics else None,
+            "latency": probe.latency.record() if probe.latency else None}
 
 
 def probe_from_record(record: Any, what: str = "probe") -> Probe:
@@ -135,7 +137,12 @@ def probe_from_record(record: Any, what: str = "probe") -> Probe:
         metrics = None if metrics is None else ServerMetrics.from_record(metrics)
     except MetricsRecordError as exc:
         raise RecordError(f"{what}: {exc}") from None
-    return Probe(record["health_ok"], models, str(record.get("detail") or ""), metrics)
+    try:
+        latency = record.get("latency")
+        latency = None if latency is None else Cumulative.from_record(latency)
+    except MetricsRecordError as exc:
+        raise RecordError(f"{what}: {exc}") from None
+    return Probe(record["health_ok"], models, str(record.get("detail") or ""), metrics, latency)
 
 
 def probes_from_record(record: Any) -> dict[str, Probe]:

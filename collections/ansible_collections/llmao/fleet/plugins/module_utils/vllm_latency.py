@@ -26,6 +26,7 @@ from types import MappingProxyType
 from typing import Any
 
 from .prometheus_text import ExpositionError, Sample, parse_exposition
+from .vllm_metrics import MetricsRecordError
 
 # Figure name → vLLM's histogram names, newest first (before 0.11 vLLM called the
 # inter-token latency time_per_output_token).
@@ -46,7 +47,7 @@ MAX_COUNT = 2**53
 Buckets = tuple[tuple[float, float], ...]
 
 
-class LatencyRecordError(ValueError):
+class LatencyRecordError(MetricsRecordError):
     """A latency record does not have the shape its ``record`` writes."""
 
 
@@ -206,22 +207,46 @@ def _is_count(value: Any) -> bool:
         and math.isfinite(value) and 0 <= value <= MAX_COUNT
 
 
-def interval_latency(previous: Cumulative | None, current: Cumulative | None) -> Latency:
+Scrapes = tuple[Cumulative | None, Cumulative | None]
+
+
+def interval_latency(scrapes: Iterable[Scrapes]) -> Latency:
     """The p50 and p95 of each histogram's bucket deltas between two scrapes, and the
-    preemptions between them; None for what either scrape lacks or nobody asked."""
-    if previous is None or current is None:
+    preemptions between them, over one server's pair of scrapes or the sum of several
+    servers' (a model's); None for what any scrape lacks or nobody asked."""
+    pairs = list(scrapes)
+    if not pairs or any(before is None or after is None for before, after in pairs):
         return Latency()
     figures: dict[str, float | None] = {}
     for figure in HISTOGRAMS:
-        delta = _delta(previous.histograms.get(figure), current.histograms.get(figure))
+        delta = _merged([_delta(before.histograms.get(figure), after.histograms.get(figure))
+                         for before, after in pairs])
         for suffix, quantile in QUANTILES:
             figures[f"{figure}_{suffix}_s"] = None if delta is None else \
                 bucket_quantile(quantile, delta)
-    preemptions = None
-    if previous.preemptions_total is not None and current.preemptions_total is not None:
-        grown = current.preemptions_total - previous.preemptions_total
-        preemptions = int(current.preemptions_total if grown < 0 else grown)
+    grown = [_grown(before.preemptions_total, after.preemptions_total)
+             for before, after in pairs]
+    preemptions = None if None in grown else int(sum(grown))
     return Latency(**figures, preemptions=preemptions)
+
+
+def _grown(before: float | None, after: float | None) -> float | None:
+    """A counter's growth; all of ``after`` when it went back (vLLM restarted)."""
+    if before is None or after is None:
+        return None
+    return after if after < before else after - before
+
+
+def _merged(deltas: list[Buckets | None]) -> Buckets | None:
+    """Several servers' deltas as one histogram; None when one lacks it or their buckets
+    differ (different vLLM versions)."""
+    if not deltas or None in deltas:
+        return None
+    bounds = [bound for bound, _count in deltas[0]]
+    if any([bound for bound, _count in delta] != bounds for delta in deltas):
+        return None
+    return tuple((bound, math.fsum(delta[index][1] for delta in deltas))
+                 for index, bound in enumerate(bounds))
 
 
 def _delta(before: Buckets | None, after: Buckets | None) -> Buckets | None:

@@ -76,7 +76,7 @@ def test_quantiles_come_from_the_deltas_not_the_totals():
     before = read_latency(REAL)
     # 10 requests since: 9 between 0.25 and 0.5 s, one between 1 and 2.5 s.
     after = read_latency(with_requests(REAL, {0.5: 9, 2.5: 1}))
-    latency = interval_latency(before, after)
+    latency = interval_latency([(before, after)])
     assert latency.ttft_p50_s == pytest.approx(0.25 + 0.25 * 5 / 9)
     assert latency.ttft_p95_s == pytest.approx(1.0 + 1.5 * 0.5)
     assert latency.preemptions == 3
@@ -90,10 +90,10 @@ def test_quantiles_come_from_the_deltas_not_the_totals():
 def test_a_restart_counts_from_zero_and_a_first_scrape_knows_nothing():
     busy = read_latency(with_requests(REAL, {0.5: 9, 2.5: 1}))
     restarted = read_latency(REAL)  # fewer requests than before: vLLM started again
-    assert interval_latency(busy, restarted).ttft_p50_s == pytest.approx(0.01)
-    assert interval_latency(busy, restarted).preemptions == 0
-    assert interval_latency(None, busy) == Latency()
-    assert interval_latency(busy, None) == Latency()
+    assert interval_latency([(busy, restarted)]).ttft_p50_s == pytest.approx(0.01)
+    assert interval_latency([(busy, restarted)]).preemptions == 0
+    assert interval_latency([(None, busy)]) == Latency()
+    assert interval_latency([(busy, None)]) == Latency()
 
 
 @pytest.mark.parametrize("line", [
@@ -142,3 +142,15 @@ def test_records_survive_json_and_refuse_garbage():
 def test_a_quantile_in_the_inf_bucket_is_the_largest_bound():
     assert bucket_quantile(0.95, ((1.0, 0.0), (2.0, 1.0), (math.inf, 10.0))) == 2.0
     assert bucket_quantile(0.5, ((1.0, 0.0), (math.inf, 0.0))) is None
+
+
+def test_a_models_latency_sums_its_servers_deltas():
+    before = read_latency(REAL)
+    fast = read_latency(with_requests(REAL, {0.5: 9}))
+    slow = read_latency(with_requests(REAL, {2.5: 9}))
+    model = interval_latency([(before, fast), (before, slow)])
+    assert model.ttft_p50_s == pytest.approx(0.5)  # rank 9 of 18: the end of the fast bucket
+    assert model.ttft_p95_s == pytest.approx(1.0 + 1.5 * (17.1 - 9) / 9)
+    assert model.preemptions == 6
+    assert interval_latency([(before, fast), (None, slow)]) == Latency(), \
+        "a server without a figure makes the model's unknown"
