@@ -192,6 +192,42 @@ def pass_metrics(last: ReconcilePass) -> Iterator[Metric]:
     yield box_cost
 
 
+# The latency figures (vllm_latency.Latency) as series: name, help, figure prefix.
+LATENCY_SERIES = (
+    ("time_to_first_token_seconds", "Time to first token over the last pass interval.",
+     "ttft"),
+    ("e2e_request_latency_seconds", "End-to-end request latency over the last pass interval.",
+     "e2e"),
+    ("inter_token_latency_seconds", "Inter-token latency over the last pass interval.", "itl"),
+)
+QUANTILE_LABELS = (("0.5", "p50"), ("0.95", "p95"))
+
+
+class LatencyFamilies:
+    """``llmao_<scope>_<latency>{..., quantile}`` and ``llmao_<scope>_preemptions``."""
+
+    def __init__(self, scope: str, labels: list[str]):
+        self.quantiles = {figure: GaugeMetricFamily(
+            f"llmao_{scope}_{name}", f"{text} Quantiles of vLLM's histogram deltas between "
+            "two passes.", labels=[*labels, "quantile"]) for name, text, figure in LATENCY_SERIES}
+        self.preemptions = GaugeMetricFamily(
+            f"llmao_{scope}_preemptions", "Requests vLLM preempted over the last pass "
+            "interval.", labels=labels)
+
+    def add(self, labels: list[str], latency: Any) -> None:
+        """The known figures of a :class:`Latency` (None: all unknown)."""
+        if latency is None:
+            return
+        for figure, family in self.quantiles.items():
+            for quantile, suffix in QUANTILE_LABELS:
+                add_known(family, [*labels, quantile], getattr(latency, f"{figure}_{suffix}_s"))
+        add_known(self.preemptions, labels, latency.preemptions)
+
+    def families(self) -> Iterator[Metric]:
+        yield from self.quantiles.values()
+        yield self.preemptions
+
+
 def server_labels(verdict: Mapping[str, Any]) -> list[str] | None:
     """box, server, model of a verdict; None for one without them (not a server's)."""
     labels = [verdict.get("box"), verdict.get("name"), verdict.get("model_name")]
@@ -221,6 +257,7 @@ def server_metrics(verdicts: Mapping[str, Mapping[str, Any]],
     }
     verdict_families = {name: GaugeMetricFamily(name, text, labels=list(SERVER_LABELS))
                         for name, (text, _) in verdict_gauges.items()}
+    latencies = LatencyFamilies("server", list(SERVER_LABELS))
     for key, verdict in verdicts.items():
         labels = server_labels(verdict)
         if labels is None:
@@ -234,6 +271,7 @@ def server_metrics(verdicts: Mapping[str, Mapping[str, Any]],
             continue
         for name, (_, field) in verdict_gauges.items():
             add_known(verdict_families[name], labels, getattr(load, field))
+        latencies.add(labels, load.latency)
         if load.metrics is None:
             continue
         for name, _, field in SERVER_GAUGES:
@@ -245,6 +283,7 @@ def server_metrics(verdicts: Mapping[str, Mapping[str, Any]],
     yield from gauges.values()
     yield from counters.values()
     yield from verdict_families.values()
+    yield from latencies.families()
 
 
 def model_metrics(models: Mapping[str, Any]) -> Iterator[Metric]:
@@ -253,12 +292,15 @@ def model_metrics(models: Mapping[str, Any]) -> Iterator[Metric]:
     saturated = GaugeMetricFamily("llmao_model_saturated", "1 when the model needs another "
                                   "box (one of its Healthy servers is saturated).",
                                   labels=["model"])
+    latencies = LatencyFamilies("model", ["model"])
     for model, load in models.items():
         for name, _, field in MODEL_GAUGES:
             add_known(families[name], [model], getattr(load, field))
         add_known(saturated, [model], load.saturated)
+        latencies.add([model], load.latency)
     yield from families.values()
     yield saturated
+    yield from latencies.families()
 
 
 def add_known(family: GaugeMetricFamily | CounterMetricFamily, labels: list[str],

@@ -49,6 +49,11 @@ def of_the_fleet(seen: dict) -> dict:
             if not key[0].startswith(("process_", "llmao_box_api_", "llmao_build_info"))}
 
 
+def at(labels: tuple[tuple[str, str], ...], quantile: str) -> tuple[tuple[str, str], ...]:
+    """``labels`` with a quantile, sorted as :func:`samples` keys them."""
+    return tuple(sorted((*labels, ("quantile", quantile))))
+
+
 def server(box: str, name: str, model: str) -> tuple[tuple[str, str], ...]:
     return (("box", box), ("model", model), ("server", name))
 
@@ -137,6 +142,22 @@ def test_a_pass_shows_states_loads_verdicts_and_costs(client: FlaskClient,
                 and key[0] == "llmao_box_cost_usd_per_hour"]
     assert not [key for key in seen if "cost_per_hour" in key[0] and "usd" not in key[0]]
     assert ("llmao_model_capacity_requests", (("model", "qwen"),)) not in seen
+    # Latency over the last interval, by quantile; unknown absent.
+    assert seen[("llmao_server_time_to_first_token_seconds", at(gemma, "0.95"))] \
+        == 0.2
+    assert seen[("llmao_server_e2e_request_latency_seconds", at(gemma, "0.5"))] \
+        == 1.5
+    assert ("llmao_server_e2e_request_latency_seconds", at(gemma, "0.95")) \
+        not in seen
+    assert seen[("llmao_server_inter_token_latency_seconds", at(gemma, "0.5"))] \
+        == 0.02
+    assert seen[("llmao_server_preemptions", gemma)] == 1
+    assert not [key for key in seen if "latency" in key[0] or "first_token" in key[0]
+                if dict(key[1]).get("box") == KNOWN and dict(key[1]).get("server") == "qwen"]
+    assert seen[("llmao_model_time_to_first_token_seconds",
+                 (("model", "gemma"), ("quantile", "0.5")))] == 0.05
+    assert seen[("llmao_model_preemptions", (("model", "gemma"),))] == 1
+    assert ("llmao_model_preemptions", (("model", "qwen"),)) not in seen
 
 
 def test_every_worker_answers_the_same(make_app: Callable[..., Flask]) -> None:
