@@ -63,8 +63,11 @@ class Cumulative:
     preemptions_total: float | None = None
 
     def record(self) -> dict[str, Any]:
-        """JSON: bounds as numbers, ``+Inf`` as the string ``"+Inf"``."""
-        return {"histograms": {name: [[_bound_text(bound), count] for bound, count in buckets]
+        """JSON: bounds as numbers, ``+Inf`` as the string ``"+Inf"``; only the buckets whose
+        count differs from the bucket below, and ``+Inf`` (the rest follows from the next
+        scrape's bounds), so that a pass of 10,000 servers stays small."""
+        return {"histograms": {name: [[_bound_text(bound), count]
+                                      for bound, count in _sparse(buckets)]
                                for name, buckets in self.histograms.items()},
                 "preemptions_total": self.preemptions_total}
 
@@ -249,16 +252,36 @@ def _merged(deltas: list[Buckets | None]) -> Buckets | None:
                  for index, bound in enumerate(bounds))
 
 
+def _sparse(buckets: Buckets) -> Buckets:
+    """The buckets whose count differs from the one below, and the last (``+Inf``)."""
+    kept, below = [], 0.0
+    for index, (bound, count) in enumerate(buckets):
+        if count != below or index == len(buckets) - 1:
+            kept.append((bound, count))
+        below = count
+    return tuple(kept)
+
+
 def _delta(before: Buckets | None, after: Buckets | None) -> Buckets | None:
-    """What happened between two scrapes; the whole of ``after`` when vLLM restarted (its
-    count went back, or its buckets changed), None when either lacks the histogram."""
+    """What happened between two scrapes; the whole of ``after`` when vLLM restarted (a
+    count went back, or its buckets changed), None when either lacks the histogram.
+
+    ``before`` may be sparse (:meth:`Cumulative.record`): a bound it lacks has the count
+    of the bound below it.
+    """
     if before is None or after is None:
         return None
-    if [bound for bound, _count in before] != [bound for bound, _count in after] \
-            or after[-1][1] < before[-1][1]:
+    stored = dict(before)
+    if not set(stored) <= {bound for bound, _count in after}:
         return after
-    return tuple((bound, count - old) for (bound, count), (_bound_value, old)
-                 in zip(after, before, strict=True))
+    filled, below = [], 0.0
+    for bound, _count in after:
+        below = stored.get(bound, below)
+        filled.append(below)
+    delta = tuple((bound, count - old) for (bound, count), old in zip(after, filled, strict=True))
+    if any(count < 0 for _bound_value, count in delta):
+        return after
+    return delta
 
 
 def bucket_quantile(quantile: float, buckets: Buckets) -> float | None:

@@ -127,7 +127,11 @@ def test_records_survive_json_and_refuse_garbage():
     import json
 
     read = read_latency(REAL)
-    assert Cumulative.from_record(json.loads(json.dumps(read.record()))) == read
+    stored = Cumulative.from_record(json.loads(json.dumps(read.record())))
+    assert dict(stored.histograms["ttft"]) == {0.01: 1.0, 0.02: 2.0, math.inf: 2.0}, \
+        "only the buckets that differ from the one below are kept"
+    later = read_latency(with_requests(REAL, {0.5: 9, 2.5: 1}))
+    assert interval_latency([(stored, later)]) == interval_latency([(read, later)])
     latency = Latency(ttft_p50_s=0.1, preemptions=2)
     assert Latency.from_record(json.loads(json.dumps(latency.record()))) == latency
     for garbage in ({"histograms": {"ttft": [["x", 1]]}},
