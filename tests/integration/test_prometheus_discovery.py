@@ -62,6 +62,13 @@ def ask(box: str, port: int, key: str, model: str) -> None:
         assert answer.status == 200
 
 
+def check_in(llmao_url: str, fleet_key: str, box: str) -> None:
+    request = urllib.request.Request(f"{llmao_url}/vllm/config", headers={
+        "Authorization": f"Bearer {fleet_key}", "X-LLMAO-Host": box})
+    with urllib.request.urlopen(request, timeout=15) as answer:
+        assert answer.status == 200
+
+
 def example_config(folder: Path, llmao_url: str) -> dict[str, Any]:
     """The shipped example, pointed at this llmao-server, scraping every second."""
     config = yaml.safe_load(EXAMPLE.read_text())
@@ -71,16 +78,18 @@ def example_config(folder: Path, llmao_url: str) -> dict[str, Any]:
     jobs["llmao"].update(scheme="http", authorization={"credentials_file": token_file},
                          static_configs=[{"targets": [llmao_url.removeprefix("http://")]}])
     (sd_config,) = jobs["vllm"]["http_sd_configs"]
-    sd_config.update(url=f"{llmao_url}/metrics/targets", refresh_interval="1s",
-                     authorization={"credentials_file": token_file})
+    sd_config.update(url=f"{llmao_url}/metrics/targets", refresh_interval="1s")
+    sd_config["authorization"]["credentials_file"] = token_file
     shutil.copy(RULES, folder / RULES.name)
     return config
 
 
-@pytest.fixture
-def scraped(tmp_path: Path, fake_litellm: LiteLLMProcess,
+@pytest.fixture(scope="module")
+def scraped(tmp_path_factory: pytest.TempPathFactory, fake_litellm: LiteLLMProcess,
             litellm_master_key: str) -> Iterator[tuple[str, LocalFleet]]:
-    """Prometheus on the example config, after two reconcile passes with requests between."""
+    """Prometheus on the example config, after two reconcile passes with requests between
+    (once for the module: both tests only read)."""
+    tmp_path = tmp_path_factory.mktemp("discovery")
     boxes = loopback_boxes(2)
     local = LocalFleet(tmp_path / "fleet", one_model_hosts(boxes))
     port = free_port()
@@ -101,10 +110,19 @@ def scraped(tmp_path: Path, fake_litellm: LiteLLMProcess,
                         intended.served_model_name)
             second = run_reconcile(local.inventory_path)
             assert second.returncode == 0, second.output
+            for box in fleet.assignments:  # each box checks in, as its box program does
+                check_in(server.url, local.fleet_key, box)
             with run_prometheus(tmp_path, example_config(tmp_path, server.url)) as prometheus:
                 yield prometheus, local
     finally:
         stop_stubs(stubs)
+
+
+def targets(prometheus: str) -> list[tuple[str, str, str]]:
+    """Each active target's job, address and last scrape error, as Prometheus reports them."""
+    active = (api(prometheus, "/api/v1/targets") or {}).get("activeTargets", [])
+    return [(target["labels"].get("job", ""), target["scrapeUrl"], target["lastError"])
+            for target in active]
 
 
 def test_prometheus_finds_and_scrapes_every_vllm(scraped) -> None:
@@ -113,7 +131,8 @@ def test_prometheus_finds_and_scrapes_every_vllm(scraped) -> None:
     expected = {f"box={server.box},model={server.model_name},provider=local,"
                 f"server={server.name}" for server in fleet.servers()}
     up = wait_for(lambda: (found := query(prometheus, 'up{job="vllm"} == 1'))
-                  and set(found) == expected and found, SEEN_TIMEOUT_S)
+                  and set(found) == expected and found, SEEN_TIMEOUT_S,
+                  lambda: f"up: {query(prometheus, 'up')}; targets: {targets(prometheus)}")
     assert set(up) == expected
     running = wait_for(lambda: query(prometheus, "vllm:num_requests_running"), SEEN_TIMEOUT_S)
     assert {dict(pair.split("=", 1) for pair in labels.split(","))["box"] for labels in running} \
