@@ -39,7 +39,7 @@ PREEMPTIONS = "vllm:num_preemptions_total"
 READ = frozenset({f"{name}_bucket" for names in HISTOGRAMS.values() for name in names}
                  | {PREEMPTIONS})
 # A line can only be one of READ's samples if it starts so: the others are skipped before
-# the parser sees them (a real answer is 600 lines, 70 of them read; P7 in docs/metrics.md).
+# the parser sees them (a real answer is 600 lines, 70 of them read: P7, docs/metrics.md).
 READ_PREFIXES = tuple(sorted(READ))
 QUANTILES = (("p50", 0.5), ("p95", 0.95))
 # Bounds on what a server may say: vLLM's histograms have about 20 buckets; a count is a
