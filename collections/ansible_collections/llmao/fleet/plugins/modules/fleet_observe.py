@@ -23,8 +23,8 @@ description:
     engine), where each box publishes its listen ports. A listing that cannot be read is
     reported in RV(listing_failures) and never taken as empty, so no box looks unlisted because
     of it. A 429 or 5xx is tried again (at most 4 calls, waiting as long as the provider asks,
-    20 s at most in all). One entry that cannot be read costs that entry only: the task warns,
-    naming it, and the box it names is neither listed nor unlisted (a bad price costs only the
+    20 s at most in all). One entry that cannot be read costs that entry only (the task warns,
+    naming it), and the box it names is neither listed nor unlisted (a bad price costs only the
     price).
   - From LiteLLM (C(litellm.url), with C(litellm.master_key)), every deployment as
     C(/model/info) shows it, without any key.
