@@ -46,6 +46,7 @@ as vLLM hangs on it: that is the oversized server.
 from __future__ import annotations
 
 import argparse
+import bisect
 import hmac
 import json
 import math
@@ -390,6 +391,52 @@ def too_long(stub: Stub, request: dict) -> dict:
                       "BadRequestError", "input_tokens")
 
 
+# vLLM 0.32's buckets (shared/vectors/vllm-metrics-0.32.txt), in seconds.
+LATENCY_BUCKETS = {
+    "vllm:time_to_first_token_seconds": (
+        0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5,
+        10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0),
+    "vllm:e2e_request_latency_seconds": (
+        0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0,
+        240.0, 480.0, 960.0, 1920.0, 7680.0),
+    "vllm:inter_token_latency_seconds": (
+        0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+        20.0, 40.0, 80.0),
+}
+LATENCY_HELP = {
+    "vllm:time_to_first_token_seconds": "Histogram of time to first token in seconds.",
+    "vllm:e2e_request_latency_seconds": "Histogram of e2e request latency in seconds.",
+    "vllm:inter_token_latency_seconds": "Histogram of inter-token latency in seconds.",
+}
+
+
+class Histogram:
+    """One of vLLM's latency histograms: a count per bucket, the sum and the count."""
+
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        self.bounds = bounds
+        self.counts = [0] * (len(bounds) + 1)
+        self.total = 0.0
+
+    def observe(self, seconds: float, times: int = 1) -> None:
+        self.counts[bisect.bisect_left(self.bounds, seconds)] += times
+        self.total += seconds * times
+
+    def copy(self) -> Histogram:
+        copied = Histogram(self.bounds)
+        copied.counts, copied.total = list(self.counts), self.total
+        return copied
+
+    def lines(self, name: str, labels: str) -> list[str]:
+        """The ``_bucket`` (cumulative, ``+Inf`` last), ``_count`` and ``_sum`` lines."""
+        lines, cumulative = [], 0
+        for bound, count in zip((*map(repr, self.bounds), "+Inf"), self.counts, strict=True):
+            cumulative += count
+            lines.append(f'{name}_bucket{{{labels},le="{bound}"}} {float(cumulative)}')
+        return [*lines, f"{name}_count{{{labels}}} {float(cumulative)}",
+                f"{name}_sum{{{labels}}} {self.total}"]
+
+
 class Scheduler:
     """vLLM's admission rule, in miniature: a request runs when a batch slot and its KV blocks
     are free, and waits otherwise; a request that needs more blocks than the whole cache never
@@ -406,6 +453,7 @@ class Scheduler:
         self.prompt_tokens = 0
         self.generation_tokens = 0
         self.finished = 0
+        self.latencies = {name: Histogram(bounds) for name, bounds in LATENCY_BUCKETS.items()}
 
     def blocks_for(self, tokens: int) -> int:
         return max(1, math.ceil(tokens / self.block_size))
@@ -418,7 +466,9 @@ class Scheduler:
             return {"running": self.running, "waiting": self.waiting,
                     "usage": self.blocks_used / self.gpu_blocks if self.gpu_blocks else 0.0,
                     "prompt": self.prompt_tokens, "generation": self.generation_tokens,
-                    "finished": self.finished}
+                    "finished": self.finished,
+                    "latencies": {name: histogram.copy()
+                                  for name, histogram in self.latencies.items()}}
 
 
 class ServedRequest:
@@ -429,6 +479,8 @@ class ServedRequest:
         self.prompt = prompt
         self.generated = generated
         self.blocks = scheduler.blocks_for(prompt + generated)
+        self.arrived = time.monotonic()
+        self.started = self.arrived
 
     def fits(self) -> bool:
         scheduler = self.scheduler
@@ -443,6 +495,7 @@ class ServedRequest:
             scheduler.waiting -= 1
             scheduler.running += 1
             scheduler.blocks_used += self.blocks
+        self.started = time.monotonic()
         return self
 
     def __exit__(self, *exc_info: object) -> None:
@@ -453,7 +506,18 @@ class ServedRequest:
             scheduler.prompt_tokens += self.prompt
             scheduler.generation_tokens += self.generated
             scheduler.finished += 1
+            self.observe_latencies(time.monotonic())
             scheduler.changed.notify_all()
+
+    def observe_latencies(self, ended: float) -> None:
+        """As vLLM times a request: its first token right after it starts running (the stub's
+        prefill is instant), its other tokens evenly over the rest of its stay."""
+        latencies = self.scheduler.latencies
+        latencies["vllm:time_to_first_token_seconds"].observe(self.started - self.arrived)
+        latencies["vllm:e2e_request_latency_seconds"].observe(ended - self.arrived)
+        if self.generated > 1:
+            latencies["vllm:inter_token_latency_seconds"].observe(
+                (ended - self.started) / (self.generated - 1), self.generated - 1)
 
 
 def exposition(stub: Stub) -> str:
@@ -482,10 +546,15 @@ def exposition(stub: Stub) -> str:
         ("vllm:cache_config_info", "gauge", "Information of the LLMEngine CacheConfig",
          [(cache, 1)]),
     ]
+    families.append(("vllm:num_preemptions_total", "counter",
+                     "Cumulative number of preemption from the engine.", [(labels, 0)]))
     lines = []
     for name, kind, help_text, samples in families:
         lines += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}"]
         lines += [f"{name}{{{sample_labels}}} {float(value)}" for sample_labels, value in samples]
+    for name, histogram in now["latencies"].items():
+        lines += [f"# HELP {name} {LATENCY_HELP[name]}", f"# TYPE {name} histogram",
+                  *histogram.lines(name, labels)]
     return "\n".join(lines) + "\n"
 
 

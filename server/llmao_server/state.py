@@ -15,6 +15,7 @@ from ansible_collections.llmao.fleet.plugins.module_utils.fleet import Fleet
 from ansible_collections.llmao.fleet.plugins.module_utils.hostnames import normalize_host
 from ansible_collections.llmao.fleet.plugins.module_utils.intent import BoxAssignment
 
+from .box_api_stats import BoxApiStats
 from .recorder import FetchRecorder
 from .redaction import Redactor
 from .store import Approval, StateStore
@@ -43,6 +44,8 @@ class ServerState:
         self.store = store
         self.redact = Redactor.for_settings(fleet.settings)
         self.recorder = FetchRecorder(store, redact=self.redact)
+        # Made here, in the arbiter that preloads the app, so every worker forked shares it.
+        self.box_api_stats = BoxApiStats()
         # Decided and encoded once: the gate checks it on every request. None: no usable
         # key is configured (missing, empty or a placeholder), so every fetch answers 503.
         self.fleet_key: bytes | None = (
