@@ -4,13 +4,20 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.llmao-setup
 
-.PHONY: setup litellm-venv demo demo-stop test lint sanity bench clean
+.PHONY: setup litellm-venv setup-vllm demo demo-stop test lint sanity bench clean
 
 setup: $(STAMP) litellm-venv
 
 # The real LiteLLM proxy the tests and the demo run, in its own environment (~750 MB).
 litellm-venv:
 	@bash rig/litellm_venv.sh
+
+# The real vLLM (CPU build, ~2.5 GB) and the tiny model its tests serve, both made once; the
+# tests that need them are skipped, with the reason, where they are missing.
+setup-vllm:
+	@bash rig/vllm_venv.sh
+	@if [ -x .venv-vllm/bin/vllm ]; then mkdir -p .cache/tiny-llama.tmp && \
+		TMPDIR=.cache/tiny-llama.tmp .venv-vllm/bin/python rig/tiny_model.py .cache/tiny-llama; fi
 
 $(STAMP): pyproject.toml requirements.yml
 	@echo "==> creating $(VENV) and installing llmao fleet (editable) with its test tools"
@@ -27,7 +34,7 @@ demo: setup
 demo-stop:
 	@$(BIN)/python -m demo stop
 
-test: setup
+test: setup setup-vllm
 	@$(BIN)/python -m pytest
 
 # ruff, then ansible-lint's production profile (settings in .ansible-lint; offline).
@@ -44,4 +51,4 @@ bench: setup
 	@$(BIN)/python -m bench
 
 clean:
-	rm -rf $(VENV) .venv-litellm .pytest_cache .ruff_cache
+	rm -rf $(VENV) .venv-litellm .venv-vllm .cache/tiny-llama* .pytest_cache .ruff_cache

@@ -57,6 +57,8 @@ def layer_entries() -> list[LayerEntry]:
         LayerEntry("usr/bin/nvidia-smi", 0o755, (STUB_DIR / "stub_nvidia_smi.py").read_bytes()),
         # Behaviour files (vllm.json, gpu.json) are put here per box before it starts.
         LayerEntry("etc/llmao-stub", 0o755),
+        LayerEntry("etc/llmao-stub/vllm-serve-flags.txt", 0o644,
+                   (STUB_DIR / "vllm_serve_flags.txt").read_bytes()),
     ]
 
 

@@ -50,6 +50,7 @@ as vLLM hangs on it: that is the oversized server.
 from __future__ import annotations
 
 import argparse
+import bisect
 import hmac
 import json
 import math
@@ -67,6 +68,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
 
 DEFAULT_BEHAVIOUR_FILE = "/etc/llmao-stub/vllm.json"
+# vLLM's own list of `serve` options (rig/vllm_serve_flags.py makes it from the real parser):
+# beside this file in the repository, in /etc/llmao-stub in the box image.
+FLAGS_FILES = (os.path.join(os.path.dirname(os.path.abspath(__file__)), "vllm_serve_flags.txt"),
+               "/etc/llmao-stub/vllm-serve-flags.txt")
 FAILURE_MODES = (None, "exit", "health_500", "reject")
 DEFAULT_MAX_MODEL_LEN = 8192
 # vLLM's defaults for the KV block size and the scheduler's batch; the stub's cache: 64k tokens.
@@ -140,6 +145,56 @@ def refused_argument(argv: list[str], refused: tuple[str, ...]) -> str | None:
     return None
 
 
+def known_options() -> frozenset[str] | None:
+    """The options real `vllm serve` accepts (FLAGS_FILES, or $STUB_VLLM_FLAGS), or None when
+    no list is found: then every option is taken, as the stub did before it had one."""
+    for path in (os.environ.get("STUB_VLLM_FLAGS"), *FLAGS_FILES):
+        if path and os.path.isfile(path):
+            with open(path, encoding="utf-8") as handle:
+                return frozenset(line.strip() for line in handle
+                                 if line.startswith("--") and line.strip())
+    return None
+
+
+def unrecognized(words: list[str], known: frozenset[str]) -> list[str]:
+    """The options vLLM's parser would not recognize, as it reads them: the name up to a `.`
+    (which starts a JSON sub-key) with `_` read as `-`, and argparse's unique prefixes."""
+    unknown = []
+    for word in words:
+        if not word.startswith("--"):
+            continue
+        option = word.partition("=")[0]
+        name = "--" + option[2:].split(".", 1)[0].replace("_", "-")
+        if name not in known and sum(flag.startswith(name) for flag in known) != 1:
+            unknown.append(option)
+    return unknown
+
+
+def model_limit(model: str) -> int | None:
+    """The context a local model folder allows (its config.json's max_position_embeddings), or
+    None for a hub name or a folder that does not say."""
+    try:
+        with open(os.path.join(model, "config.json"), encoding="utf-8") as handle:
+            limit = json.load(handle).get("max_position_embeddings")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return limit if isinstance(limit, int) and limit > 0 else None
+
+
+def context_problem(args: argparse.Namespace) -> str | None:
+    """vLLM's refusal at start of a --max-model-len above the model's own limit; without the
+    flag the context is the model's limit (DEFAULT_MAX_MODEL_LEN when it is not known)."""
+    limit = model_limit(args.model)
+    if args.max_model_len is None:
+        args.max_model_len = limit or DEFAULT_MAX_MODEL_LEN
+    if limit is None or args.max_model_len <= limit \
+            or os.environ.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN") == "1":
+        return None
+    return (f"User-specified max_model_len ({args.max_model_len}) is greater than the derived "
+            f"max_model_len (max_position_embeddings={limit} in model's config.json). To "
+            "allow overriding this maximum, set the env var VLLM_ALLOW_LONG_MAX_MODEL_LEN=1.")
+
+
 def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     """vLLM's `serve` command line; flags the stub has no use for are accepted and returned."""
     parser = argparse.ArgumentParser(prog="vllm", allow_abbrev=False)
@@ -150,7 +205,7 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     serve.add_argument("--port", type=int, default=8000)
     serve.add_argument("--served-model-name", nargs="+")
     serve.add_argument("--gpu-memory-utilization", type=float, default=0.9)
-    serve.add_argument("--max-model-len", type=int, default=DEFAULT_MAX_MODEL_LEN)
+    serve.add_argument("--max-model-len", type=int)
     serve.add_argument("--block-size", type=int, default=DEFAULT_BLOCK_SIZE)
     serve.add_argument("--num-gpu-blocks-override", type=int, default=DEFAULT_GPU_BLOCKS)
     serve.add_argument("--max-num-seqs", type=int, default=DEFAULT_MAX_NUM_SEQS)
@@ -176,19 +231,22 @@ class Stub:
         self.pipeline_parallel_size: int = args.pipeline_parallel_size
         self.behaviour = behaviour
         key = os.environ.get("VLLM_API_KEY", "")
-        self.expected_auth = f"Bearer {key}".encode() if key else None
+        self.expected_key = key.encode() if key else None
         self.box = os.environ.get("LLMAO_BOX_NAME") or socket.gethostname()
         self.created = int(time.time())
         self.scheduler = Scheduler(args.num_gpu_blocks_override, args.block_size,
                                    args.max_num_seqs)
 
     def authorized(self, header: str | None) -> bool:
-        """vLLM's rule: with a key configured, the whole header must be `Bearer <key>`."""
+        """vLLM's rule: with a key configured, the header is `<scheme> <key>`, the scheme
+        `Bearer` in any case (vLLM 0.32's middleware compares it lowercased), the key whole."""
         if self.behaviour.fail == "reject":
             return False
-        if self.expected_auth is None:
+        if self.expected_key is None:
             return True
-        return hmac.compare_digest((header or "").encode(), self.expected_auth)
+        scheme, _, token = (header or "").partition(" ")
+        return scheme.lower() == "bearer" and hmac.compare_digest(token.encode(),
+                                                                   self.expected_key)
 
     def devices(self) -> dict:
         """The cards this process was given, for `GET /stub/devices`."""
@@ -225,7 +283,8 @@ class Stub:
         if isinstance(wanted, int) and wanted > len(words):
             words += ["token"] * (min(wanted, self.max_model_len) - len(words))
         limit = request.get("max_tokens")
-        if isinstance(limit, int) and 0 < limit < len(words):
+        if isinstance(limit, int) and 0 < limit <= len(words):
+            # vLLM says "length" whenever the answer reached max_tokens, even exactly.
             return words[:limit], "length"
         return words, "stop"
 
@@ -331,10 +390,59 @@ def wants_usage(request: dict) -> bool:
 
 def too_long(stub: Stub, request: dict) -> dict:
     """vLLM's refusal of a prompt longer than the served context."""
+    tokens = prompt_tokens(request)
     return error_body(HTTPStatus.BAD_REQUEST,
                       f"This model's maximum context length is {stub.max_model_len} tokens. "
-                      f"However, your request has {prompt_tokens(request)} input tokens.",
-                      "BadRequestError")
+                      f"However, your prompt contains at least {tokens} input tokens, which "
+                      "exceeds this limit even without any output tokens. Please reduce the "
+                      f"length of the input prompt. (parameter=input_tokens, value={tokens})",
+                      "BadRequestError", "input_tokens")
+
+
+# vLLM 0.32's buckets (shared/vectors/vllm-metrics-0.32.txt), in seconds.
+LATENCY_BUCKETS = {
+    "vllm:time_to_first_token_seconds": (
+        0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5,
+        10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0),
+    "vllm:e2e_request_latency_seconds": (
+        0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0,
+        240.0, 480.0, 960.0, 1920.0, 7680.0),
+    "vllm:inter_token_latency_seconds": (
+        0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+        20.0, 40.0, 80.0),
+}
+LATENCY_HELP = {
+    "vllm:time_to_first_token_seconds": "Histogram of time to first token in seconds.",
+    "vllm:e2e_request_latency_seconds": "Histogram of e2e request latency in seconds.",
+    "vllm:inter_token_latency_seconds": "Histogram of inter-token latency in seconds.",
+}
+
+
+class Histogram:
+    """One of vLLM's latency histograms: a count per bucket, the sum and the count."""
+
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        self.bounds = bounds
+        self.counts = [0] * (len(bounds) + 1)
+        self.total = 0.0
+
+    def observe(self, seconds: float, times: int = 1) -> None:
+        self.counts[bisect.bisect_left(self.bounds, seconds)] += times
+        self.total += seconds * times
+
+    def copy(self) -> Histogram:
+        copied = Histogram(self.bounds)
+        copied.counts, copied.total = list(self.counts), self.total
+        return copied
+
+    def lines(self, name: str, labels: str) -> list[str]:
+        """The ``_bucket`` (cumulative, ``+Inf`` last), ``_count`` and ``_sum`` lines."""
+        lines, cumulative = [], 0
+        for bound, count in zip((*map(repr, self.bounds), "+Inf"), self.counts, strict=True):
+            cumulative += count
+            lines.append(f'{name}_bucket{{{labels},le="{bound}"}} {float(cumulative)}')
+        return [*lines, f"{name}_count{{{labels}}} {float(cumulative)}",
+                f"{name}_sum{{{labels}}} {self.total}"]
 
 
 class Scheduler:
@@ -353,6 +461,7 @@ class Scheduler:
         self.prompt_tokens = 0
         self.generation_tokens = 0
         self.finished = 0
+        self.latencies = {name: Histogram(bounds) for name, bounds in LATENCY_BUCKETS.items()}
 
     def blocks_for(self, tokens: int) -> int:
         return max(1, math.ceil(tokens / self.block_size))
@@ -365,7 +474,9 @@ class Scheduler:
             return {"running": self.running, "waiting": self.waiting,
                     "usage": self.blocks_used / self.gpu_blocks if self.gpu_blocks else 0.0,
                     "prompt": self.prompt_tokens, "generation": self.generation_tokens,
-                    "finished": self.finished}
+                    "finished": self.finished,
+                    "latencies": {name: histogram.copy()
+                                  for name, histogram in self.latencies.items()}}
 
 
 class ServedRequest:
@@ -376,6 +487,8 @@ class ServedRequest:
         self.prompt = prompt
         self.generated = generated
         self.blocks = scheduler.blocks_for(prompt + generated)
+        self.arrived = time.monotonic()
+        self.started = self.arrived
 
     def fits(self) -> bool:
         scheduler = self.scheduler
@@ -390,6 +503,7 @@ class ServedRequest:
             scheduler.waiting -= 1
             scheduler.running += 1
             scheduler.blocks_used += self.blocks
+        self.started = time.monotonic()
         return self
 
     def __exit__(self, *exc_info: object) -> None:
@@ -400,7 +514,18 @@ class ServedRequest:
             scheduler.prompt_tokens += self.prompt
             scheduler.generation_tokens += self.generated
             scheduler.finished += 1
+            self.observe_latencies(time.monotonic())
             scheduler.changed.notify_all()
+
+    def observe_latencies(self, ended: float) -> None:
+        """As vLLM times a request: its first token right after it starts running (the stub's
+        prefill is instant), its other tokens evenly over the rest of its stay."""
+        latencies = self.scheduler.latencies
+        latencies["vllm:time_to_first_token_seconds"].observe(self.started - self.arrived)
+        latencies["vllm:e2e_request_latency_seconds"].observe(ended - self.arrived)
+        if self.generated > 1:
+            latencies["vllm:inter_token_latency_seconds"].observe(
+                (ended - self.started) / (self.generated - 1), self.generated - 1)
 
 
 def exposition(stub: Stub) -> str:
@@ -429,15 +554,22 @@ def exposition(stub: Stub) -> str:
         ("vllm:cache_config_info", "gauge", "Information of the LLMEngine CacheConfig",
          [(cache, 1)]),
     ]
+    families.append(("vllm:num_preemptions_total", "counter",
+                     "Cumulative number of preemption from the engine.", [(labels, 0)]))
     lines = []
     for name, kind, help_text, samples in families:
         lines += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}"]
         lines += [f"{name}{{{sample_labels}}} {float(value)}" for sample_labels, value in samples]
+    for name, histogram in now["latencies"].items():
+        lines += [f"# HELP {name} {LATENCY_HELP[name]}", f"# TYPE {name} histogram",
+                  *histogram.lines(name, labels)]
     return "\n".join(lines) + "\n"
 
 
-def error_body(status: HTTPStatus, message: str, kind: str) -> dict:
-    return {"error": {"message": message, "type": kind, "param": None, "code": status.value}}
+def error_body(status: HTTPStatus, message: str, kind: str, param: str | None = None) -> dict:
+    """vLLM's error shape; ``param`` names the field at fault as vLLM does (``model``,
+    ``input_tokens``, ``body.<field>`` for a request that fails validation)."""
+    return {"error": {"message": message, "type": kind, "param": param, "code": status.value}}
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -452,7 +584,9 @@ class Handler(BaseHTTPRequestHandler):
         if path == "/health":
             self.health()
         elif path == "/metrics":
-            self.answer(HTTPStatus.OK, self.stub.metrics().encode(), "text/plain; version=0.0.4")
+            # What vLLM 0.32's prometheus_client sends (the text format, version 1.0.0).
+            self.answer(HTTPStatus.OK, self.stub.metrics().encode(),
+                        "text/plain; version=1.0.0; charset=utf-8")
         elif path == "/v1/models":
             if self.check_auth():
                 self.answer_json(HTTPStatus.OK, self.stub.models())
@@ -478,10 +612,11 @@ class Handler(BaseHTTPRequestHandler):
             self.answer_json(HTTPStatus.NOT_FOUND, {"detail": "Not Found"})
 
     def health(self) -> None:
+        """An empty answer without a content type, as vLLM's."""
         if self.stub.behaviour.fail == "health_500":
-            self.answer(HTTPStatus.INTERNAL_SERVER_ERROR, b"")
+            self.answer(HTTPStatus.INTERNAL_SERVER_ERROR, b"", None)
         else:
-            self.answer(HTTPStatus.OK, b"")
+            self.answer(HTTPStatus.OK, b"", None)
 
     def check_auth(self) -> bool:
         if self.stub.authorized(self.headers.get("Authorization")):
@@ -525,15 +660,18 @@ class Handler(BaseHTTPRequestHandler):
         except ValueError:
             request = None
         if not isinstance(request, dict) or not isinstance(request.get(field), kind):
+            # vLLM's request validation answers with the type "Bad Request".
             self.answer_json(HTTPStatus.BAD_REQUEST,
-                             error_body(HTTPStatus.BAD_REQUEST, problem, "BadRequestError"))
+                             error_body(HTTPStatus.BAD_REQUEST, problem, "Bad Request",
+                                        f"body.{field}"))
             return None
         model = request.get("model")
         if model is not None and model not in self.stub.served_names:
             self.answer_json(
                 HTTPStatus.NOT_FOUND,
                 error_body(
-                    HTTPStatus.NOT_FOUND, f"The model `{model}` does not exist.", "NotFoundError"
+                    HTTPStatus.NOT_FOUND, f"The model `{model}` does not exist. Valid aliases: "
+                    f"{', '.join(self.stub.served_names)}.", "NotFoundError", "model"
                 ),
             )
             return None
@@ -576,11 +714,13 @@ class Handler(BaseHTTPRequestHandler):
     def answer_json(self, status: HTTPStatus, payload: object) -> None:
         self.answer(status, json.dumps(payload).encode(), "application/json")
 
-    def answer(self, status: HTTPStatus, body: bytes, content_type: str = "text/plain") -> None:
+    def answer(self, status: HTTPStatus, body: bytes,
+               content_type: str | None = "text/plain") -> None:
         if self.stub.behaviour.answer_delay_s:
             time.sleep(self.stub.behaviour.answer_delay_s)
         self.send_response(status)
-        self.send_header("Content-Type", content_type)
+        if content_type is not None:
+            self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
@@ -652,6 +792,14 @@ def serve(argv: list[str]) -> int:
     behaviour = load_behaviour(behaviour_file, args.port)
     if args.api_key is not None:
         say("--api-key on the command line is ignored: pass the key in VLLM_API_KEY")
+    known = known_options()
+    unknown = [] if known is None else unrecognized(ignored, known)
+    if unknown:
+        # vLLM's argparse error, word for word, and its exit status.
+        print(f"vllm: error: unrecognized arguments: {' '.join(unknown)}", file=sys.stderr)
+        return 2
+    if known is None:
+        say("no list of vLLM's options found: every option is taken")
     if ignored:
         say(f"ignoring arguments the stub has no use for: {' '.join(ignored)}")
     if behaviour.fail == "exit":
@@ -664,6 +812,10 @@ def serve(argv: list[str]) -> int:
     if bool(args.ssl_keyfile) != bool(args.ssl_certfile):
         say("error: --ssl-keyfile and --ssl-certfile go together")
         return 2
+    problem = context_problem(args)
+    if problem is not None:
+        say(f"error: {problem}")
+        return 1
     stub = Stub(args, behaviour)
     say(f"loading {stub.model} (takes {behaviour.load_delay_s} s)")
     time.sleep(behaviour.load_delay_s)

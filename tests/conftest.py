@@ -1,7 +1,11 @@
-"""Session fixtures shared by every test: the container engine, the box image, box factories.
+"""Session fixtures shared by every test: the container engine, the box image, box factories,
+the real vLLM.
 
 Docker tests (`@pytest.mark.docker`) ask for `box_factory`. Without dockerd installed they skip
 with the reason, except in CI (`CI=true`), which installs it: there a missing engine fails.
+Real-vLLM tests (`@pytest.mark.vllm`) ask for `real_vllm`, one server shared by the session;
+where `make setup-vllm` found no CPU torch wheel they skip with its reason, and in CI an
+environment never set up fails.
 """
 
 from __future__ import annotations
@@ -12,8 +16,10 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from rig import dockerd
+from rig import real_vllm as real
 from rig.box_image import ensure_box_image
 from rig.boxes import Box, LocalStub, start_box, start_local_stub
+from rig.fleet_files import strong_secret
 
 
 @pytest.fixture(scope="session")
@@ -64,3 +70,34 @@ def local_stub_factory() -> Iterator[Callable[..., LocalStub]]:
     yield start
     for stub in stubs:
         stub.stop()
+
+
+def need_real_vllm() -> None:
+    """Skip (or, in CI, fail) with the reason when the real vLLM cannot run here."""
+    reason = real.missing()
+    if reason is None:
+        return
+    if os.environ.get("CI") == "true" and not real.said_missing():
+        pytest.fail(f"CI must run `make setup-vllm` first: {reason}")
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def real_vllm_installed() -> None:
+    """The real vLLM's environment and model are here (else skipped, or failed in CI)."""
+    need_real_vllm()
+
+
+@pytest.fixture(scope="session")
+def real_vllm(real_vllm_installed: None,
+              tmp_path_factory: pytest.TempPathFactory) -> Iterator[real.RealVllm]:
+    """One real `vllm serve` of the tiny model for the whole session (a start costs a minute
+    or two): tests read it and never change it."""
+    server = real.start_real_vllm(tmp_path_factory.mktemp("real-vllm"),
+                                  served_name=real.SERVED_NAME,
+                                  api_key=strong_secret("vllm-key-"))
+    try:
+        server.wait_ready()
+        yield server
+    finally:
+        server.stop()

@@ -19,7 +19,7 @@ from flask import Flask
 from ansible_collections.llmao.fleet.plugins.module_utils.config_errors import ConfigError
 from ansible_collections.llmao.fleet.plugins.module_utils.fleet import Fleet, load_fleet
 
-from . import admin_api, fleet_metrics, health
+from . import admin_api, fleet_metrics, health, scrape_targets
 from .access_log import AccessLog
 from .api_errors import flask_error_handler
 from .box_api import ROUTES, BoxApi
@@ -50,6 +50,7 @@ def create_app(test_config: Mapping[str, Any] | None = None) -> Flask:
     app.register_blueprint(health.bp)
     app.register_blueprint(admin_api.bp)
     app.register_blueprint(fleet_metrics.bp)
+    app.register_blueprint(scrape_targets.bp)
     init_dashboard(app)
     store.close()  # a worker forked from this process opens its own connection
     # Flask's routes answer errors in the box API's JSON shape.

@@ -227,8 +227,10 @@ class BoxApi:
                  start_response: Callable[..., Any]) -> Iterable[bytes]:
         if not environ.get("PATH_INFO", "").startswith(PREFIX):
             return self.inner(environ, start_response)
+        started = time.perf_counter()
         request = BoxRequest(environ)
         status, body, headers = self.answer(request)
+        self.state.box_api_stats.observe(request.path, status, time.perf_counter() - started)
         # A 304 has no body, so no length or type of one (RFC 9110 15.4.5).
         described = ([] if status == HTTPStatus.NOT_MODIFIED else
                      [("Content-Type", JSON), ("Content-Length", str(len(body)))])

@@ -16,7 +16,6 @@ import logging
 import os
 import sys
 from collections.abc import Mapping
-from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 from flask import Flask
@@ -26,12 +25,12 @@ from ansible_collections.llmao.fleet.plugins.module_utils.fleet import Fleet, lo
 
 from .addresses import is_loopback
 from .app import SETTINGS_FROM_ENVIRONMENT, create_app
+from .build_info import package_version
 from .gunicorn_app import READ_TIMEOUT_S, GunicornServer, gunicorn_options
 from .logs import LOG_FORMATS, SERVER_LOGGER, gunicorn_log_options, log_to_stderr
 from .store import StoreError, open_store
 
 PROG = "llmao-server"
-DISTRIBUTION = "llmao-fleet"
 RELOAD_LOGGER = f"{SERVER_LOGGER}.reload"
 
 
@@ -74,13 +73,6 @@ def environment_defaults(environ: Mapping[str, str]) -> dict[str, str]:
     """``LLMAO_CONFIG`` → ``config``, …: the app factory's settings as the options' defaults."""
     return {key.removeprefix("LLMAO_").lower(): environ[key]
             for key in SETTINGS_FROM_ENVIRONMENT if environ.get(key)}
-
-
-def package_version() -> str:
-    try:
-        return version(DISTRIBUTION)
-    except PackageNotFoundError:  # run from a checkout that was never installed
-        return "unknown"
 
 
 def bind_host(bind: str) -> str:

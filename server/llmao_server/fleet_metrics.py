@@ -1,10 +1,12 @@
 """``GET /metrics``: the fleet in Prometheus text, for Grafana and Alertmanager.
 
-Every scrape builds its answer from the shared store, through a collector made
-for that scrape: nothing is kept in a process, so every worker and every
-instance on one database answers the same. Figures reconcile could not read
-are left out (a missing series), never written as 0. ``docs/metrics.md`` lists
-the series; ``docs/alerts/llmao-rules.yml`` alerts on them.
+Every scrape builds the fleet's figures from the shared store, through a
+collector made for that scrape: none is kept in a process, so every worker and
+every instance on one database answers the same. Only the server's own figures
+are not the store's: the box API's counts (:mod:`.box_api_stats`, shared by the
+workers of one server) and the answering worker's ``process_*`` series. Figures
+reconcile could not read are left out (a missing series), never written as 0.
+``docs/metrics.md`` lists the series; ``docs/alerts/llmao-rules.yml`` alerts on them.
 
 ``metrics.token`` in ``config.yaml`` is the bearer a scraper presents; without
 one the endpoint answers loopback peers only (a Prometheus on the same machine).
@@ -19,7 +21,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from flask import Blueprint, Response, request
-from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
@@ -33,6 +35,7 @@ from ansible_collections.llmao.fleet.plugins.module_utils.vllm_metrics import (
 from .addresses import is_loopback
 from .api_errors import RequestRefused
 from .bearer_header import presented_bearer
+from .build_info import package_version
 from .cert_expiry import certificate_expiries
 from .dashboard.fleet_view import Observed, strangers
 from .state import ServerState, app_state
@@ -72,10 +75,10 @@ MODEL_GAUGES = (
      "oversized"),
     ("llmao_model_generation_tokens_per_second", "Tokens its Healthy servers generate per second.",
      "generation_tokens_per_s"),
-    ("llmao_model_cost_per_hour", "What its servers cost per hour (their boxes' shares).",
-     "cost_per_hour"),
-    ("llmao_model_cost_per_million_generated_tokens", "Its cost per million generated tokens.",
-     "cost_per_million_tokens"),
+    ("llmao_model_cost_usd_per_hour", "What its servers cost per hour in USD (their boxes' "
+     "shares).", "cost_per_hour"),
+    ("llmao_model_cost_usd_per_million_generated_tokens", "Its cost in USD per million "
+     "generated tokens.", "cost_per_million_tokens"),
 )
 
 
@@ -84,6 +87,7 @@ def metrics() -> Response:
     require_scraper(app_state().fleet.settings.metrics_token)
     registry = CollectorRegistry(auto_describe=False)
     registry.register(FleetCollector(app_state(), time.time()))
+    ProcessCollector(registry=registry)  # this worker's CPU, memory and open files
     return Response(generate_latest(registry), 200, content_type=CONTENT_TYPE_LATEST,
                     headers={"Cache-Control": "no-store"})
 
@@ -112,6 +116,11 @@ class FleetCollector:
         self.now = now
 
     def collect(self) -> Iterator[Metric]:
+        build = GaugeMetricFamily("llmao_build_info", "Always 1; the version label says which "
+                                  "llmao fleet answers.", labels=["version"])
+        build.add_metric([package_version()], 1)
+        yield build
+        yield from self.state.box_api_stats.metrics()
         last = self.state.store.last_pass()
         approvals = self.state.store.approvals()
         unknown = strangers(self.state.fleet, Observed(unknown=self.state.store.unknown_boxes(),
@@ -120,6 +129,15 @@ class FleetCollector:
                                 "Names presenting the fleet key that are not in fleet.hosts "
                                 "nor approved.", value=len(unknown))
         yield from binding_metrics(self.state)
+        served = set(self.state.fleet.assignments) | {approval.box for approval in approvals}
+        yield from box_checkins(served, self.state.store.fetch_times(),
+                                self.state.store.check_times(),
+                                self.state.store.applied_reports())
+        follow_s = self.state.fleet.settings.rollout.follow_s
+        if follow_s is not None:
+            yield GaugeMetricFamily("llmao_rollout_follow_interval_seconds",
+                                    "How often a following box checks its assignment "
+                                    "(rollout.follow_s).", value=follow_s)
         if last is None:
             return  # no pass yet: every figure reconcile gives is unknown
         yield GaugeMetricFamily("llmao_reconcile_last_pass_timestamp_seconds",
@@ -139,6 +157,26 @@ def binding_metrics(state: ServerState) -> Iterator[Metric]:
     for conflict in state.store.binding_conflicts():
         claims.add_metric([conflict.box], conflict.count)
     yield claims
+
+
+def box_checkins(served: set[str], fetches: Mapping[str, float], checks: Mapping[str, float],
+                 applied: Mapping[str, Any]) -> Iterator[Metric]:
+    """Per box of the fleet: when it last asked for its config (a fetch or a follow check)
+    and when it last reported an applied revision; a box that never did has no sample."""
+    fetched = GaugeMetricFamily("llmao_box_last_fetch_timestamp_seconds",
+                                "When the box last asked for its config (GET /vllm/config, "
+                                "a fetch or a follow check).", labels=["box"])
+    reported = GaugeMetricFamily("llmao_box_last_applied_timestamp_seconds",
+                                 "When the box last reported the revision it applied "
+                                 "(POST /vllm/applied).", labels=["box"])
+    for box in sorted(served):
+        asked = [when for when in (fetches.get(box), checks.get(box)) if when is not None]
+        if asked:
+            fetched.add_metric([box], max(asked))
+        if box in applied:
+            reported.add_metric([box], applied[box].reported_at)
+    yield fetched
+    yield reported
 
 
 def pass_metrics(last: ReconcilePass) -> Iterator[Metric]:
@@ -168,12 +206,48 @@ def pass_metrics(last: ReconcilePass) -> Iterator[Metric]:
     for box, when in certificate_expiries(last.verdicts).items():
         expiry.add_metric([box], when)
     yield expiry
-    box_cost = GaugeMetricFamily("llmao_box_cost_per_hour", "A box's price per hour (USD).",
+    box_cost = GaugeMetricFamily("llmao_box_cost_usd_per_hour", "A box's price per hour in USD.",
                                  labels=["box", "provider"])
     for box, cost in boxes.items():
         if cost.cost_per_hour is not None:
             box_cost.add_metric([box, cost.provider], cost.cost_per_hour)
     yield box_cost
+
+
+# The latency figures (vllm_latency.Latency) as series: name, help, figure prefix.
+LATENCY_SERIES = (
+    ("time_to_first_token_seconds", "Time to first token over the last pass interval.",
+     "ttft"),
+    ("e2e_request_latency_seconds", "End-to-end request latency over the last pass interval.",
+     "e2e"),
+    ("inter_token_latency_seconds", "Inter-token latency over the last pass interval.", "itl"),
+)
+QUANTILE_LABELS = (("0.5", "p50"), ("0.95", "p95"))
+
+
+class LatencyFamilies:
+    """``llmao_<scope>_<latency>{..., quantile}`` and ``llmao_<scope>_preemptions``."""
+
+    def __init__(self, scope: str, labels: list[str]):
+        self.quantiles = {figure: GaugeMetricFamily(
+            f"llmao_{scope}_{name}", f"{text} Quantiles of vLLM's histogram deltas between "
+            "two passes.", labels=[*labels, "quantile"]) for name, text, figure in LATENCY_SERIES}
+        self.preemptions = GaugeMetricFamily(
+            f"llmao_{scope}_preemptions", "Requests vLLM preempted over the last pass "
+            "interval.", labels=labels)
+
+    def add(self, labels: list[str], latency: Any) -> None:
+        """The known figures of a :class:`Latency` (None: all unknown)."""
+        if latency is None:
+            return
+        for figure, family in self.quantiles.items():
+            for quantile, suffix in QUANTILE_LABELS:
+                add_known(family, [*labels, quantile], getattr(latency, f"{figure}_{suffix}_s"))
+        add_known(self.preemptions, labels, latency.preemptions)
+
+    def families(self) -> Iterator[Metric]:
+        yield from self.quantiles.values()
+        yield self.preemptions
 
 
 def server_labels(verdict: Mapping[str, Any]) -> list[str] | None:
@@ -184,8 +258,11 @@ def server_labels(verdict: Mapping[str, Any]) -> list[str] | None:
 
 def server_metrics(verdicts: Mapping[str, Mapping[str, Any]],
                    loads: Mapping[str, Any]) -> Iterator[Metric]:
-    up = GaugeMetricFamily("llmao_server_up", "1 when the server is Healthy, else 0; the state "
-                           "label says which.", labels=[*SERVER_LABELS, "state"])
+    up = GaugeMetricFamily("llmao_server_up", "1 when the server is Healthy, else 0.",
+                           labels=list(SERVER_LABELS))
+    in_state = GaugeMetricFamily("llmao_server_state", "1 for the server's state in the latest "
+                                 "pass, 0 for every other state.",
+                                 labels=[*SERVER_LABELS, "state"])
     gauges = {name: GaugeMetricFamily(name, text, labels=list(SERVER_LABELS))
               for name, text, _ in SERVER_GAUGES}
     counters = {name: CounterMetricFamily(name, text, labels=list(SERVER_LABELS))
@@ -197,22 +274,26 @@ def server_metrics(verdicts: Mapping[str, Mapping[str, Any]],
                                    "full.", "saturated"),
         "llmao_server_generation_tokens_per_second": ("Tokens generated per second since the "
                                                       "pass before.", "generation_tokens_per_s"),
-        "llmao_server_cost_per_hour": ("The server's share of its box's price per hour.",
-                                       "cost_per_hour"),
+        "llmao_server_cost_usd_per_hour": ("The server's share of its box's price per hour, "
+                                           "in USD.", "cost_per_hour"),
     }
     verdict_families = {name: GaugeMetricFamily(name, text, labels=list(SERVER_LABELS))
                         for name, (text, _) in verdict_gauges.items()}
+    latencies = LatencyFamilies("server", list(SERVER_LABELS))
     for key, verdict in verdicts.items():
         labels = server_labels(verdict)
         if labels is None:
             continue
         state = str(verdict.get("state"))
-        up.add_metric([*labels, state], 1 if state == State.HEALTHY.value else 0)
+        up.add_metric(labels, 1 if state == State.HEALTHY.value else 0)
+        for each in State:
+            in_state.add_metric([*labels, each.value], 1 if state == each.value else 0)
         load = loads.get(key)
         if load is None:
             continue
         for name, (_, field) in verdict_gauges.items():
             add_known(verdict_families[name], labels, getattr(load, field))
+        latencies.add(labels, load.latency)
         if load.metrics is None:
             continue
         for name, _, field in SERVER_GAUGES:
@@ -220,9 +301,11 @@ def server_metrics(verdicts: Mapping[str, Mapping[str, Any]],
         for name, _, field in SERVER_COUNTERS:
             add_known(counters[name], labels, getattr(load.metrics, field))
     yield up
+    yield in_state
     yield from gauges.values()
     yield from counters.values()
     yield from verdict_families.values()
+    yield from latencies.families()
 
 
 def model_metrics(models: Mapping[str, Any]) -> Iterator[Metric]:
@@ -231,12 +314,15 @@ def model_metrics(models: Mapping[str, Any]) -> Iterator[Metric]:
     saturated = GaugeMetricFamily("llmao_model_saturated", "1 when the model needs another "
                                   "box (one of its Healthy servers is saturated).",
                                   labels=["model"])
+    latencies = LatencyFamilies("model", ["model"])
     for model, load in models.items():
         for name, _, field in MODEL_GAUGES:
             add_known(families[name], [model], getattr(load, field))
         add_known(saturated, [model], load.saturated)
+        latencies.add([model], load.latency)
     yield from families.values()
     yield saturated
+    yield from latencies.families()
 
 
 def add_known(family: GaugeMetricFamily | CounterMetricFamily, labels: list[str],

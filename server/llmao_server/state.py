@@ -16,6 +16,7 @@ from ansible_collections.llmao.fleet.plugins.module_utils.hostnames import norma
 from ansible_collections.llmao.fleet.plugins.module_utils.intent import BoxAssignment
 
 from .binding_cache import BindingCache
+from .box_api_stats import BoxApiStats
 from .recorder import FetchRecorder
 from .redaction import Redactor
 from .store import Approval, StateStore
@@ -47,6 +48,8 @@ class ServerState:
         self.bindings = BindingCache(store)
         # Decided once: every box call asks it (fleet.binding, docs/box-identity.md).
         self.binds_boxes = fleet.settings.binds_boxes
+        # Made here, in the arbiter that preloads the app, so every worker forked shares it.
+        self.box_api_stats = BoxApiStats()
         # Decided and encoded once: the gate checks it on every request. None: no usable
         # key is configured (missing, empty or a placeholder), so every fetch answers 503.
         self.fleet_key: bytes | None = (

@@ -19,15 +19,17 @@ import time
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from llmao_server.build_info import package_version
 from rig.boxes import free_port
 from rig.processes import stop_child
 from tests.llmao_process import LlmaoServer, start_llmao_server
-from tests.server.fleet_pair import ADMIN_TOKEN, CONFIG, KNOWN, LEGACY, write_pair
+from tests.server.fleet_pair import ADMIN_TOKEN, CONFIG, KNOWN, LEGACY, box_headers, write_pair
 from tests.server.loaded_pass import a_pass, pass_document
 
 PROMETHEUS = shutil.which("prometheus")
@@ -55,11 +57,9 @@ def llmao(tmp_path: Path) -> Iterator[LlmaoServer]:
 @pytest.fixture
 def prometheus(tmp_path: Path, llmao: LlmaoServer) -> Iterator[str]:
     """Prometheus scraping ``llmao`` every second; yields its API's base URL."""
-    token_file = tmp_path / "metrics-token"
-    token_file.write_text(METRICS_TOKEN)
-    token_file.chmod(0o600)
+    token_file = write_token(tmp_path, METRICS_TOKEN)
     shutil.copy(RULES, tmp_path / RULES.name)
-    (tmp_path / "prometheus.yml").write_text(json.dumps({
+    with run_prometheus(tmp_path, {
         "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
         "rule_files": [RULES.name],
         "scrape_configs": [{
@@ -67,13 +67,29 @@ def prometheus(tmp_path: Path, llmao: LlmaoServer) -> Iterator[str]:
             "authorization": {"credentials_file": str(token_file)},
             "static_configs": [{"targets": [llmao.url.removeprefix("http://")]}],
         }],
-    }))
+    }) as url:
+        yield url
+
+
+def write_token(folder: Path, token: str) -> Path:
+    """The metrics token in a file only its owner reads, as Prometheus's credentials_file."""
+    token_file = folder / "metrics-token"
+    token_file.write_text(token)
+    token_file.chmod(0o600)
+    return token_file
+
+
+@contextmanager
+def run_prometheus(folder: Path, config: dict[str, Any]) -> Iterator[str]:
+    """Debian's Prometheus on loopback with ``config`` (its files beside it in ``folder``)
+    and a throwaway data folder, until ready; yields its API's base URL, stops it by PID."""
+    (folder / "prometheus.yml").write_text(json.dumps(config))
     port = free_port("127.0.0.1")
-    log_path = tmp_path / "prometheus.log"
+    log_path = folder / "prometheus.log"
     with open(log_path, "wb") as log:
         process = subprocess.Popen(
-            [PROMETHEUS or "prometheus", f"--config.file={tmp_path / 'prometheus.yml'}",
-             f"--storage.tsdb.path={tmp_path / 'data'}",
+            [PROMETHEUS or "prometheus", f"--config.file={folder / 'prometheus.yml'}",
+             f"--storage.tsdb.path={folder / 'data'}",
              f"--web.listen-address=127.0.0.1:{port}"],
             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
@@ -135,7 +151,7 @@ def test_prometheus_scrapes_llmao_server_and_the_rules_fire(llmao: LlmaoServer,
                          f"box={LEGACY},model=gemma,server=gemma": 0.0}
     assert query(prometheus, "llmao_model_saturated") == {"model=gemma": 0.0, "model=qwen": 1.0}
     assert query(prometheus, 'llmao_servers{state="Healthy"}') == {"state=Healthy": 3.0}
-    assert query(prometheus, "llmao_box_cost_per_hour") == {
+    assert query(prometheus, "llmao_box_cost_usd_per_hour") == {
         f"box={KNOWN},provider=local": 0.8, f"box={LEGACY},provider=local": 0.6}
     # The unknown KV size of qwen is absent, not 0.
     assert set(query(prometheus, "llmao_server_kv_cache_tokens")) == {
@@ -146,3 +162,30 @@ def test_prometheus_scrapes_llmao_server_and_the_rules_fire(llmao: LlmaoServer,
                                if alert["labels"]["alertname"] == "LlmaoServerOversized"
                                and alert["state"] == "firing"], SEEN_TIMEOUT_S)
     assert [alert["labels"]["box"] for alert in firing] == [KNOWN]
+
+
+def fetch_config(server: LlmaoServer) -> None:
+    request = urllib.request.Request(f"{server.url}/vllm/config", headers=box_headers())
+    with urllib.request.urlopen(request, timeout=15) as answer:
+        assert answer.status == 200
+
+
+def test_every_worker_counts_into_the_same_box_api_counters(llmao: LlmaoServer,
+                                                             prometheus: str) -> None:
+    """Scrapes land on each of the three workers; the counts they show never disagree."""
+    fetches = 6
+    for _ in range(fetches):
+        fetch_config(llmao)
+    config_2xx = 'llmao_box_api_requests_total{path="/vllm/config",code="2xx"}'
+    wait_for(lambda: query(prometheus, config_2xx) == {"code=2xx,path=/vllm/config": fetches},
+             SEEN_TIMEOUT_S)
+    time.sleep(5)  # five more scrapes, on whichever workers
+    for over_time in ("min_over_time", "max_over_time"):
+        assert query(prometheus, f"{over_time}({config_2xx}[5s])") == {
+            "code=2xx,path=/vllm/config": fetches}
+    counted = query(prometheus, 'llmao_box_api_request_duration_seconds_count'
+                                '{path="/vllm/config"}')
+    assert counted == {"path=/vllm/config": fetches}
+    assert query(prometheus, "llmao_build_info") == {f"version={package_version()}": 1.0}
+    assert query(prometheus, "process_start_time_seconds > 0")
+    assert query(prometheus, f'llmao_box_last_fetch_timestamp_seconds{{box="{KNOWN}"}}')

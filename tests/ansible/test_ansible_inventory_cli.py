@@ -171,7 +171,10 @@ def test_listings_say_where_to_ssh_to_each_box(ansible, provider_api, tmp_path: 
                                                            "203.0.113.11"}
     assert groups["llmao_provider_runpod"]["hosts"] == ["podxyz1"]
     assert "__ansible_unsafe" not in done.stdout
-    assert sorted(provider_api.seen) == [("/runpod/pods", f"Bearer {RUNPOD_KEY}"),
+    assert (hostvars["podxyz1"]["llmao_provider_status"],
+            hostvars["podxyz1"]["llmao_interruptible"]) == ("running", False)
+    assert sorted(provider_api.seen) == [("/runpod/pods?includeClusterPods=true",
+                                          f"Bearer {RUNPOD_KEY}"),
                                          ("/vast/instances/", f"Bearer {VAST_KEY}")]
     assert VAST_KEY not in done.stdout + done.stderr and RUNPOD_KEY not in done.stdout
     assert_no_secret(done.stdout + done.stderr)

@@ -96,6 +96,20 @@ def test_each_model_shows_capacity_load_cost_and_a_chart(page_html: str) -> None
     assert "<script" not in chart and "http" not in chart.replace("http://www.w3.org", "")
 
 
+def test_latency_and_preemptions_on_model_cards_and_server_rows(page_html: str) -> None:
+    """The last interval's p50 / p95 (loaded_pass.LATENCY); unknown is a dash, never 0."""
+    gemma = model_card(page_html, "gemma")
+    for shown in ('class="ttft">50 ms / 200 ms<', 'class="e2e">1.5 s / —<',
+                  'class="itl">20 ms / 40 ms<', 'class="preemptions">1<'):
+        assert shown in gemma
+    qwen = model_card(page_html, "qwen")
+    assert 'class="ttft">— / —<' in qwen and 'class="preemptions">—<' in qwen
+    row = server_row(page_html, KNOWN, "gemma")
+    assert re.search(r'class="num latency" title="TTFT p50 50 ms, E2E p50 1.5 s, ITL p50 / p95 '
+                     r'20 ms / 40 ms, 1 preemption\(s\)">200 ms / —<', row)
+    assert '<td class="num latency">— / —</td>' in server_row(page_html, OTHER_KNOWN, "qwen")
+
+
 def test_the_strip_says_what_to_change(page_html: str) -> None:
     strip = re.search(r'<section class="attention".*?</section>', page_html, flags=re.S).group(0)
     oversized = re.search(r'<article class="problem oversized">.*?</article>', strip,

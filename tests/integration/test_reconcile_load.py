@@ -113,8 +113,8 @@ def test_oversized_saturated_and_healthy_in_one_pass(tmp_path: Path, real_litell
     assert seen[("llmao_model_saturated", "roomy")] == 0
     assert seen[("llmao_server_kv_cache_tokens", "roomy")] == 65536
     assert seen[("llmao_server_up", "roomy")] == 1
-    assert seen[("llmao_model_cost_per_hour", "busy")] == 0.8
-    assert ("llmao_model_cost_per_hour", "roomy") not in seen  # no price: absent, not 0
+    assert seen[("llmao_model_cost_usd_per_hour", "busy")] == 0.8
+    assert ("llmao_model_cost_usd_per_hour", "roomy") not in seen  # no price: absent, not 0
     strip = dashboard[dashboard.index('<section class="attention"'):]
     strip = strip[:strip.index("</section>")]
     assert f"{big_box} big :8001" in strip and "its KV cache holds 128 tokens" in strip

@@ -274,6 +274,47 @@ def test_an_address_two_vast_instances_share_is_flagged_and_never_dialled(
     assert not [r.id for r in litellm.routes() if first_box in r.id]
 
 
+def test_a_throttled_listing_with_a_bad_entry_and_a_preempted_bid_bends(
+        local, serving, server, litellm):
+    """Issue 24 item 5 and issue 18 item 7: Vast answers 429 first (retried as it asks), one
+    entry is malformed (skipped, named), one price is garbage (only the price is lost), and
+    the silent box is a bid Vast stopped: Preempted, in the output and the attention strip."""
+    from rig.provider_api import serve_provider_api, vast_instance
+    from tests.reliability.admin_http import login, request
+
+    first_box, silent_box = boxes_of(local)
+    page = {"instances": [
+        {**vast_instance(11, first_box, {8001: 8001}), "dph_total": "cheap"},
+        {"id": 12, "public_ipaddr": "192.0.2.77", "ports": {"8001/tcp": "garbage"}},
+        vast_instance(13, silent_box, {8001: 8001}, price=0.3, status="exited", bid=True),
+    ], "next_token": None}
+    with serve_provider_api() as api:
+        api.answer("/vast/instances/", page)
+        api.throttle("/vast/instances/", 2, headers={"Retry-After": "1"})
+        local.write(providers={"vast": {"api_key": "vast-key-for-the-test",
+                                        "url": f"{api.url}/vast"}})
+        done = reconcile(local)
+        asked = api.requests_to("/vast/instances/")
+    assert done.returncode == 0, done.output
+    assert asked == 3, "two 429s waited out, then read"
+    assert "vast listing could not be read" not in done.output
+    assert ("vast: instances[1] (vast 12): ports['8001/tcp'] is not a list of bindings: "
+            "skipped; the rest of the listing stands") in done.output
+    assert "vast: instances[0] (vast 11): 'cheap' is not a price per hour: its price is " \
+           "unknown" in done.output
+    assert f"{silent_box} {MODEL}-8001 ({MODEL}, 8001 -> {silent_box}:8001): Preempted: " \
+           "preempted: the provider stopped it" in done.output
+    assert [r.id for r in litellm.routes() if first_box in r.id] == \
+        [f"llmao:{first_box}:8001:{MODEL}-8001"], "the rest of the listing stands"
+    cookie = login(server, local.admin_token).cookie() or ""
+    page_html = request(server, "GET", "/fleet", headers={"Cookie": cookie}).text
+    strip = page_html.split('class="attention"', 1)[1].split("</section>", 1)[0]
+    assert 'class="problem preempted"' in strip and silent_box in strip
+    assert "the provider stopped this interruptible instance" in strip
+    exposition = request(server, "GET", "/metrics").text
+    assert 'llmao_servers{state="Preempted"} 1.0' in exposition
+
+
 # --- one pass at a time, fleet-wide ------------------------------------------------------------
 
 OTHER_PASS = "other-controller pid 4242"

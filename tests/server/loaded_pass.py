@@ -31,13 +31,19 @@ def metrics(kv_tokens: int | None, usage: float | None, waiting: int | None) -> 
             "generation_tokens_total": 900, "max_model_len": 32768, "scraped_at": time.time()}
 
 
+# gemma's latency over the last interval; its e2e p95 is unknown (absent, never 0).
+LATENCY = {"ttft_p50_s": 0.05, "ttft_p95_s": 0.2, "e2e_p50_s": 1.5, "e2e_p95_s": None,
+           "itl_p50_s": 0.02, "itl_p95_s": 0.04, "preemptions": 1}
+
+
 def a_pass(now: float) -> ReconcilePass:
     """One server of each kind: oversized, saturated, healthy, Stalled (never scraped)."""
     return ReconcilePass(
         now - 30,
         {GEMMA: scraped(KNOWN, 8001, "gemma", "Healthy", metrics=metrics(2048, 0.25, 0),
                         context_len=32768, oversized=True, saturated=False,
-                        generation_tokens_per_s=12.5, cost_per_hour=0.4),
+                        generation_tokens_per_s=12.5, cost_per_hour=0.4,
+                        latency=LATENCY),
          QWEN: scraped(KNOWN, 8002, "qwen", "Healthy",
                        metrics=metrics(None, 0.97, 7), context_len=32768, oversized=None,
                        saturated=True, waiting_passes=4, cost_per_hour=0.4),
@@ -52,7 +58,7 @@ def a_pass(now: float) -> ReconcilePass:
         {"gemma": {"servers": 2, "healthy": 2, "kv_cache_tokens": 67584, "capacity": 2,
                    "requests_running": 4, "requests_waiting": 0, "oversized": 1,
                    "saturated": False, "generation_tokens_per_s": 52.5, "cost_per_hour": 1.0,
-                   "cost_per_million_tokens": 5.291},
+                   "cost_per_million_tokens": 5.291, "latency": LATENCY},
          "qwen": {"servers": 2, "healthy": 1, "requests_running": 2, "requests_waiting": 7,
                   "oversized": 0, "saturated": True}},
         {KNOWN: {"provider": "local", "cost_per_hour": 0.8, "source": "config"},

@@ -16,9 +16,18 @@ from flask import Flask
 from flask.testing import FlaskClient
 from prometheus_client.parser import text_string_to_metric_families
 
+from llmao_server.build_info import package_version
 from llmao_server.state import ServerState, app_state
-from llmao_server.store import UnknownBox
-from tests.server.fleet_pair import CONFIG, FLEET_KEY, KNOWN, OTHER_KNOWN, UNKNOWN
+from llmao_server.store import AppliedReport, UnknownBox
+from tests.server.fleet_pair import (
+    CONFIG,
+    FLEET_KEY,
+    KNOWN,
+    OTHER_KNOWN,
+    UNKNOWN,
+    box_headers,
+    config,
+)
 from tests.server.loaded_pass import a_pass
 
 METRICS_TOKEN = secrets.token_urlsafe(32)
@@ -32,6 +41,17 @@ def samples(answer) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     return {(sample.name, tuple(sorted(sample.labels.items()))): sample.value
             for family in text_string_to_metric_families(answer.get_data(as_text=True))
             for sample in family.samples}
+
+
+def of_the_fleet(seen: dict) -> dict:
+    """The samples that say something of the fleet: not the process's nor the box API's own."""
+    return {key: value for key, value in seen.items()
+            if not key[0].startswith(("process_", "llmao_box_api_", "llmao_build_info"))}
+
+
+def at(labels: tuple[tuple[str, str], ...], quantile: str) -> tuple[tuple[str, str], ...]:
+    """``labels`` with a quantile, sorted as :func:`samples` keys them."""
+    return tuple(sorted((*labels, ("quantile", quantile))))
 
 
 def server(box: str, name: str, model: str) -> tuple[tuple[str, str], ...]:
@@ -71,7 +91,11 @@ def test_before_any_pass_only_what_the_server_saw_is_there(client: FlaskClient,
                                                            state: ServerState) -> None:
     state.store.note_unknown([UnknownBox(UNKNOWN, 1.0, 2.0, 3)])
     seen = samples(client.get("/metrics"))
-    assert seen == {("llmao_unknown_boxes", ()): 1.0, ("llmao_bound_boxes", ()): 0.0}
+    assert of_the_fleet(seen) == {("llmao_unknown_boxes", ()): 1.0,
+                                  ("llmao_bound_boxes", ()): 0.0}
+    assert seen[("llmao_build_info", (("version", package_version()),))] == 1
+    assert seen[("process_cpu_seconds_total", ())] > 0
+    assert seen[("process_resident_memory_bytes", ())] > 0
 
 
 def test_a_pass_shows_states_loads_verdicts_and_costs(client: FlaskClient,
@@ -84,8 +108,15 @@ def test_a_pass_shows_states_loads_verdicts_and_costs(client: FlaskClient,
     assert seen[("llmao_servers", (("state", "Healthy"),))] == 3
     assert seen[("llmao_servers", (("state", "Stalled"),))] == 1
     assert seen[("llmao_servers", (("state", "Rejected"),))] == 0
-    assert seen[("llmao_server_up", (*gemma, ("state", "Healthy")))] == 1
-    assert seen[("llmao_server_up", (*other, ("state", "Stalled")))] == 0
+    assert seen[("llmao_server_up", gemma)] == 1
+    assert seen[("llmao_server_up", other)] == 0
+    assert seen[("llmao_server_state", (*gemma, ("state", "Healthy")))] == 1
+    assert seen[("llmao_server_state", (*other, ("state", "Stalled")))] == 1
+    assert seen[("llmao_server_state", (*other, ("state", "Healthy")))] == 0
+    assert sum(value for (name, labels), value in seen.items()
+               if name == "llmao_server_state" and labels[:3] == other) == 1
+    assert len([key for key in seen if key[0] == "llmao_server_state"
+                and key[1][:3] == other]) == 9, "one series per state, 0 or 1"
     assert seen[("llmao_server_kv_cache_tokens", gemma)] == 2048
     assert seen[("llmao_server_kv_cache_usage_ratio", gemma)] == 0.25
     assert seen[("llmao_server_requests_waiting", qwen)] == 7
@@ -94,32 +125,50 @@ def test_a_pass_shows_states_loads_verdicts_and_costs(client: FlaskClient,
     assert seen[("llmao_server_saturated", qwen)] == 1
     assert seen[("llmao_model_saturated", (("model", "qwen"),))] == 1
     assert seen[("llmao_model_capacity_requests", (("model", "gemma"),))] == 2
-    assert seen[("llmao_model_cost_per_million_generated_tokens", (("model", "gemma"),))] \
+    assert seen[("llmao_model_cost_usd_per_million_generated_tokens", (("model", "gemma"),))] \
         == 5.291
     assert seen[("llmao_drift", (("kind", "orphan_route"),))] == 2
     assert seen[("llmao_drift", (("kind", "revision_behind"),))] == 1
     assert seen[("llmao_drift", (("kind", "model_mismatch"),))] == 0
-    assert seen[("llmao_box_cost_per_hour", (("box", KNOWN), ("provider", "local")))] == 0.8
+    assert seen[("llmao_box_cost_usd_per_hour", (("box", KNOWN), ("provider", "local")))] == 0.8
     assert seen[("llmao_reconcile_last_pass_timestamp_seconds", ())] == pytest.approx(now - 30)
     assert seen[("llmao_unknown_boxes", ())] == 0
     # Unknown is absent, never 0: qwen's KV size and oversized, the unscraped server's
     # figures, the unpriced box, qwen-served's capacity.
     assert ("llmao_server_kv_cache_tokens", qwen) not in seen
     assert ("llmao_server_oversized", qwen) not in seen
-    assert not [key for key in seen if key[1] == other and key[0] != "llmao_server_up"]
+    assert not [key for key in seen if key[1][:3] == other
+                and key[0] not in ("llmao_server_up", "llmao_server_state")]
     assert not [key for key in seen if dict(key[1]).get("box") == OTHER_KNOWN
-                and key[0] == "llmao_box_cost_per_hour"]
+                and key[0] == "llmao_box_cost_usd_per_hour"]
+    assert not [key for key in seen if "cost_per_hour" in key[0] and "usd" not in key[0]]
     assert ("llmao_model_capacity_requests", (("model", "qwen"),)) not in seen
+    # Latency over the last interval, by quantile; unknown absent.
+    assert seen[("llmao_server_time_to_first_token_seconds", at(gemma, "0.95"))] \
+        == 0.2
+    assert seen[("llmao_server_e2e_request_latency_seconds", at(gemma, "0.5"))] \
+        == 1.5
+    assert ("llmao_server_e2e_request_latency_seconds", at(gemma, "0.95")) \
+        not in seen
+    assert seen[("llmao_server_inter_token_latency_seconds", at(gemma, "0.5"))] \
+        == 0.02
+    assert seen[("llmao_server_preemptions", gemma)] == 1
+    assert not [key for key in seen if "latency" in key[0] or "first_token" in key[0]
+                if dict(key[1]).get("box") == KNOWN and dict(key[1]).get("server") == "qwen"]
+    assert seen[("llmao_model_time_to_first_token_seconds",
+                 (("model", "gemma"), ("quantile", "0.5")))] == 0.05
+    assert seen[("llmao_model_preemptions", (("model", "gemma"),))] == 1
+    assert ("llmao_model_preemptions", (("model", "qwen"),)) not in seen
 
 
 def test_every_worker_answers_the_same(make_app: Callable[..., Flask]) -> None:
     """Two apps on one store (two workers, or two instances on one database)."""
     first, second = make_app(), make_app()
     app_state(first).store.record_pass(a_pass(time.time()))
-    answers = [app.test_client().get("/metrics").get_data(as_text=True)
+    answers = [of_the_fleet(samples(app.test_client().get("/metrics")))
                for app in (first, second)]
     assert answers[0] == answers[1]
-    assert "llmao_server_oversized" in answers[0]
+    assert [key for key in answers[0] if key[0] == "llmao_server_oversized"]
 
 
 def test_each_box_shows_the_earliest_expiry_of_the_certificates_it_served(
@@ -137,3 +186,50 @@ def test_each_box_shows_the_earliest_expiry_of_the_certificates_it_served(
     expiry = {labels: value for (name, labels), value in seen.items()
               if name == "llmao_box_certificate_expiry_timestamp_seconds"}
     assert expiry == {(("box", KNOWN),): pytest.approx(now + 4 * 86400)}
+
+
+
+def test_each_box_says_when_it_last_checked_in(make_app: Callable[..., Flask]) -> None:
+    """A fetch or a follow check, whichever is later; an applied report; the follow interval."""
+    app = make_app(config(), folder="plain")
+    store = app_state(app).store
+    store.note_fetches({KNOWN: 1000.0, OTHER_KNOWN: 1500.0, UNKNOWN: 1700.0})
+    store.note_checks({KNOWN: 1200.0})
+    store.record_applied(AppliedReport(KNOWN, "0123456789abcdef", "2026-01-31T12:00:00Z", (),
+                                       1100.0))
+    seen = samples(app.test_client().get("/metrics"))
+    assert seen[("llmao_box_last_fetch_timestamp_seconds", (("box", KNOWN),))] == 1200.0
+    assert seen[("llmao_box_last_fetch_timestamp_seconds", (("box", OTHER_KNOWN),))] == 1500.0
+    assert seen[("llmao_box_last_applied_timestamp_seconds", (("box", KNOWN),))] == 1100.0
+    assert ("llmao_box_last_applied_timestamp_seconds", (("box", OTHER_KNOWN),)) not in seen
+    assert not [key for key in seen if dict(key[1]).get("box") == UNKNOWN], \
+        "only boxes of the fleet: the labels stay bounded"
+    assert ("llmao_rollout_follow_interval_seconds", ()) not in seen  # boxes do not follow
+    following = copy.deepcopy(CONFIG)
+    following["rollout"] = {"follow_s": 60}
+    followed = samples(make_app(following, folder="following").test_client().get("/metrics"))
+    assert followed[("llmao_rollout_follow_interval_seconds", ())] == 60
+
+
+def test_the_box_api_counts_its_requests_and_their_latency(client: FlaskClient) -> None:
+    before = samples(client.get("/metrics"))
+    assert client.get("/vllm/config", headers=box_headers()).status_code == 200
+    assert client.get("/vllm/config", headers=box_headers(key="wrong")).status_code == 403
+    assert client.post("/vllm/applied", headers=box_headers(), data=b"{").status_code == 400
+    assert client.get("/vllm/nowhere", headers=box_headers()).status_code == 404
+    seen = samples(client.get("/metrics"))
+    config_path = ("path", "/vllm/config")
+
+    def grew(name: str, labels: tuple) -> float:
+        return seen[(name, labels)] - before[(name, labels)]
+
+    assert grew("llmao_box_api_requests_total", (("code", "2xx"), config_path)) == 1
+    assert grew("llmao_box_api_requests_total", (("code", "4xx"), config_path)) == 1
+    assert grew("llmao_box_api_requests_total", (("code", "4xx"), ("path", "/vllm/applied"))) \
+        == 1
+    assert grew("llmao_box_api_request_duration_seconds_count", (config_path,)) == 2
+    assert grew("llmao_box_api_request_duration_seconds_bucket",
+                (("le", "+Inf"), config_path)) == 2
+    assert 0 < grew("llmao_box_api_request_duration_seconds_sum", (config_path,)) < 5
+    assert not [key for key in seen if dict(key[1]).get("path") == "/vllm/nowhere"], \
+        "only the box API's own paths: the labels stay bounded"

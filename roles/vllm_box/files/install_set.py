@@ -31,8 +31,10 @@ Steps
              on it against its free memory, and the sum of ``disk_gb`` against the
              free space of DATA_DIRECTORY. Sizes are GiB. It runs only when the
              programs would change: an unchanged assignment is already running and
-             holds what it once checked for. No ``nvidia-smi`` or nothing to check
-             is not a failure (nothing is placed then).
+             holds what it once checked for. A box without ``nvidia-smi`` is
+             refused (exit 1, nothing written): the programs run vLLM's CUDA build,
+             which cannot start there. An ``nvidia-smi`` that fails, or nothing to
+             check, is not a failure (nothing is placed then).
   3. divide  per card: servers that pin ``gpu_memory_utilization`` keep it; the
              others share ``0.9 - pinned``: each its weights (``vram_gb`` / card)
              plus a share of the rest, weighted by ``max_model_len`` when all have
@@ -107,7 +109,8 @@ Environment
 
 Exit codes
   0  done, or nothing to change
-  1  the assignment does not fit this box; nothing written
+  1  the assignment does not fit this box, or the box has no nvidia-smi;
+     nothing written
   2  refused: llmao answered 403, 404 or another 4xx, the assignment is
      malformed or hostile (see docs/box-protocol.md), an existing file is
      not ours, or the environment is wrong (LLMAO_HOST or FLEET_KEY not
@@ -244,7 +247,8 @@ FOLLOW_BACKOFF_CAP_S = 900.0
 
 EXIT_DOC = """exit codes:
   0  done, or nothing to change
-  1  the assignment does not fit this box (GPU memory or disk); nothing written
+  1  the assignment does not fit this box (GPU memory or disk), or the box has
+     no nvidia-smi (no GPU); nothing written
   2  refused: 403/404/other 4xx, malformed or hostile assignment, foreign file,
      bad environment (non-ASCII LLMAO_HOST or FLEET_KEY, say)
   3  llmao unreachable after the retries (network errors, 5xx)
@@ -1129,6 +1133,15 @@ class Card:
         return {**entry, "uuid": self.uuid} if with_uuid else entry
 
 
+NO_NVIDIA_SMI = "no nvidia-smi: GPU memory unknown"
+# What a box without the NVIDIA driver's tool is told, and what one without a GPU would need.
+NO_GPU_BOX = ("no nvidia-smi on this box: its vLLM servers would run vLLM's CUDA build, which "
+              "needs an NVIDIA GPU and its driver; nothing written. (A CPU-only box would need "
+              "vLLM's CPU build as VLLM_BIN and each recipe's KV cache sized with "
+              "--kv-cache-memory-bytes in its args, since on the CPU --gpu-memory-utilization "
+              "is a share of the host's RAM: llmao does not run such boxes.)")
+
+
 def query_cards(timeout_s: float = 30.0) -> tuple[tuple[Card, ...] | None, str]:
     """Ask nvidia-smi about every card; (None, why) when the hardware is unknown."""
     command = ["nvidia-smi", f"--query-gpu={CARD_QUERY}", "--format=csv,noheader,nounits"]
@@ -1136,7 +1149,7 @@ def query_cards(timeout_s: float = 30.0) -> tuple[tuple[Card, ...] | None, str]:
         done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s,
                               check=False)
     except FileNotFoundError:
-        return None, "no nvidia-smi: GPU memory unknown"
+        return None, NO_NVIDIA_SMI
     except (OSError, subprocess.TimeoutExpired) as exc:
         return None, f"nvidia-smi did not run ({exc}): GPU memory unknown"
     if done.returncode != 0:
@@ -2169,6 +2182,8 @@ def apply_assignment(assignment: Assignment, settings: Settings, console: Consol
     for note in notes:
         console.say(note)
     if plan.changing_servers():
+        if assignment.servers and NO_NVIDIA_SMI in notes:
+            raise DoesNotFit(NO_GPU_BOX)
         for note in preflight(assignment.servers, placement.cards, placement.servers,
                               disk_free_gb(settings.data_dir), settings.data_dir,
                               plan.previous):

@@ -50,6 +50,7 @@ def init_dashboard(app: Flask) -> None:
     auth.configure_sessions(app, app_state(app))
     app.add_template_filter(utc_time, "utc")
     app.add_template_filter(known, "known")
+    app.add_template_filter(duration, "duration")
     app.register_blueprint(create_blueprint())
 
 
@@ -77,6 +78,13 @@ def error_page(exc: Exception) -> tuple[str, int]:
 def known(value: float | None, spec: str = "{:g}") -> str:
     """A figure as ``spec`` formats it; an unknown one (None) as a dash, never as 0."""
     return "—" if value is None else spec.format(value)
+
+
+def duration(seconds: float | None) -> str:
+    """A latency: milliseconds below a second, else seconds; unknown as a dash."""
+    if seconds is None:
+        return "—"
+    return f"{seconds * 1000:.0f} ms" if seconds < 1 else f"{seconds:.1f} s"
 
 
 def utc_time(at: float | None) -> str:

@@ -65,6 +65,9 @@ PROBLEM_STATES = {
     State.UNLISTED: "No provider listing names the box and it does not answer: the instance "
                     "is probably gone, and the fleet.hosts row outlives it. Remove the row "
                     "(llmao never retires one by itself).",
+    State.PREEMPTED: "Preempted: the provider stopped this interruptible instance (a Vast bid "
+                     "outbid, a RunPod spot pod reclaimed); its route was removed. Start it "
+                     "again at the provider, or rent an on-demand box for the model.",
 }
 REVISION_ADVICE = ("The box runs an older assignment than config says. Re-run install_set.py on "
                    "it, or ansible-playbook playbooks/provision.yml --limit <box>; vLLM restarts "

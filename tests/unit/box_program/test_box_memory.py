@@ -253,10 +253,19 @@ def test_too_little_disk_exits_1_and_writes_nothing(box, run_main):
     assert not any(box.conf.iterdir())
 
 
-def test_without_nvidia_smi_the_box_is_still_configured(box, run_main):
+@pytest.mark.parametrize("dry_run", [[], ["--dry-run"]])
+def test_without_nvidia_smi_the_box_is_refused_clearly(box, run_main, dry_run):
+    """A CPU-only box: vLLM's CUDA build could not start there, so nothing is written."""
     box.no_gpu()
     path = box.write_payload(payload(server_entry(0, vram_gb=18), server_entry(1)))
-    outcome = run_main("--payload", str(path))
+    outcome = run_main(*dry_run, "--payload", str(path))
+    assert outcome.rc == 1
+    assert "no nvidia-smi on this box" in outcome.err and "nothing written" in outcome.err
+    assert not any(box.conf.iterdir())
+    assert "Traceback" not in outcome.err
+
+
+def test_without_nvidia_smi_an_assignment_of_no_server_still_applies(box, run_main):
+    box.no_gpu()
+    outcome = run_main("--payload", str(box.write_payload(payload())))
     assert outcome.rc == 0, outcome.err
-    assert "no nvidia-smi: GPU memory unknown" in outcome.out
-    assert "--gpu-memory-utilization 0.45\n" in box.program("model-0").read_text()

@@ -54,10 +54,17 @@ options:
         C(ansible_port) the public port of the box's C(22/tcp), when published;
         C(llmao_public_ports) holds the listing's public port of each listen port,
         C(llmao_provider) and the C(llmao_provider_<provider>) group name the provider, and
-        C(llmao_price_per_hour) is the listing's price when it gives one.
-      - A listing that cannot be read (network, HTTP error, an answer of another shape) fails
-        the inventory source with the provider's reason; it never yields an empty or partial
-        inventory. A box no listing names is in C(llmao_provider_unlisted).
+        C(llmao_price_per_hour) is the listing's price when it gives one (a stopped instance
+        has none, as its running rate is not what it costs). C(llmao_provider_status) is the
+        provider's status of the instance, lowercased (RunPod's C(desiredStatus), Vast's
+        C(actual_status), such as C(running) or C(exited)), and C(llmao_interruptible) is
+        true for an instance the provider may stop at will (a Vast bid, a RunPod
+        interruptible pod).
+      - A listing that cannot be read (network, HTTP error after the retries of a 429 or
+        5xx, an answer of another shape) fails the inventory source with the provider's
+        reason; it never yields an empty inventory. One entry of a listing that cannot be
+        read costs that entry only, with a warning naming it. A box no listing names is in
+        C(llmao_provider_unlisted).
       - An address that several listed instances share (two Vast instances behind one IP)
         names no single box; such a box gets no C(ansible_port), a warning, and the reason in
         C(llmao_ambiguous). Key it by instance id in C(fleet.hosts).
@@ -188,12 +195,16 @@ def public_ports(servers: Iterable[IntendedServer], local: bool) -> dict[int, in
 
 
 def listed_reach(listed: ListedBox, servers: Iterable[IntendedServer]) -> dict[str, Any]:
-    """The hostvars a listing sets: where to SSH, each listen port's public port, the price."""
+    """The hostvars a listing sets: where to SSH, each listen port's public port, the price,
+    the provider's status of the instance and whether it may stop it at will."""
     reach: dict[str, Any] = {
         "llmao_public_ports": {server.listen_port: listed.ports[server.listen_port]
                                for server in servers if server.listen_port in listed.ports},
         "llmao_provider": listed.provider,
+        "llmao_interruptible": listed.interruptible,
     }
+    if listed.status:
+        reach["llmao_provider_status"] = listed.status
     if listed.public_ip:
         reach["ansible_host"] = listed.public_ip
         if SSH_PORT in listed.ports:
@@ -223,6 +234,8 @@ def describe_fleet(fleet: Fleet, listings: Listings | None = None) -> dict[str, 
     local = provider == LOCAL_PROVIDER
     boxes = {}
     warnings = list(fleet.warnings)
+    if listings is not None:
+        warnings += [f"llmao fleet: {warning}" for warning in listings.warnings]
     for box, assignment in fleet.assignments.items():
         hostvars = {
             "llmao_box": box,

@@ -22,6 +22,7 @@ from typing import Any
 
 from .config_file import LoadKnobs
 from .lifecycle import Memory
+from .vllm_latency import Cumulative, Latency, Scrapes, interval_latency
 from .vllm_metrics import MetricsRecordError, ServerMetrics, is_figure
 
 TOKENS_PER_MILLION = 1_000_000
@@ -38,7 +39,8 @@ class ServerLoad:
     ``context_len`` is the served ``max_model_len`` (observed, else configured);
     ``oversized`` says it exceeds the KV cache; ``waiting_passes`` counts the
     consecutive passes with requests waiting; ``cost_per_hour`` is the server's
-    share of its box's price.
+    share of its box's price; ``latency`` its latency and preemptions over the last
+    pass interval (:mod:`vllm_latency`).
     """
 
     metrics: ServerMetrics | None = None
@@ -48,11 +50,13 @@ class ServerLoad:
     waiting_passes: int = 0
     generation_tokens_per_s: float | None = None
     cost_per_hour: float | None = None
+    latency: Latency | None = None
 
     def record(self) -> dict[str, Any]:
         """The keys this adds to the server's verdict (flat, beside ``state``)."""
         record = asdict(self)
         record["metrics"] = self.metrics.record() if self.metrics else None
+        record["latency"] = self.latency.record() if self.latency else None
         return record
 
     @classmethod
@@ -69,7 +73,15 @@ class ServerLoad:
             waiting_passes=_optional(record, "waiting_passes", int, what) or 0,
             generation_tokens_per_s=_optional(record, "generation_tokens_per_s", float, what),
             cost_per_hour=_optional(record, "cost_per_hour", float, what),
+            latency=_latency(record, what),
         )
+
+
+def _latency(record: Mapping[str, Any], what: str) -> Latency | None:
+    try:
+        return None if record.get("latency") is None else Latency.from_record(record["latency"])
+    except MetricsRecordError as exc:
+        raise MetricsRecordError(f"{what}: {exc}") from None
 
 
 @dataclass(frozen=True)
@@ -92,6 +104,7 @@ class ModelLoad:
     generation_tokens_per_s: float | None = None
     cost_per_hour: float | None = None
     cost_per_million_tokens: float | None = None
+    latency: Latency | None = None
 
     def record(self) -> dict[str, Any]:
         return asdict(self)
@@ -101,10 +114,10 @@ class ModelLoad:
         if not isinstance(record, Mapping):
             raise MetricsRecordError(f"{what} must be an object")
         values = {item.name: _optional(record, item.name, MODEL_KINDS.get(item.name, int), what)
-                  for item in fields(cls)}
+                  for item in fields(cls) if item.name != "latency"}
         for counted in ("servers", "healthy", "oversized"):
             values[counted] = values[counted] or 0
-        return cls(**values)
+        return cls(**values, latency=_latency(record, what))
 
 
 @dataclass(frozen=True)
@@ -202,6 +215,29 @@ def server_load(metrics: ServerMetrics | None, configured_context: int | None,
                                       previous.generation_counted_at), cost_share)
 
 
+def seen_latency(memory: Memory) -> Cumulative | None:
+    """The histograms the previous pass scraped; a stored record of another shape is
+    forgotten (the next interval starts from this pass)."""
+    if memory.latency_seen is None:
+        return None
+    try:
+        return Cumulative.from_record(memory.latency_seen)
+    except MetricsRecordError:
+        return None
+
+
+def with_latency(load: ServerLoad, scrapes: Scrapes) -> ServerLoad:
+    """``load`` with its latency between the previous pass's scrape and this one's."""
+    return replace(load, latency=interval_latency([scrapes]))
+
+
+def remember_latency(memory: Memory, previous: Memory, seen: Cumulative | None) -> Memory:
+    """This pass's histograms for the next; unread, the previous ones are kept so the next
+    interval spans both passes rather than none."""
+    return replace(memory, latency_seen=seen.record() if seen is not None
+                   else previous.latency_seen)
+
+
 def remember_load(memory: Memory, previous: Memory, load: ServerLoad) -> Memory:
     """The lifecycle memory with what the next pass's load needs.
 
@@ -238,8 +274,10 @@ def _sum(values: Iterable[float | None]) -> float | None:
     return bounded(sum(values))
 
 
-def model_load(loads: list[tuple[ServerLoad, bool]]) -> ModelLoad:
-    """A model from its servers' loads, each paired with whether it is Healthy.
+def model_load(loads: list[tuple[ServerLoad, bool]],
+               scrapes: Iterable[Scrapes] = ()) -> ModelLoad:
+    """A model from its servers' loads, each paired with whether it is Healthy, and the
+    pairs of scrapes of its Healthy servers (their latency summed).
 
     Load and capacity count Healthy servers only (the others get no traffic);
     the cost counts every server, since a box is paid for whatever it does.
@@ -263,7 +301,8 @@ def model_load(loads: list[tuple[ServerLoad, bool]]) -> ModelLoad:
         oversized=sum(1 for load, _healthy in loads if load.oversized),
         saturated=True if any(saturated) else None if None in saturated or not healthy
         else False,
-        generation_tokens_per_s=rate, cost_per_hour=cost, cost_per_million_tokens=per_million)
+        generation_tokens_per_s=rate, cost_per_hour=cost, cost_per_million_tokens=per_million,
+        latency=interval_latency(scrapes))
 
 
 def _figure(load: ServerLoad, name: str) -> float | None:

@@ -15,7 +15,10 @@ both URLs, stripped of any user, password or query.
 
 from __future__ import annotations
 
+import email.utils
 import json
+import re
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -34,15 +37,18 @@ class HttpCallError(RuntimeError):
     ``status`` is None when it was unreachable; ``kind`` is the ``error.type`` of a
     JSON error body when it had one (LiteLLM says ``no_db_connection`` for a
     refused key, for instance); ``reason`` is the message without the request,
-    for callers that name the service themselves.
+    for callers that name the service themselves; ``retry_after`` is how many
+    seconds the other side asked to wait before the next call (``Retry-After``,
+    or the IETF ``RateLimit`` fields RunPod sends), None when it did not say.
     """
 
     def __init__(self, request: str, reason: str, status: int | None = None,
-                 kind: str | None = None):
+                 kind: str | None = None, retry_after: float | None = None):
         super().__init__(f"{request}: {reason}")
         self.reason = reason
         self.status = status
         self.kind = kind
+        self.retry_after = retry_after
 
 
 class _RefuseRedirects(urllib.request.HTTPRedirectHandler):
@@ -93,7 +99,8 @@ def call_json(method: str, url: str, bearer: str | None, body: Any = None,
             message, kind = _error_detail(exc)
         if bearer:
             message = message.replace(bearer, "***")
-        raise HttpCallError(request_name, f"HTTP {exc.code}{message}", exc.code, kind) from None
+        raise HttpCallError(request_name, f"HTTP {exc.code}{message}", exc.code, kind,
+                            retry_after(exc.headers)) from None
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
         raise HttpCallError(request_name, f"unreachable ({reason})") from None
@@ -124,6 +131,37 @@ class JsonService:
     def call(self, method: str, path: str, body: Any = None) -> Any:
         """:func:`call_json` on ``path`` of this service, with its bearer and timeout."""
         return call_json(method, self.url + path, self._bearer, body, self.timeout)
+
+
+# A parameter of one window in the IETF ``RateLimit`` field: ``r`` remaining, ``t`` seconds left.
+_RATELIMIT_PARAM = re.compile(r';\s*([a-z]+)=\s*"?(\d{1,9})"?')
+
+
+def retry_after(headers: Any) -> float | None:
+    """Seconds an error answer asks the caller to wait, or None when it does not say.
+
+    ``Retry-After`` (seconds or an HTTP date) wins; otherwise the IETF ``RateLimit``
+    field (``"minute";r=0;t=30, "hour";r=7;t=1800``): the longest ``t`` of a window
+    with nothing remaining, or the older ``RateLimit-Reset: 30``.
+    """
+    if headers is None:
+        return None
+    given = (headers.get("Retry-After") or "").strip()
+    if given.isdigit() and len(given) < 10:
+        return float(given)
+    if given:
+        when = email.utils.parsedate_tz(given)
+        if when is not None:
+            return max(0.0, email.utils.mktime_tz(when) - time.time())
+    exhausted = []
+    for window in (headers.get("RateLimit") or "").split(","):
+        params = dict(_RATELIMIT_PARAM.findall(window))
+        if params.get("r") == "0" and "t" in params:
+            exhausted.append(float(params["t"]))
+    if exhausted:
+        return max(exhausted)
+    reset = (headers.get("RateLimit-Reset") or "").strip()
+    return float(reset) if reset.isdigit() and len(reset) < 10 else None
 
 
 def _redirect_error(request_name: str, exc: urllib.error.HTTPError) -> HttpCallError:

@@ -17,6 +17,7 @@ from enum import StrEnum
 from typing import Any
 
 from .config_file import Lifecycle
+from .vllm_latency import Cumulative
 from .vllm_metrics import ServerMetrics
 
 
@@ -29,6 +30,7 @@ class State(StrEnum):
     REJECTED = "Rejected"
     FOREIGN = "Foreign"
     UNLISTED = "Unlisted"
+    PREEMPTED = "Preempted"
 
 
 class Action(StrEnum):
@@ -48,6 +50,7 @@ ACTIONS = {
     State.REJECTED: Action.DELETE,
     State.FOREIGN: Action.DELETE,
     State.UNLISTED: Action.DELETE,
+    State.PREEMPTED: Action.DELETE,
 }
 
 
@@ -87,6 +90,8 @@ class Listed(StrEnum):
     UNKNOWN = "unknown"        # a listing could not be read and none that was read names it,
     #                            or several listed instances share the name (ambiguous)
     NO_PROVIDERS = "no_providers"  # a local fleet: nothing to ask
+    PREEMPTED = "preempted"    # a listing names it: an interruptible instance its provider
+    #                            stopped (a Vast bid outbid, a RunPod spot pod reclaimed)
 
 
 @dataclass(frozen=True)
@@ -97,6 +102,7 @@ class Probe:
     models: Models
     detail: str = ""
     metrics: ServerMetrics | None = None   # read when it answered with our bearer
+    latency: Cumulative | None = None      # its latency histograms, read with the metrics
     # Under box TLS, the box answered in plain HTTP while it was still allowed to (it had not
     # applied the revision that turns TLS on): it is dialled, and routed, over http until then.
     plain_http: bool = False
@@ -108,8 +114,10 @@ class Probe:
 class Memory:
     """What the previous pass left behind (stored by the server between runs).
 
-    The last three are the load's (:mod:`fleet_load`): passes in a row with
-    requests waiting, and the generation counter with the time it was read.
+    The last four are the load's (:mod:`fleet_load`): passes in a row with
+    requests waiting, the generation counter with the time it was read, and the
+    latency histograms as last scraped (:meth:`Cumulative.record`), whose deltas
+    the next pass reads.
     """
 
     state: State | None = None
@@ -119,6 +127,7 @@ class Memory:
     waiting_passes: int = 0
     generation_tokens_total: int | None = None
     generation_counted_at: float | None = None
+    latency_seen: Mapping[str, Any] | None = None
 
     def record(self) -> dict[str, Any]:
         """The memory as JSON, as the server keeps it between passes."""
@@ -135,7 +144,9 @@ class Memory:
                    int(record.get("rejected_passes") or 0), record.get("last_healthy_at"),
                    int(record.get("waiting_passes") or 0),
                    _remembered(record.get("generation_tokens_total")),
-                   _remembered(record.get("generation_counted_at")))
+                   _remembered(record.get("generation_counted_at")),
+                   record.get("latency_seen") if isinstance(record.get("latency_seen"), Mapping)
+                   else None)
 
 
 def _remembered(value: Any) -> Any:
@@ -170,6 +181,11 @@ def classify(now: float, last_fetch: float | None, probe: Probe, listed: Listed,
     if probe.models is Models.REJECTED:
         return _rejected(probe, listed, memory, knobs)
     answering = probe.health_ok or probe.models is Models.OTHER
+    if listed is Listed.PREEMPTED and not answering:
+        return Verdict(State.PREEMPTED, "preempted: the provider stopped it (an interruptible "
+                       "instance); its route is removed until it runs again",
+                       replace(memory, state=State.PREEMPTED, consecutive_failures=0,
+                               rejected_passes=0))
     gone = listed is Listed.NOT_NAMED and not answering
     if _was_serving_since_last_boot(last_fetch, memory):
         verdict = _failing(probe, memory, knobs)

@@ -4,9 +4,13 @@
 
 A box only knows its listen ports; everything that dials it (probes, the
 LiteLLM ``api_base``) needs the public address the provider maps them to.
-Parsing is strict: an answer that does not have the documented shape is a
-:class:`ListingError`, never an empty listing, because an empty listing would
-make every box look "unlisted".
+Parsing is strict where it matters: an answer that does not have the documented
+shape is a :class:`ListingError`, never an empty listing, because an empty
+listing would make every box look "unlisted". One entry that cannot be read
+costs that entry only: it is skipped and named in a warning (a bad price costs
+only the price), and the box it names reads "unknown", never "unlisted".
+Throttling (429) and server errors (5xx) are retried a bounded number of times,
+waiting as long as the provider asks within a bounded budget.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import ipaddress
 import json
 import math
 import subprocess
+import time
 import urllib.parse
 from collections import defaultdict
 from collections.abc import Collection, Iterable, Mapping
@@ -34,6 +39,16 @@ VAST_DEFAULT_URL = "https://console.vast.ai/api/v1"
 RUNPOD_DEFAULT_URL = "https://api.runpod.io/v2"
 VAST_MAX_PAGES = 400
 SSH_PORT = 22
+# A listing call answered 429 or 5xx is tried again: at most this many calls in all, and
+# never more than this many seconds spent waiting between them (a provider asking for a
+# longer wait gets the error instead: the next pass asks again).
+LISTING_ATTEMPTS = 4
+LISTING_RETRY_BUDGET_S = 20.0
+# The wait between attempts when the provider does not say: doubled after each.
+LISTING_BACKOFF_S = 0.5
+# Statuses (lowercase) of an instance the provider has stopped: RunPod's desiredStatus
+# EXITED/TERMINATED, Vast's actual_status exited/stopped. It is not billed its running rate.
+STOPPED_STATUSES = frozenset({"exited", "stopped", "terminated"})
 
 
 class ListingError(RuntimeError):
@@ -51,11 +66,16 @@ class Endpoint:
     scheme: str = "http"
 
     @property
+    def address(self) -> str:
+        """``host:port`` (``[v6]:port``), as a URL or a Prometheus target names it."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{host}:{self.port}"
+
+    @property
     def base_url(self) -> str:
         """``http://host:port/v1`` (``https`` under box TLS), the OpenAI base LiteLLM and the
         probes use."""
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"{self.scheme}://{host}:{self.port}/v1"
+        return f"{self.scheme}://{self.address}/v1"
 
 
 @dataclass(frozen=True)
@@ -65,7 +85,11 @@ class ListedBox:
     ``names`` starts with the provider's own id of the instance (Vast's instance id,
     RunPod's pod id, the local engine's label) and ends with its public address when
     it has one. ``price_per_hour`` is what the provider says the instance costs now,
-    in USD per hour, None when the listing does not say.
+    in USD per hour, None when the listing does not say (or the instance is stopped:
+    its running rate is not what it costs). ``status`` is the provider's own word for
+    the instance's state, lowercased (``running``, ``exited``...; empty when it gives
+    none), ``interruptible`` whether it may stop it at will (a Vast bid, a RunPod
+    spot pod).
     """
 
     provider: str
@@ -73,11 +97,45 @@ class ListedBox:
     public_ip: str
     ports: Mapping[int, int] = field(default_factory=lambda: MappingProxyType({}))
     price_per_hour: float | None = None
+    status: str = ""
+    interruptible: bool = False
 
     @property
     def label(self) -> str:
         """``vast 1234``: how messages name the instance."""
         return " ".join((self.provider, *self.names[:1]))
+
+    @property
+    def stopped(self) -> bool:
+        return self.status in STOPPED_STATUSES
+
+    @property
+    def preempted(self) -> bool:
+        """An interruptible instance the provider stopped: its servers are gone, by its hand."""
+        return self.interruptible and self.stopped
+
+
+@dataclass(frozen=True)
+class EntryProblem:
+    """One listing entry read only in part: skipped whole, or read without its price.
+
+    ``names`` are the names the entry could still be known by (its id, its address),
+    empty when not even its id could be read.
+    """
+
+    provider: str
+    where: str
+    reason: str
+    names: tuple[str, ...] = ()
+    skipped: bool = True
+
+    @property
+    def message(self) -> str:
+        """The warning: which entry, what was wrong, and what it cost."""
+        known = f" ({self.provider} {self.names[0]})" if self.names else ""
+        cost = "skipped; the rest of the listing stands" if self.skipped else \
+            "its price is unknown"
+        return f"{self.where}{known}: {self.reason}: {cost}"
 
 
 @dataclass(frozen=True)
@@ -96,16 +154,32 @@ class Listings:
     ambiguous: Mapping[str, tuple[ListedBox, ...]] = field(
         default_factory=lambda: MappingProxyType({}))
     boxes: tuple[ListedBox, ...] = ()
+    problems: tuple[EntryProblem, ...] = ()
 
     def listed(self, box: str) -> Listed:
+        """What the listings say of ``box``; an entry that could not be read is no answer.
+
+        A skipped entry that names the box, or one whose name could not be read at
+        all (it might be this box), makes an otherwise unnamed box unknown, never
+        unlisted.
+        """
         if not self.configured:
             return Listed.NO_PROVIDERS
         name = normalize_host(box)
-        if name in self.by_name:
-            return Listed.NAMED
-        if name in self.ambiguous:
+        listed = self.by_name.get(name)
+        if listed is not None:
+            return Listed.PREEMPTED if listed.preempted else Listed.NAMED
+        if name in self.ambiguous or self.failed:
             return Listed.UNKNOWN
-        return Listed.UNKNOWN if self.failed else Listed.NOT_NAMED
+        skipped = [problem for problem in self.problems if problem.skipped]
+        if any(not problem.names or name in problem.names for problem in skipped):
+            return Listed.UNKNOWN
+        return Listed.NOT_NAMED
+
+    @property
+    def warnings(self) -> list[str]:
+        """One line per entry read only in part, naming it."""
+        return [problem.message for problem in self.problems]
 
     def box(self, name: str) -> ListedBox | None:
         """The one instance a listing names ``name``, or None (not listed, or ambiguous)."""
@@ -175,7 +249,8 @@ def provider_of(providers: Collection[str], named_by: str | None = None) -> str:
 
 
 def index_listings(configured: Iterable[str], boxes: Iterable[ListedBox],
-                   failed: Mapping[str, str]) -> Listings:
+                   failed: Mapping[str, str],
+                   problems: Iterable[EntryProblem] = ()) -> Listings:
     """Index every instance under each of its names; a name two instances claim is ambiguous."""
     boxes = tuple(boxes)
     claims: dict[str, list[ListedBox]] = defaultdict(list)
@@ -186,7 +261,7 @@ def index_listings(configured: Iterable[str], boxes: Iterable[ListedBox],
     ambiguous = {name: tuple(claimants) for name, claimants in claims.items()
                  if len(claimants) > 1}
     return Listings(tuple(configured), MappingProxyType(dict(failed)), MappingProxyType(by_name),
-                    MappingProxyType(ambiguous), boxes)
+                    MappingProxyType(ambiguous), boxes, tuple(problems))
 
 
 def _is_address(name: str) -> bool:
@@ -230,7 +305,7 @@ def _price(value: Any, what: str) -> float | None:
         return None
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) \
             or value < 0:
-        raise ListingError(f"{what}: {value!r} is not a price per hour")
+        raise ListingError(f"{what}: {str(value)[:40]!r} is not a price per hour")
     return float(value)
 
 
@@ -241,23 +316,77 @@ def _instance_id(value: Any, what: str) -> str:
     return str(value)
 
 
-def parse_vast(document: Any) -> list[ListedBox]:
+def _status(value: Any) -> str:
+    """The provider's word for an instance's state, lowercased; empty when it gives none."""
+    return value.strip().lower()[:40] if isinstance(value, str) else ""
+
+
+class _Entries:
+    """The entries of one listing page: each read alone, so one that cannot be read
+    costs only itself (skipped, or its price only), as an :class:`EntryProblem`."""
+
+    def __init__(self, provider: str) -> None:
+        self.provider = provider
+        self.boxes: list[ListedBox] = []
+        self.problems: list[EntryProblem] = []
+
+    def skip(self, what: str, reason: str, names: tuple[str, ...]) -> None:
+        self.problems.append(EntryProblem(self.provider, what, _unprefixed(reason, what), names))
+
+    def add(self, names: tuple[str, ...], address: str, ports: dict[int, int], price: Any,
+            what: str, status: str, interruptible: bool) -> None:
+        """One instance; a stopped one's running rate is not its price."""
+        try:
+            priced = _price(price, what)
+        except ListingError as exc:
+            self.problems.append(EntryProblem(self.provider, what, _unprefixed(str(exc), what),
+                                              names, skipped=False))
+            priced = None
+        self.boxes.append(ListedBox(self.provider, names, address, MappingProxyType(ports),
+                                    None if status in STOPPED_STATUSES else priced, status,
+                                    interruptible))
+
+
+def _unprefixed(reason: str, what: str) -> str:
+    """``vast: instances[3]: ports is not a mapping`` → ``ports is not a mapping``."""
+    return reason.removeprefix(what).lstrip(": ")
+
+
+def _known_names(*values: Any) -> tuple[str, ...]:
+    """The names a skipped entry may still be known by (strings and positive integers)."""
+    names = []
+    for value in values:
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            names.append(str(value))
+        elif isinstance(value, str) and value.strip():
+            names.append(normalize_host(value)[:253])
+    return tuple(names)
+
+
+def parse_vast(document: Any) -> tuple[list[ListedBox], list[EntryProblem]]:
     """One page of Vast's instance list: ``{"instances": [{"id", "public_ipaddr", "ports",
-    "dph_total"}], "next_token"}``; an instance is named by its id and by its address."""
+    "dph_total", "actual_status", "is_bid"}], "next_token"}``; an instance is named by its
+    id and by its address. The instances read, and those that could not be."""
     if not isinstance(document, dict) or not isinstance(document.get("instances"), list):
         raise ListingError("vast: the answer has no 'instances' list")
-    boxes = []
+    entries = _Entries("vast")
     for index, instance in enumerate(document["instances"]):
         what = f"vast: instances[{index}]"
         if not isinstance(instance, dict):
-            raise ListingError(f"{what} is not an object")
-        instance_id = _instance_id(instance.get("id"), what)
-        address = normalize_host(str(instance.get("public_ipaddr") or ""))
+            entries.skip(what, "is not an object", ())
+            continue
+        try:
+            instance_id = _instance_id(instance.get("id"), what)
+            address = normalize_host(str(instance.get("public_ipaddr") or ""))
+            ports = _docker_style_ports(instance.get("ports"), what)
+        except ListingError as exc:
+            entries.skip(what, str(exc), _known_names(instance.get("id"),
+                                                      instance.get("public_ipaddr")))
+            continue
         names = (instance_id, address) if address else (instance_id,)
-        boxes.append(ListedBox("vast", names, address,
-                               MappingProxyType(_docker_style_ports(instance.get("ports"), what)),
-                               _price(instance.get("dph_total"), what)))
-    return boxes
+        entries.add(names, address, ports, instance.get("dph_total"), what,
+                    _status(instance.get("actual_status")), instance.get("is_bid") is True)
+    return entries.boxes, entries.problems
 
 
 def _next_token(document: dict[str, Any]) -> str | None:
@@ -267,8 +396,9 @@ def _next_token(document: dict[str, Any]) -> str | None:
     return token
 
 
-def parse_runpod(document: Any) -> list[ListedBox]:
-    """RunPod v2's pod list: ``{"pods": [{"id", "cost", "runtime": {"ports": [...]}}]}``.
+def parse_runpod(document: Any) -> tuple[list[ListedBox], list[EntryProblem]]:
+    """RunPod v2's pod list: ``{"pods": [{"id", "cost", "desiredStatus", "interruptible",
+    "runtime": {"ports": [...]}}]}``; the pods read, and those that could not be.
 
     ``runtime`` is null while a pod is not running: it is listed by its id, with
     no address. Each ``runtime.ports`` entry maps a ``private`` port to a
@@ -277,16 +407,21 @@ def parse_runpod(document: Any) -> list[ListedBox]:
     """
     if not isinstance(document, dict) or not isinstance(document.get("pods"), list):
         raise ListingError("runpod: the answer has no 'pods' list")
-    boxes = []
+    entries = _Entries("runpod")
     for index, pod in enumerate(document["pods"]):
         what = f"runpod: pods[{index}]"
-        if not isinstance(pod, dict) or not isinstance(pod.get("id"), str) or not pod["id"]:
-            raise ListingError(f"{what} has no id")
-        address, ports = _runpod_tcp_ports(pod.get("runtime"), what)
-        names = (pod["id"], address) if address else (pod["id"],)
-        boxes.append(ListedBox("runpod", names, address, MappingProxyType(ports),
-                               _price(pod.get("cost"), what)))
-    return boxes
+        pod_id = pod.get("id") if isinstance(pod, dict) else None
+        try:
+            if not isinstance(pod_id, str) or not pod_id.strip():
+                raise ListingError(f"{what} has no id")
+            address, ports = _runpod_tcp_ports(pod.get("runtime"), what)
+        except ListingError as exc:
+            entries.skip(what, str(exc), _known_names(pod_id))
+            continue
+        names = (pod_id, address) if address else (pod_id,)
+        entries.add(names, address, ports, pod.get("cost"), what,
+                    _status(pod.get("desiredStatus")), pod.get("interruptible") is True)
+    return entries.boxes, entries.problems
 
 
 def _runpod_tcp_ports(runtime: Any, what: str) -> tuple[str, dict[int, int]]:
@@ -342,36 +477,86 @@ def _first_host_ip(ports: Any) -> str:
     return "127.0.0.1"
 
 
-def _get_json(url: str, api_key: str, timeout: float) -> Any:
-    """The provider's answer, through the one HTTP call that never follows a redirect."""
-    try:
-        return call_json("GET", url, api_key, timeout=timeout)
-    except HttpCallError as exc:
-        raise ListingError(str(exc)) from None
+class _Caller:
+    """One provider's GETs for one read of its listing, retried while it throttles.
+
+    A 429 or 5xx is tried again, :data:`LISTING_ATTEMPTS` calls at most, after the
+    wait the provider asks for (``Retry-After``, RunPod's ``RateLimit``) or a doubling
+    backoff; the waits of the whole read (every page) share
+    :data:`LISTING_RETRY_BUDGET_S`, so a throttled listing costs a pass a bounded time.
+    Any other error, and a wait past the budget, is the listing's error at once.
+    """
+
+    def __init__(self, api_key: str, timeout: float) -> None:
+        self.api_key = api_key
+        self.timeout = timeout
+        self.waited = 0.0
+
+    def get(self, url: str) -> Any:
+        """The provider's answer, through the one HTTP call that never follows a redirect."""
+        backoff, attempt = LISTING_BACKOFF_S, 1
+        while True:
+            try:
+                return call_json("GET", url, self.api_key, timeout=self.timeout)
+            except HttpCallError as exc:
+                wait = exc.retry_after if exc.retry_after is not None else backoff
+                if not _retryable(exc) or attempt == LISTING_ATTEMPTS:
+                    raise ListingError(_after_attempts(str(exc), attempt)) from None
+                if self.waited + wait > LISTING_RETRY_BUDGET_S:
+                    raise ListingError(f"{exc} (asked to wait {wait:.0f} s more, past the "
+                                       f"{LISTING_RETRY_BUDGET_S:.0f} s a listing may wait)"
+                                       ) from None
+            time.sleep(wait)
+            self.waited += wait
+            backoff, attempt = backoff * 2, attempt + 1
 
 
-def fetch_vast(api_key: str, url: str | None, timeout: float) -> list[ListedBox]:
+def _retryable(exc: HttpCallError) -> bool:
+    return exc.status is not None and (exc.status == 429 or 500 <= exc.status < 600)
+
+
+def _after_attempts(message: str, attempts: int) -> str:
+    return message if attempts == 1 else f"{message} (after {attempts} attempts)"
+
+
+@dataclass
+class _Read:
+    """What one provider's listing gave: its instances and the entries it could not read."""
+
+    boxes: list[ListedBox] = field(default_factory=list)
+    problems: list[EntryProblem] = field(default_factory=list)
+
+    def add(self, parsed: tuple[list[ListedBox], list[EntryProblem]]) -> None:
+        self.boxes += parsed[0]
+        self.problems += parsed[1]
+
+
+def fetch_vast(api_key: str, url: str | None, timeout: float) -> _Read:
     """Every page of Vast's instance list; a cursor seen twice or too many pages is an error."""
     base = f"{(url or VAST_DEFAULT_URL).rstrip('/')}/instances/"
-    boxes: list[ListedBox] = []
+    caller = _Caller(api_key, timeout)
+    read = _Read()
     token: str | None = None
     seen: set[str] = set()
     for _page in range(VAST_MAX_PAGES):
         query = f"?{urllib.parse.urlencode({'after_token': token})}" if token else ""
-        document = _get_json(base + query, api_key, timeout)
-        boxes += parse_vast(document)
+        document = caller.get(base + query)
+        read.add(parse_vast(document))
         token = _next_token(document)
         if token is None:
-            return boxes
+            return read
         if token in seen:
             raise ListingError("vast: the instance list repeats a page (next_token seen before)")
         seen.add(token)
     raise ListingError(f"vast: the instance list has more than {VAST_MAX_PAGES} pages")
 
 
-def fetch_runpod(api_key: str, url: str | None, timeout: float) -> list[ListedBox]:
-    return parse_runpod(_get_json(f"{(url or RUNPOD_DEFAULT_URL).rstrip('/')}/pods",
-                                  api_key, timeout))
+def fetch_runpod(api_key: str, url: str | None, timeout: float) -> _Read:
+    """Every pod, those of Instant Clusters included (RunPod leaves them out unless asked)."""
+    read = _Read()
+    read.add(parse_runpod(_Caller(api_key, timeout).get(
+        f"{(url or RUNPOD_DEFAULT_URL).rstrip('/')}/pods?includeClusterPods=true")))
+    return read
 
 
 def fetch_docker(label: str, timeout: float) -> list[ListedBox]:
@@ -403,17 +588,21 @@ def _inspected_containers(inspected: subprocess.CompletedProcess) -> list:
 
 
 def read_listings(providers: Mapping[str, Provider], timeout: float) -> Listings:
-    """Read every configured listing; a failed one is remembered, never taken as empty."""
-    boxes: list[ListedBox] = []
+    """Read every configured listing; a failed one is remembered, never taken as empty,
+    and an entry that could not be read is remembered with the rest of its listing."""
+    read = _Read()
     failed: dict[str, str] = {}
     for kind, provider in providers.items():
         try:
             if kind == "vast":
-                boxes += fetch_vast(provider.api_key, provider.url, timeout)
+                one = fetch_vast(provider.api_key, provider.url, timeout)
             elif kind == "runpod":
-                boxes += fetch_runpod(provider.api_key, provider.url, timeout)
+                one = fetch_runpod(provider.api_key, provider.url, timeout)
             else:
-                boxes += fetch_docker(provider.label, timeout)
+                one = _Read(fetch_docker(provider.label, timeout))
         except ListingError as exc:
             failed[kind] = str(exc)
-    return index_listings(providers, boxes, failed)
+            continue
+        read.boxes += one.boxes
+        read.problems += one.problems
+    return index_listings(providers, read.boxes, failed, read.problems)

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field, replace
 
 from .lifecycle import Models, Probe
 from .listings import Endpoint
+from .vllm_latency import read_latency
 from .vllm_metrics import read_figures
 
 # Probing is waiting on sockets: a thread each costs little, and every extra wave of a
@@ -276,7 +277,7 @@ def _probe_on(connection: http.client.HTTPConnection, target: Target, connect_ti
         reason = unread or unknown
         if reason and probe.models is Models.LISTS and not probe.detail:
             probe = replace(probe, detail=short_reason(f"figures unknown: {reason}"))
-        return replace(probe, metrics=metrics)
+        return replace(probe, metrics=metrics, latency=read_latency(exposition))
     finally:
         connection.close()
 

@@ -22,8 +22,11 @@ from .fleet_load import (
     box_cost,
     cost_share,
     model_load,
+    remember_latency,
     remember_load,
+    seen_latency,
     server_load,
+    with_latency,
 )
 from .intent import IntendedServer
 from .lifecycle import Action, Change, Drift, Memory, Probe, State, Verdict, classify
@@ -34,6 +37,7 @@ from .reconcile_records import Observations
 from .reconcile_turns import TurnUpdate, holding_turns, turn_updates
 from .rollout import Phase, Turn
 from .rollout_status import ModelRollout, rollout_rows
+from .vllm_latency import Scrapes
 
 
 @dataclass(frozen=True)
@@ -58,7 +62,7 @@ class ServerPlan:
         return {
             "id": self.id, "box": self.server.box, "name": self.server.name,
             "model_name": self.server.model_name, "listen_port": self.server.listen_port,
-            "public": f"{self.endpoint.host}:{self.endpoint.port}" if self.endpoint else None,
+            "public": self.endpoint.address if self.endpoint else None,
             "state": self.verdict.state.value, "reason": self.verdict.reason,
             "in_litellm": self.route is not None,
             "change": self.change.value if self.change else None, "why": self.why,
@@ -153,7 +157,7 @@ def plan_pass(fleet: Fleet, observations: Observations, probes: Mapping[str, Pro
                            _routed_after(plans, routes, owned_orphans), observations.now)
     states = {p.id: p.verdict.state.value for p in plans}
     return Plan(tuple(plans), owned_orphans, tuple(drift), remembered, loads,
-                _model_loads(plans, loads), boxes, updates,
+                _model_loads(plans, loads, observations.memories, probes), boxes, updates,
                 rollout_rows(fleet, _after(observations.turns, updates), observations.applied,
                              states))
 
@@ -198,18 +202,30 @@ def _loads(fleet: Fleet, plans: list[ServerPlan], probes: Mapping[str, Probe],
                            plan.server.entry.vllm.numbers.get("max_model_len"),
                            plan.verdict.state is State.HEALTHY, previous, share,
                            fleet.settings.load)
-        loads[plan.id] = load
-        remembered[plan.id] = remember_load(plan.verdict.memory, previous, load)
+        loads[plan.id] = with_latency(load, _scrapes(previous, probes[plan.id]))
+        remembered[plan.id] = remember_latency(
+            remember_load(plan.verdict.memory, previous, load), previous,
+            probes[plan.id].latency)
     return loads, remembered
 
 
+def _scrapes(previous: Memory, probe: Probe) -> Scrapes:
+    """The previous pass's latency histograms and this pass's, of one server."""
+    return seen_latency(previous), probe.latency
+
+
 def _model_loads(plans: list[ServerPlan], loads: Mapping[str, ServerLoad],
+                 memories: Mapping[str, Memory], probes: Mapping[str, Probe],
                  ) -> dict[str, ModelLoad]:
     by_model: dict[str, list[tuple[ServerLoad, bool]]] = {}
+    scrapes: dict[str, list[Scrapes]] = {}
     for plan in plans:
-        by_model.setdefault(plan.server.model_name, []).append(
-            (loads[plan.id], plan.verdict.state is State.HEALTHY))
-    return {name: model_load(pairs) for name, pairs in by_model.items()}
+        healthy = plan.verdict.state is State.HEALTHY
+        by_model.setdefault(plan.server.model_name, []).append((loads[plan.id], healthy))
+        if healthy:
+            scrapes.setdefault(plan.server.model_name, []).append(
+                _scrapes(memories.get(plan.id, Memory()), probes[plan.id]))
+    return {name: model_load(pairs, scrapes.get(name, ())) for name, pairs in by_model.items()}
 
 
 def _decide(server: IntendedServer, endpoint: Endpoint | None, verdict: Verdict,

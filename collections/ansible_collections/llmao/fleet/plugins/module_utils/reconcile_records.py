@@ -17,9 +17,10 @@ from types import MappingProxyType
 from typing import Any
 
 from .lifecycle import Memory, Models, Probe
-from .listings import ListedBox, Listings, index_listings
+from .listings import EntryProblem, ListedBox, Listings, index_listings
 from .litellm_routes import Route
 from .rollout import Turn
+from .vllm_latency import Cumulative
 from .vllm_metrics import MetricsRecordError, ServerMetrics
 
 
@@ -57,13 +58,18 @@ def _count(value: Any, what: str) -> int:
 
 
 def listings_record(listings: Listings) -> dict[str, Any]:
-    """Every listed box once (with its price when the listing gives one), and what failed."""
+    """Every listed box once (with its price when the listing gives one, its status and
+    whether it is interruptible), what failed, and the entries read only in part."""
     boxes = [{"provider": box.provider, "names": list(box.names), "public_ip": box.public_ip,
               "ports": {str(listen): public for listen, public in box.ports.items()},
-              "price_per_hour": box.price_per_hour}
+              "price_per_hour": box.price_per_hour, "status": box.status,
+              "interruptible": box.interruptible}
              for box in listings.boxes]
+    problems = [{"provider": problem.provider, "where": problem.where, "reason": problem.reason,
+                 "names": list(problem.names), "skipped": problem.skipped}
+                for problem in listings.problems]
     return {"configured": list(listings.configured), "failed": dict(listings.failed),
-            "boxes": boxes}
+            "boxes": boxes, "problems": problems}
 
 
 def listings_from_record(record: Any) -> Listings:
@@ -80,12 +86,22 @@ def listings_from_record(record: Any) -> Listings:
                                tuple(str(n) for n in _sequence(box.get("names"), what + ".names")),
                                str(box.get("public_ip", "")), MappingProxyType(ports),
                                _number(box.get("price_per_hour"), what + ".price_per_hour",
-                                       optional=True)))
+                                       optional=True),
+                               str(box.get("status") or ""), box.get("interruptible") is True))
+    problems = []
+    for index, problem in enumerate(_sequence(record.get("problems", []), "listings.problems")):
+        what = f"listings.problems[{index}]"
+        problem = _mapping(problem, what)
+        problems.append(EntryProblem(
+            str(problem.get("provider", "")), str(problem.get("where", "")),
+            str(problem.get("reason", "")),
+            tuple(str(n) for n in _sequence(problem.get("names", []), what + ".names")),
+            problem.get("skipped") is not False))
     failed = {str(k): str(v) for k, v in _mapping(record.get("failed", {}),
                                                   "listings.failed").items()}
     configured = [str(kind) for kind in _sequence(record.get("configured", []),
                                                   "listings.configured")]
-    return index_listings(configured, boxes, failed)
+    return index_listings(configured, boxes, failed, problems)
 
 
 # ------------------------------------------------------------------- routes
@@ -111,7 +127,8 @@ def probe_record(probe: Probe) -> dict[str, Any]:
     """The probe as JSON; under box TLS, ``plain_http`` when true (a box not on it yet) and
     ``cert_not_after`` when a certificate was verified."""
     record = {"health_ok": probe.health_ok, "models": probe.models.value,
-              "detail": probe.detail, "metrics": probe.metrics.record() if probe.metrics else None}
+              "detail": probe.detail, "metrics": probe.metrics.record() if probe.metrics else None,
+              "latency": probe.latency.record() if probe.latency else None}
     if probe.plain_http:
         record["plain_http"] = True
     if probe.cert_not_after is not None:
@@ -133,10 +150,15 @@ def probe_from_record(record: Any, what: str = "probe") -> Probe:
         metrics = None if metrics is None else ServerMetrics.from_record(metrics)
     except MetricsRecordError as exc:
         raise RecordError(f"{what}: {exc}") from None
+    try:
+        latency = record.get("latency")
+        latency = None if latency is None else Cumulative.from_record(latency)
+    except MetricsRecordError as exc:
+        raise RecordError(f"{what}: {exc}") from None
     plain_http = record.get("plain_http", False)
     if not isinstance(plain_http, bool):
         raise RecordError(f"{what}.plain_http must be true or false")
-    return Probe(record["health_ok"], models, str(record.get("detail") or ""), metrics,
+    return Probe(record["health_ok"], models, str(record.get("detail") or ""), metrics, latency,
                  plain_http, _number(record.get("cert_not_after"), f"{what}.cert_not_after",
                                      optional=True))
 

@@ -22,7 +22,10 @@ description:
   - From every provider listing C(config.yaml) configures (Vast, RunPod, the local container
     engine), where each box publishes its listen ports. A listing that cannot be read is
     reported in RV(listing_failures) and never taken as empty, so no box looks unlisted because
-    of it.
+    of it. A 429 or 5xx is tried again (at most 4 calls, waiting as long as the provider asks,
+    20 s at most in all). One entry that cannot be read costs that entry only (the task warns,
+    naming it), and the box it names is neither listed nor unlisted (a bad price costs only the
+    price).
   - From LiteLLM (C(litellm.url), with C(litellm.master_key)), every deployment as
     C(/model/info) shows it, without any key.
   - LiteLLM or llmao unreachable, or refusing its credential, fails the task before anything is
@@ -79,7 +82,9 @@ observations:
       description: Server id to the lifecycle memory the previous pass left.
       type: dict
     listings:
-      description: The provider listings as read (configured, failed, listed boxes and ports).
+      description:
+        - The provider listings as read (configured, failed, listed boxes with their ports,
+          price, status and interruptibility, and the entries read only in part).
       type: dict
     routes:
       description: Every LiteLLM deployment as C(id), C(model_name), C(api_base), C(public_base).
@@ -101,6 +106,13 @@ listing_failures:
   returned: success
   type: dict
   sample: {"vast": "GET https://console.vast.ai/api/v1/instances/: HTTP 502"}
+listing_warnings:
+  description: One line per listing entry read only in part, naming it and what it cost.
+  returned: success
+  type: list
+  elements: str
+  sample: ["runpod: pods[3] (runpod abcd1234): 'cheap' is not a price per hour: its price is
+    unknown"]
 ambiguous_addresses:
   description:
     - Each address that several listed instances share, to the instances (C(vast 4242)). A
@@ -195,6 +207,7 @@ def observe_result(observations: Observations) -> dict[str, Any]:
         "changed": False,
         "observations": record,
         "listing_failures": record["listings"]["failed"],
+        "listing_warnings": observations.listings.warnings,
         "ambiguous_addresses": {name: [box.label for box in sharing] for name, sharing
                                 in observations.listings.ambiguous.items()},
         "counts": {"boxes": len(observations.last_fetches), "routes": len(observations.routes),
@@ -216,6 +229,8 @@ def main() -> None:
     for provider, reason in result["listing_failures"].items():
         module.warn(f"the {provider} listing could not be read ({reason}); its boxes are "
                     "neither listed nor unlisted this pass")
+    for warning in result["listing_warnings"]:
+        module.warn(warning)
     for box in fleet.settings.hosts:
         ambiguity = observations.listings.ambiguity(box)
         if ambiguity:

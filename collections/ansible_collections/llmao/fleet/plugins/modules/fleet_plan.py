@@ -13,7 +13,7 @@ author:
   - llmao fleet contributors (!UNKNOWN)
 description:
   - "Puts every intended server of the fleet in one lifecycle state (Awaiting, Loading, Stalled,
-    Healthy, Unhealthy, Rejected, Foreign, Unlisted) from what
+    Healthy, Unhealthy, Rejected, Foreign, Unlisted, Preempted) from what
     M(llmao.fleet.fleet_observe) read and what M(llmao.fleet.vllm_probe) found, and decides what
     LiteLLM must change: C(register) a Healthy server that has no deployment, C(replace) one whose
     deployment no longer fits (another model, a moved public address), C(delete) the deployment of

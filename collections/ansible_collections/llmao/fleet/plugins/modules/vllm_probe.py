@@ -149,6 +149,12 @@ probes:
         - What the server's C(/metrics) and C(/v1/models) said, each figure a number or null
           (unknown); null when it was not scraped (it did not answer with our bearer).
       type: dict
+    latency:
+      description:
+        - vLLM's latency histograms (time to first token, end-to-end, inter-token) and
+          preemption counter as scraped, cumulative since vLLM started; the plan reads the
+          p50 and p95 of their deltas since the previous pass. Null when not scraped.
+      type: dict
 counts:
   description: How many servers were probed, and how many of each C(models) outcome.
   returned: success
@@ -235,6 +241,8 @@ def main() -> None:
         listings = read_listings(fleet.settings.providers, knobs.probe_timeout_s)
         for provider, reason in listings.failed.items():
             module.warn(f"the {provider} listing could not be read ({reason})")
+        for warning in listings.warnings:
+            module.warn(warning)
     else:
         try:
             listings = listings_from_record(params["listings"])

@@ -364,6 +364,37 @@ def test_listings_set_where_to_ssh_and_group_by_provider(listed_fleet: Fleet) ->
     assert "203.0.113.11" in members(inventory, "llmao_provider_unlisted")
 
 
+def test_status_interruptibility_and_a_skipped_entry(listed_fleet: Fleet, monkeypatch) -> None:
+    """``llmao_provider_status`` and ``llmao_interruptible`` come from the listing; an entry it
+    could not read is a warning naming it, and the inventory is built from the rest."""
+    from types import MappingProxyType
+
+    from ansible_collections.llmao.fleet.plugins.module_utils.listings import (
+        EntryProblem,
+        ListedBox,
+        index_listings,
+    )
+
+    spot = ListedBox("vast", ("4242",), "", MappingProxyType({}), None, "exited", True)
+    running = listed_box("vast", ("1001", "203.0.113.10"), "203.0.113.10", {22: 41022}, 0.8)
+    broken = EntryProblem("runpod", "runpod: pods[0]", "runtime is not an object",
+                          ("pod-abc123",))
+    plugin = make_plugin()
+    shown: list[str] = []
+    monkeypatch.setattr(sys.modules[type(plugin).__module__].display, "warning", shown.append)
+    inventory = InventoryData()
+    plugin.populate(inventory, listed_fleet,
+                    index_listings(["vast", "runpod"], [spot, running], {}, [broken]))
+    preempted = inventory.get_host("4242").get_vars()
+    assert (preempted["llmao_provider_status"], preempted["llmao_interruptible"]) == (
+        "exited", True)
+    on_demand = inventory.get_host("203.0.113.10").get_vars()
+    assert on_demand["llmao_interruptible"] is False
+    assert "llmao_provider_status" not in on_demand  # the listing gave none
+    assert "llmao fleet: runpod: pods[0] (runpod pod-abc123): runtime is not an object: " \
+           "skipped; the rest of the listing stands" in shown
+
+
 def test_an_ambiguous_address_gets_no_ssh_port_and_a_warning(listed_fleet: Fleet,
                                                              monkeypatch) -> None:
     neighbour = listed_box("vast", ("1002", "203.0.113.10"), "203.0.113.10", {22: 43022})

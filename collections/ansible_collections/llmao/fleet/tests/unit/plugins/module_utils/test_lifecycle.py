@@ -84,6 +84,13 @@ CASES = [
      healthy_with(2), State.UNLISTED),
     ("healthy box, listing API down: never Unlisted", NOW - 900, DOWN, Listed.UNKNOWN,
      healthy_with(2), State.UNHEALTHY),
+    ("a bid the provider stopped: Preempted at once", NOW - 900, DOWN, Listed.PREEMPTED,
+     healthy_with(0), State.PREEMPTED),
+    ("a stopped bid never fetched", None, DOWN, Listed.PREEMPTED, Memory(), State.PREEMPTED),
+    ("a stopped bid that still serves is Healthy", NOW - 10, SERVING, Listed.PREEMPTED,
+     Memory(), State.HEALTHY),
+    ("a stopped bid answering without its model", NOW - 900, UP_NOT_READY, Listed.PREEMPTED,
+     Memory(), State.STALLED),
 ]
 
 
@@ -100,7 +107,7 @@ def test_state(last_fetch, probe, listed, memory, state):
     (State.AWAITING, Action.KEEP), (State.LOADING, Action.KEEP), (State.STALLED, Action.DELETE),
     (State.HEALTHY, Action.ENSURE), (State.UNHEALTHY, Action.DELETE),
     (State.REJECTED, Action.DELETE), (State.FOREIGN, Action.DELETE),
-    (State.UNLISTED, Action.DELETE),
+    (State.UNLISTED, Action.DELETE), (State.PREEMPTED, Action.DELETE),
 ])
 def test_every_state_has_its_action(state, action):
     from ansible_collections.llmao.fleet.plugins.module_utils.lifecycle import Verdict
@@ -165,3 +172,9 @@ def test_a_healthy_server_says_why_its_figures_are_unknown():
                              "timed out"
     assert classify(NOW, NOW - 10, SERVING, Listed.NAMED, Memory(), KNOBS).reason == \
         "serving its model with our bearer"
+
+
+def test_preempted_says_the_provider_stopped_it():
+    verdict = classify(NOW, NOW - 900, DOWN, Listed.PREEMPTED, healthy_with(1), KNOBS)
+    assert verdict.reason.startswith("preempted: the provider stopped it")
+    assert verdict.memory.last_healthy_at == healthy_with(1).last_healthy_at

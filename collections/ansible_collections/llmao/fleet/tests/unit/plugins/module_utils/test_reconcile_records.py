@@ -63,6 +63,24 @@ def test_an_ambiguous_address_stays_ambiguous_and_both_instances_stay_listed():
     assert back.endpoint("4343", 8001, None).port == 41101
 
 
+def test_status_interruptibility_and_entry_problems_survive_the_trip():
+    from ansible_collections.llmao.fleet.plugins.module_utils.listings import EntryProblem
+
+    spot = ListedBox("runpod", ("spot1",), "", MappingProxyType({}), None, "exited", True)
+    problems = [EntryProblem("runpod", "runpod: pods[2]", "runtime is not an object",
+                             ("broken",)),
+                EntryProblem("vast", "vast: instances[0]", "'x' is not a price per hour",
+                             ("4242",), skipped=False)]
+    listings = index_listings(["vast", "runpod"], [VAST, spot], {}, problems)
+    back = listings_from_record(through_json(listings_record(listings)))
+    assert back.listed("spot1") is Listed.PREEMPTED
+    assert back.listed("broken") is Listed.UNKNOWN  # its entry could not be read
+    assert back.listed("192.0.2.1") is Listed.NOT_NAMED
+    assert back.warnings == listings.warnings and len(back.warnings) == 2
+    assert [(box.status, box.interruptible) for box in back.boxes] == [("", False),
+                                                                       ("exited", True)]
+
+
 def test_a_garbage_price_is_a_record_error():
     record = through_json(listings_record(index_listings(["vast"], [VAST], {})))
     record["boxes"][0]["price_per_hour"] = "cheap"

@@ -50,8 +50,10 @@ def test_every_outcome_in_one_call(probed_fleet):
     assert seen[(silent, 8001)] | {"public": None} == {
         "box": silent, "name": "stub-model-8001", "listen_port": 8001, "public": None,
         "health_ok": False, "models": "skipped", "detail": "connection refused",
-        "metrics": None}
+        "metrics": None, "latency": None}
     assert seen[(serving, 8001)]["metrics"]["kv_cache_tokens"] == 65536
+    # The stub exports vLLM's latency histograms: read, for the next pass's deltas.
+    assert set(seen[(serving, 8001)]["latency"]["histograms"]) == {"ttft", "e2e", "itl"}
     assert seen[(rejecting, 8001)]["metrics"] is None
     assert probe_counts(probes) == {"servers": 5, "lists": 3, "rejected": 1, "skipped": 1}
     text = json.dumps(probes)

@@ -1,0 +1,309 @@
+# Copyright: llmao fleet contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""How fast one vLLM server answered over the last pass interval, and how often it preempted.
+
+vLLM exports its latencies as cumulative histograms (time to first token,
+end-to-end request latency, inter-token latency) and its preemptions as a
+counter, all since it started. A quantile of the cumulative totals would say
+how the server did since its start, and move less with every hour it runs; so
+each pass keeps the scrape's cumulative buckets (:class:`Cumulative`, in the
+server's lifecycle memory) and the next pass reads the p50 and p95 of the
+bucket DELTAS between the two scrapes (:func:`interval_latency`), as
+Prometheus's ``histogram_quantile`` over ``rate()`` would.
+
+Unknown stays unknown: a first scrape, a histogram not exported, an interval
+without a request, or an answer out of bounds gives None, never 0. A counter
+that went back (vLLM restarted) counts from zero again. Names are checked
+against a real vLLM 0.32 answer (``shared/vectors/vllm-metrics-0.32.txt``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field, fields
+from types import MappingProxyType
+from typing import Any
+
+from .prometheus_text import ExpositionError, Sample, parse_exposition
+from .vllm_metrics import MetricsRecordError
+
+# Figure name → vLLM's histogram names, newest first (before 0.11 vLLM called the
+# inter-token latency time_per_output_token).
+HISTOGRAMS = {
+    "ttft": ("vllm:time_to_first_token_seconds",),
+    "e2e": ("vllm:e2e_request_latency_seconds",),
+    "itl": ("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds"),
+}
+PREEMPTIONS = "vllm:num_preemptions_total"
+READ = frozenset({f"{name}_bucket" for names in HISTOGRAMS.values() for name in names}
+                 | {PREEMPTIONS})
+# A line can only be one of READ's samples if it starts so: the others are skipped before
+# the parser sees them (a real answer is 600 lines, 70 of them read: P7, docs/metrics.md).
+READ_PREFIXES = tuple(sorted(READ))
+QUANTILES = (("p50", 0.5), ("p95", 0.95))
+# Bounds on what a server may say: vLLM's histograms have about 20 buckets; a count is a
+# whole number a JSON reader keeps exactly.
+MAX_BUCKETS = 64
+MAX_COUNT = 2**53
+
+Buckets = tuple[tuple[float, float], ...]
+
+
+class LatencyRecordError(MetricsRecordError):
+    """A latency record does not have the shape its ``record`` writes."""
+
+
+@dataclass(frozen=True)
+class Cumulative:
+    """One scrape's histograms and preemption counter, since the server started.
+
+    ``histograms`` maps a figure (``ttft``, ``e2e``, ``itl``) to its cumulative
+    ``(upper bound, count)`` pairs, ``+Inf`` last, summed over the engines.
+    """
+
+    histograms: Mapping[str, Buckets] = field(default_factory=lambda: MappingProxyType({}))
+    preemptions_total: float | None = None
+
+    def record(self) -> dict[str, Any]:
+        """JSON: bounds as numbers, ``+Inf`` as the string ``"+Inf"``; only the buckets whose
+        count differs from the bucket below, and ``+Inf`` (the rest follows from the next
+        scrape's bounds), so that a pass of 10,000 servers stays small."""
+        return {"histograms": {name: [[_bound_text(bound), count]
+                                      for bound, count in _sparse(buckets)]
+                               for name, buckets in self.histograms.items()},
+                "preemptions_total": self.preemptions_total}
+
+    @classmethod
+    def from_record(cls, record: Any) -> Cumulative:
+        if not isinstance(record, Mapping) or not isinstance(record.get("histograms"), Mapping):
+            raise LatencyRecordError("latency_seen must be an object with histograms")
+        histograms = {}
+        for name, pairs in record["histograms"].items():
+            if name not in HISTOGRAMS or not isinstance(pairs, list):
+                raise LatencyRecordError(f"latency_seen.histograms.{name} is not a histogram")
+            try:
+                buckets = tuple((_bound(str(bound)), float(count)) for bound, count in pairs)
+            except (TypeError, ValueError):
+                raise LatencyRecordError(f"latency_seen.histograms.{name} holds a pair that "
+                                         "is not a bound and a count") from None
+            histograms[name] = _checked(buckets)
+        total = record.get("preemptions_total")
+        if total is not None and not _is_count(total):
+            raise LatencyRecordError("latency_seen.preemptions_total must be a count or null")
+        return cls(MappingProxyType(histograms), total)
+
+
+@dataclass(frozen=True)
+class Latency:
+    """The last pass interval: p50 and p95 in seconds per figure, and the preemptions."""
+
+    ttft_p50_s: float | None = None
+    ttft_p95_s: float | None = None
+    e2e_p50_s: float | None = None
+    e2e_p95_s: float | None = None
+    itl_p50_s: float | None = None
+    itl_p95_s: float | None = None
+    preemptions: int | None = None
+
+    def record(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_record(cls, record: Any) -> Latency:
+        """Back from :meth:`record`; a missing figure is unknown, a wrong type raises."""
+        if record is None:
+            return cls()
+        if not isinstance(record, Mapping):
+            raise LatencyRecordError("latency must be an object")
+        values = {}
+        for item in fields(cls):
+            value = record.get(item.name)
+            if value is not None and (isinstance(value, bool)
+                                      or not isinstance(value, int | float)
+                                      or not 0 <= value <= MAX_COUNT):
+                raise LatencyRecordError(f"latency.{item.name} must be a number or null")
+            values[item.name] = value
+        if values["preemptions"] is not None:
+            values["preemptions"] = int(values["preemptions"])
+        return cls(**values)
+
+
+def read_latency(exposition: str | None) -> Cumulative | None:
+    """The cumulative histograms and counter of one ``/metrics`` answer; None when unread.
+
+    Only the lines of the names read are parsed. A histogram whose buckets are
+    out of bounds or contradict each other is left out; an answer that is not
+    in the text format reads nothing.
+    """
+    if exposition is None:
+        return None
+    read = "\n".join(line for line in exposition.split("\n") if line.startswith(READ_PREFIXES))
+    try:
+        samples = parse_exposition(read, READ)
+    except ExpositionError:
+        return None
+    return cumulative(samples)
+
+
+def cumulative(samples: Iterable[Sample]) -> Cumulative:
+    """Each histogram's buckets summed over engines (the first name vLLM exports), and the
+    preemption counter summed likewise."""
+    samples = list(samples)
+    histograms = {}
+    for figure, names in HISTOGRAMS.items():
+        for name in names:
+            buckets = _summed_buckets(sample for sample in samples
+                                      if sample.name == f"{name}_bucket")
+            if buckets:
+                histograms[figure] = buckets
+                break
+    counts = [sample.value for sample in samples if sample.name == PREEMPTIONS]
+    total = math.fsum(counts) if counts and all(map(_is_count, counts)) else None
+    return Cumulative(MappingProxyType(histograms),
+                      total if total is not None and total <= MAX_COUNT else None)
+
+
+def _summed_buckets(samples: Iterable[Sample]) -> Buckets:
+    """``(bound, count)`` over engines, or () when the buckets cannot be believed."""
+    by_bound: dict[float, float] = {}
+    seen: set[tuple[tuple[str, str], ...]] = set()
+    for sample in samples:
+        labels = tuple(sorted(sample.labels.items()))
+        if labels in seen or not _is_count(sample.value):
+            return ()
+        seen.add(labels)
+        try:
+            bound = _bound(sample.labels.get("le", ""))
+        except ValueError:
+            return ()
+        by_bound[bound] = by_bound.get(bound, 0.0) + sample.value
+    try:
+        return _checked(tuple(sorted(by_bound.items())))
+    except LatencyRecordError:
+        return ()
+
+
+def _checked(buckets: Buckets) -> Buckets:
+    """Buckets that make a histogram: few, ``+Inf`` last, counts never falling, in bounds."""
+    counts = [count for _bound_value, count in buckets]
+    if not buckets or len(buckets) > MAX_BUCKETS or buckets[-1][0] != math.inf \
+            or any(later < earlier for earlier, later in zip(counts, counts[1:], strict=False)) \
+            or not all(map(_is_count, counts)) \
+            or any(bound < 0 or math.isnan(bound) for bound, _count in buckets):
+        raise LatencyRecordError("the buckets do not make a histogram")
+    return buckets
+
+
+def _bound(text: str) -> float:
+    """An ``le`` label: a number or ``+Inf``; anything else raises ValueError."""
+    if text == "+Inf":
+        return math.inf
+    bound = float(text)
+    if not math.isfinite(bound) or len(text) > 32:
+        raise ValueError(text)
+    return bound
+
+
+def _bound_text(bound: float) -> float | str:
+    return "+Inf" if bound == math.inf else bound
+
+
+def _is_count(value: Any) -> bool:
+    return not isinstance(value, bool) and isinstance(value, int | float) \
+        and math.isfinite(value) and 0 <= value <= MAX_COUNT
+
+
+Scrapes = tuple[Cumulative | None, Cumulative | None]
+
+
+def interval_latency(scrapes: Iterable[Scrapes]) -> Latency:
+    """The p50 and p95 of each histogram's bucket deltas between two scrapes, and the
+    preemptions between them, over one server's pair of scrapes or the sum of several
+    servers' (a model's); None for what any scrape lacks or nobody asked."""
+    pairs = list(scrapes)
+    if not pairs or any(before is None or after is None for before, after in pairs):
+        return Latency()
+    figures: dict[str, float | None] = {}
+    for figure in HISTOGRAMS:
+        delta = _merged([_delta(before.histograms.get(figure), after.histograms.get(figure))
+                         for before, after in pairs])
+        for suffix, quantile in QUANTILES:
+            figures[f"{figure}_{suffix}_s"] = None if delta is None else \
+                bucket_quantile(quantile, delta)
+    grown = [_grown(before.preemptions_total, after.preemptions_total)
+             for before, after in pairs]
+    preemptions = None if None in grown else int(sum(grown))
+    return Latency(**figures, preemptions=preemptions)
+
+
+def _grown(before: float | None, after: float | None) -> float | None:
+    """A counter's growth; all of ``after`` when it went back (vLLM restarted)."""
+    if before is None or after is None:
+        return None
+    return after if after < before else after - before
+
+
+def _merged(deltas: list[Buckets | None]) -> Buckets | None:
+    """Several servers' deltas as one histogram; None when one lacks it or their buckets
+    differ (different vLLM versions)."""
+    if not deltas or None in deltas:
+        return None
+    bounds = [bound for bound, _count in deltas[0]]
+    if any([bound for bound, _count in delta] != bounds for delta in deltas):
+        return None
+    return tuple((bound, math.fsum(delta[index][1] for delta in deltas))
+                 for index, bound in enumerate(bounds))
+
+
+def _sparse(buckets: Buckets) -> Buckets:
+    """The buckets whose count differs from the one below, and the last (``+Inf``)."""
+    kept, below = [], 0.0
+    for index, (bound, count) in enumerate(buckets):
+        if count != below or index == len(buckets) - 1:
+            kept.append((bound, count))
+        below = count
+    return tuple(kept)
+
+
+def _delta(before: Buckets | None, after: Buckets | None) -> Buckets | None:
+    """What happened between two scrapes; the whole of ``after`` when vLLM restarted (a
+    count went back, or its buckets changed), None when either lacks the histogram.
+
+    ``before`` may be sparse (:meth:`Cumulative.record`): a bound it lacks has the count
+    of the bound below it.
+    """
+    if before is None or after is None:
+        return None
+    stored = dict(before)
+    if not set(stored) <= {bound for bound, _count in after}:
+        return after
+    filled, below = [], 0.0
+    for bound, _count in after:
+        below = stored.get(bound, below)
+        filled.append(below)
+    delta = tuple((bound, count - old) for (bound, count), old in zip(after, filled, strict=True))
+    if any(count < 0 for _bound_value, count in delta):
+        return after
+    return delta
+
+
+def bucket_quantile(quantile: float, buckets: Buckets) -> float | None:
+    """The ``quantile`` of cumulative ``buckets``, interpolated inside its bucket as
+    Prometheus's ``histogram_quantile`` does; None when the buckets count nothing.
+
+    A rank in the ``+Inf`` bucket is the largest finite bound (no more is known).
+    """
+    total = buckets[-1][1]
+    if total <= 0:
+        return None
+    rank = quantile * total
+    lower, below = 0.0, 0.0
+    for bound, count in buckets:
+        if count >= rank:
+            if bound == math.inf:
+                return lower
+            inside = count - below
+            return bound if inside <= 0 else lower + (bound - lower) * (rank - below) / inside
+        lower, below = bound, count
+    return lower

@@ -1,0 +1,160 @@
+"""Latency and preemptions from vLLM's histograms: the names of a real vLLM 0.32 answer, the
+same figures as prometheus_client's own parser, quantiles of bucket deltas, unknown absent."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from ansible_collections.llmao.fleet.plugins.module_utils.vllm_latency import (
+    HISTOGRAMS,
+    PREEMPTIONS,
+    Cumulative,
+    Latency,
+    LatencyRecordError,
+    bucket_quantile,
+    interval_latency,
+    read_latency,
+)
+
+REAL = (Path(__file__).parent / "data" / "vllm_0_32_metrics.txt").read_text()
+
+
+def reference(text: str) -> tuple[dict[str, dict[float, float]], float | None]:
+    """prometheus_client's reading: per histogram name its buckets summed over engines, and
+    the preemption counter (its family is named without ``_total``)."""
+    buckets: dict[str, dict[float, float]] = {}
+    preemptions = None
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name.endswith("_bucket"):
+                by_bound = buckets.setdefault(sample.name.removesuffix("_bucket"), {})
+                bound = float(sample.labels["le"])
+                by_bound[bound] = by_bound.get(bound, 0.0) + sample.value
+            elif sample.name == PREEMPTIONS:
+                preemptions = (preemptions or 0.0) + sample.value
+    return buckets, preemptions
+
+
+def test_every_name_read_is_in_the_real_vllm_answer():
+    families = {family.name for family in text_string_to_metric_families(REAL)}
+    for figure, names in HISTOGRAMS.items():
+        assert names[0] in families, f"{figure}: vLLM 0.32 exports {names[0]}"
+    assert PREEMPTIONS.removesuffix("_total") in families
+
+
+def test_the_figures_are_prometheus_clients():
+    read = read_latency(REAL)
+    buckets, preemptions = reference(REAL)
+    assert set(read.histograms) == set(HISTOGRAMS)
+    for figure, names in HISTOGRAMS.items():
+        assert dict(read.histograms[figure]) == buckets[names[0]], figure
+    assert read.preemptions_total == preemptions == 0.0
+    ttft = dict(read.histograms["ttft"])
+    assert (ttft[0.005], ttft[0.01], ttft[math.inf]) == (0.0, 1.0, 2.0)
+
+
+def with_requests(text: str, more: dict[float, float]) -> str:
+    """``text`` with ``more`` TTFT requests per bucket bound added (cumulative lines moved)."""
+    lines = []
+    for line in text.splitlines():
+        if line.startswith("vllm:time_to_first_token_seconds_bucket{"):
+            bound = float(line.split('le="')[1].split('"')[0])
+            added = sum(count for at, count in more.items() if at <= bound)
+            name_labels, value = line.rsplit(" ", 1)
+            line = f"{name_labels} {float(value) + added}"
+        elif line.startswith("vllm:num_preemptions_total{"):
+            line = line.rsplit(" ", 1)[0] + " 3.0"
+        lines.append(line)
+    return "\n".join(lines) + "\n"
+
+
+def test_quantiles_come_from_the_deltas_not_the_totals():
+    before = read_latency(REAL)
+    # 10 requests since: 9 between 0.25 and 0.5 s, one between 1 and 2.5 s.
+    after = read_latency(with_requests(REAL, {0.5: 9, 2.5: 1}))
+    latency = interval_latency([(before, after)])
+    assert latency.ttft_p50_s == pytest.approx(0.25 + 0.25 * 5 / 9)
+    assert latency.ttft_p95_s == pytest.approx(1.0 + 1.5 * 0.5)
+    assert latency.preemptions == 3
+    # The cumulative totals would have said otherwise (the two fast requests at start).
+    total_p50 = bucket_quantile(0.5, after.histograms["ttft"])
+    assert total_p50 != pytest.approx(latency.ttft_p50_s)
+    # Nobody asked anything else in between: unknown, never 0.
+    assert latency.e2e_p50_s is None and latency.itl_p95_s is None
+
+
+def test_a_restart_counts_from_zero_and_a_first_scrape_knows_nothing():
+    busy = read_latency(with_requests(REAL, {0.5: 9, 2.5: 1}))
+    restarted = read_latency(REAL)  # fewer requests than before: vLLM started again
+    assert interval_latency([(busy, restarted)]).ttft_p50_s == pytest.approx(0.01)
+    assert interval_latency([(busy, restarted)]).preemptions == 0
+    assert interval_latency([(None, busy)]) == Latency()
+    assert interval_latency([(busy, None)]) == Latency()
+
+
+@pytest.mark.parametrize("line", [
+    'vllm:time_to_first_token_seconds_bucket{engine="0",le="0.01",model_name="tiny"} 9.0',
+    'vllm:time_to_first_token_seconds_bucket{engine="0",le="1e400",model_name="tiny"} 9.0',
+    'vllm:time_to_first_token_seconds_bucket{engine="0",le="0.001",model_name="tiny"} 1e300',
+    'vllm:time_to_first_token_seconds_bucket{engine="0",le="soon",model_name="tiny"} 1.0',
+])
+def test_buckets_that_make_no_histogram_leave_it_unknown(line):
+    """A duplicate, an absurd bound, a count out of bounds or falling, a bound not a number."""
+    read = read_latency(REAL + line + "\n")
+    assert "ttft" not in read.histograms
+    assert "e2e" in read.histograms  # the others stand
+
+
+def test_an_unreadable_answer_reads_nothing():
+    assert read_latency(None) is None
+    assert read_latency("vllm:num_preemptions_total{ 1\n") is None
+
+
+def test_data_parallel_engines_are_summed():
+    second = "\n".join(line.replace('engine="0"', 'engine="1"') for line in REAL.splitlines()
+                       if line.startswith(("vllm:time_to_first_token_seconds_bucket",
+                                           PREEMPTIONS)))
+    read = read_latency(REAL + second + "\n")
+    assert dict(read.histograms["ttft"])[math.inf] == 4.0
+    assert read.preemptions_total == 0.0
+
+
+def test_records_survive_json_and_refuse_garbage():
+    import json
+
+    read = read_latency(REAL)
+    stored = Cumulative.from_record(json.loads(json.dumps(read.record())))
+    assert dict(stored.histograms["ttft"]) == {0.01: 1.0, 0.02: 2.0, math.inf: 2.0}, \
+        "only the buckets that differ from the one below are kept"
+    later = read_latency(with_requests(REAL, {0.5: 9, 2.5: 1}))
+    assert interval_latency([(stored, later)]) == interval_latency([(read, later)])
+    latency = Latency(ttft_p50_s=0.1, preemptions=2)
+    assert Latency.from_record(json.loads(json.dumps(latency.record()))) == latency
+    for garbage in ({"histograms": {"ttft": [["x", 1]]}},
+                    {"histograms": {"ttft": [[0.1, 2], ["+Inf", 1]]}},
+                    {"histograms": {"nope": []}}, {"histograms": {}, "preemptions_total": -1}):
+        with pytest.raises(LatencyRecordError):
+            Cumulative.from_record(garbage)
+    with pytest.raises(LatencyRecordError):
+        Latency.from_record({"ttft_p50_s": "fast"})
+
+
+def test_a_quantile_in_the_inf_bucket_is_the_largest_bound():
+    assert bucket_quantile(0.95, ((1.0, 0.0), (2.0, 1.0), (math.inf, 10.0))) == 2.0
+    assert bucket_quantile(0.5, ((1.0, 0.0), (math.inf, 0.0))) is None
+
+
+def test_a_models_latency_sums_its_servers_deltas():
+    before = read_latency(REAL)
+    fast = read_latency(with_requests(REAL, {0.5: 9}))
+    slow = read_latency(with_requests(REAL, {2.5: 9}))
+    model = interval_latency([(before, fast), (before, slow)])
+    assert model.ttft_p50_s == pytest.approx(0.5)  # rank 9 of 18: the end of the fast bucket
+    assert model.ttft_p95_s == pytest.approx(1.0 + 1.5 * (17.1 - 9) / 9)
+    assert model.preemptions == 6
+    assert interval_latency([(before, fast), (None, slow)]) == Latency(), \
+        "a server without a figure makes the model's unknown"
