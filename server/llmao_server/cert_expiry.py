@@ -6,7 +6,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-# The dashboard warns this long before a box's certificate expires; the alert rule too.
+# The dashboard warns at most this long before a box's certificate expires (the alert rule, at a
+# day: a box renews long before).
 WARN_BEFORE_S = 3 * 86400.0
 
 
