@@ -128,6 +128,11 @@ def test_a_server_its_box_has_not_started_is_not_called_loading_alone(fleet) -> 
     assert state == "Loading"
     assert reason.startswith(f"not started: its box runs rev 0ld0ld0l, not rev {intended} (")
     assert reason.endswith("; why")
+    # The box's older revision started it too: whatever keeps it down, it was started.
+    seen = observed(fleet, [], {OTHER_KNOWN: "0ld0ld0ld"}, {QWEN_O: "Loading"})
+    page = build_page(fleet, Observed(applied=seen.applied, verdicts=seen.verdicts,
+                                      started={OTHER_KNOWN: frozenset({("qwen", 8001)})}), NOW)
+    assert reason_of(page, OTHER_KNOWN, "qwen") == ("Loading", "why")
     # On the intended revision, Loading is the verdict's own reason.
     page = build_page(fleet, observed(fleet, [], {}, {QWEN_O: "Loading"}), NOW)
     assert reason_of(page, OTHER_KNOWN, "qwen") == ("Loading", "why")

@@ -123,6 +123,8 @@ class Observed:
     turns: Sequence[Turn] = ()
     # The last report of each box that said which cards it has.
     cards: Mapping[str, AppliedReport] = field(default_factory=dict)
+    # Each box's servers (name, listen port) as its last report says it started them.
+    started: Mapping[str, frozenset[tuple[str, int]]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -296,7 +298,7 @@ def build_row(fleet: Fleet, server: IntendedServer, assignment: BoxAssignment,
         in_litellm = None
         public = f"{server.box}:{server.listen_port}" if not fleet.settings.providers else None
     provider = provider_of(fleet.settings.providers, (verdict or {}).get("provider"))
-    reason = explained(fleet, state, reason, in_litellm, assignment, observed)
+    reason = explained(fleet, server, state, reason, in_litellm, assignment, observed)
     return Row(provider, server.box, server.name, server.model_name,
                server.listen_port, public, state, reason, age(now, fetched_at), in_litellm,
                short(observed.applied.get(server.box)), short(assignment.revision) or "",
@@ -304,18 +306,20 @@ def build_row(fleet: Fleet, server: IntendedServer, assignment: BoxAssignment,
                cards_text(observed.cards.get(server.box), server.name))
 
 
-def explained(fleet: Fleet, state: str, reason: str, in_litellm: bool | None,
-              assignment: BoxAssignment, observed: Observed) -> str:
+def explained(fleet: Fleet, server: IntendedServer, state: str, reason: str,
+              in_litellm: bool | None, assignment: BoxAssignment, observed: Observed) -> str:
     """The row's reason, or what the pass's verdict leaves out that the store knows: a
-    server out of LiteLLM for its box's rollout turn, or one its box has not started yet
-    because the box still runs an older revision (so it is not loading anything)."""
+    server out of LiteLLM for its box's rollout turn, or one its box has not started
+    because the box still runs an older revision without it (so nothing is loading)."""
     applied = observed.applied.get(assignment.box)
     turn = next((turn for turn in observed.turns
                  if turn.box == assignment.box and turn.active), None)
     if state == State.HEALTHY.value and in_litellm is False and turn is not None:
         drained = f"drained for a rollout turn to rev {short(turn.revision)}"
         return f"{drained}; {reason}" if reason else drained
-    if state in NOT_STARTED_STATES and applied and applied != assignment.revision:
+    started = (server.name, server.listen_port) in observed.started.get(assignment.box, ())
+    if state in NOT_STARTED_STATES and applied and applied != assignment.revision \
+            and not started:
         waits = ("its rollout turn is on" if turn else "waiting for its rollout turn") \
             if fleet.settings.rollout.following else "the box has not applied it yet"
         return (f"not started: its box runs rev {short(applied)}, not rev "

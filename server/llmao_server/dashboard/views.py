@@ -27,6 +27,8 @@ def observe(store: StateStore, now: float, span_s: float = CHART_SPAN_S) -> Obse
         fetch_times=store.fetch_times(),
         applied={box: report.revision for box, report in reports.items()},
         cards={box: report for box, report in reports.items() if report.cards},
+        started={box: frozenset((server.name, server.port) for server in report.servers)
+                 for box, report in reports.items()},
         verdicts=last_pass.verdicts if last_pass else {},
         drift=last_pass.drift if last_pass else (),
         pass_at=last_pass.pass_at if last_pass else None,
