@@ -219,14 +219,17 @@ class Page:
 
     def table(self) -> dict[str, Any]:
         """The page's data as plain JSON values (the benchmark's baseline): the servers'
-        table, each model's load with the samples its chart draws, and the rollout."""
+        table, each model's load with the samples its charts draw, and the rollout."""
         return {
             "servers": [{**vars(row), "last_fetch": vars(row.last_fetch),
                          "load": row.load.record() if row.load else None}
                         for _, rows in self.groups for row in rows],
             "models": {panel.name: {**panel.load.record(),
                                     "chart": {line.name: line.segments
-                                              for line in panel.chart.lines}}
+                                              for line in panel.chart.lines},
+                                    "kv_chart": {line.name: line.segments for line in
+                                                 panel.kv_chart.lines} if panel.kv_chart
+                                    else None}
                        for panel in self.models},
             "rollout": [row.record() for row in self.rollout],
         }
