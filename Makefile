@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.llmao-setup
 
-.PHONY: setup litellm-venv setup-vllm demo demo-stop test lint sanity bench clean
+.PHONY: setup litellm-venv setup-vllm demo demo-stop demo-roll test lint sanity bench clean
 
 setup: $(STAMP) litellm-venv
 
@@ -33,6 +33,10 @@ demo: setup
 
 demo-stop:
 	@$(BIN)/python -m demo stop
+
+# MODEL=<name> picks the model whose max_model_len changes (default: the first with one).
+demo-roll: setup
+	@$(BIN)/python -m demo roll $(if $(MODEL),--model $(MODEL))
 
 test: setup setup-vllm
 	@$(BIN)/python -m pytest

@@ -1,5 +1,5 @@
-"""`python -m demo` starts the demo, `python -m demo stop` stops it; `reconcile-loop` is the
-background process the demo itself starts."""
+"""`python -m demo` starts the demo, `python -m demo stop` stops it, `python -m demo roll`
+rolls a change through it; `reconcile-loop` is the background process the demo itself starts."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from .reconcile import loop
+from .roll import roll
 from .run import start, stop
 
 
@@ -16,6 +17,9 @@ def main(argv: list[str]) -> int:
     commands = parser.add_subparsers(dest="command")
     commands.add_parser("start", help="bring the demo up (the default)")
     commands.add_parser("stop", help="stop everything the demo started")
+    rolling = commands.add_parser("roll", help="change a model's max_model_len in the running "
+                                               "demo and watch the boxes roll it")
+    rolling.add_argument("--model", help="the model to change (default: the first with one)")
     background = commands.add_parser("reconcile-loop", help=argparse.SUPPRESS)
     background.add_argument("--inventory", type=Path, required=True)
     background.add_argument("--ca", type=Path, required=True)
@@ -23,6 +27,8 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     if args.command == "stop":
         return stop()
+    if args.command == "roll":
+        return roll(args.model)
     if args.command == "reconcile-loop":
         log = args.inventory.parent.parent / "logs" / "reconcile.log"
         return loop(args.inventory, args.ca, log, args.every)

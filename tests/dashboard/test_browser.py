@@ -144,3 +144,34 @@ def test_a_failed_turn_shows_the_rollout_panel_and_the_paused_item(signed_in: Si
     expect(row).to_contain_text(f"{KNOWN} llmao:{KNOWN}:8002:qwen is Stalled: not answering")
     expect(page.locator("article.problem.paused")).to_contain_text(
         f"box {KNOWN}, rev {revision[:8]}: llmao:{KNOWN}:8002:qwen is Stalled")
+
+
+def test_an_empty_paused_cell_is_not_red_and_the_page_asks_for_nothing_missing(
+        live_servers: Callable[..., LlmaoServer], new_page: Callable[[], Page]) -> None:
+    """A draining turn: the model's row has no pause, so its Paused cell is a quiet dash
+    (red only once the turn fails); no request of the page (its icon too) answers 404."""
+    server, page = live_servers(), new_page()
+    missing: list[str] = []
+    page.on("response", lambda answer: missing.append(answer.url) if answer.status == 404
+            else None)
+    log_in(page, server)
+    admin = JsonService(server.url, ADMIN_TOKEN)
+    revision = json.loads(fetch_config(server, KNOWN)[1])["revision"]
+    admin.call("POST", "/admin/api/turns/take",
+               {"box": KNOWN, "revision": revision, "servers": ["qwen"]})
+    page.reload()
+    cell = page.locator('table.rollout tr[data-model="qwen"] td.why')
+    expect(cell).to_have_text("—")
+    bad = page.evaluate("getComputedStyle(document.documentElement)"
+                        ".getPropertyValue('--bad').trim()")
+    quiet = cell.evaluate("cell => getComputedStyle(cell).color")
+    admin.call("POST", "/admin/api/turns", {"updates": [
+        {"box": KNOWN, "revision": revision, "phase": "failed", "why": "qwen is Stalled"}]})
+    page.reload()
+    red = cell.evaluate("cell => getComputedStyle(cell).color")
+    assert red != quiet
+    assert red == page.evaluate(f"(() => {{ const probe = document.createElement('i');"
+                                f" probe.style.color = '{bad}'; document.body.append(probe);"
+                                f" return getComputedStyle(probe).color; }})()")
+    page.wait_for_load_state("networkidle")
+    assert missing == []

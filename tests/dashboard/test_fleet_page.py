@@ -231,6 +231,16 @@ def test_pages_carry_a_strict_content_security_policy(admin: FlaskClient) -> Non
     assert not re.search(r'(src|href)="(https?:)?//', html)
 
 
+def test_every_page_has_its_icon_inline_so_no_favicon_request_is_made(
+        client: FlaskClient) -> None:
+    """A page without a ``rel=icon`` makes the browser ask ``/favicon.ico``: a 404 in its
+    console. The icon is a data URI, which the policy's ``img-src`` allows."""
+    answer = client.get("/login")
+    icon = re.search(r'<link rel="icon" href="([^"]+)">', answer.get_data(as_text=True))
+    assert icon and icon.group(1).startswith("data:image/svg+xml,")
+    assert "img-src 'self' data:" in answer.headers["Content-Security-Policy"]
+
+
 def test_the_stylesheet_and_script_are_served_without_a_session(client: FlaskClient) -> None:
     for name, kind in (("dashboard.css", "text/css"), ("dashboard.js", "javascript")):
         answer = client.get(f"/dashboard/static/{name}")

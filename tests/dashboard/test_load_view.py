@@ -15,8 +15,8 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from ansible_collections.llmao.fleet.plugins.module_utils.fleet import Fleet, load_fleet
-from llmao_server.dashboard.charts import line_chart, nice_ceiling
-from llmao_server.dashboard.fleet_view import CHART_SPAN_S, Observed, build_page
+from llmao_server.dashboard.charts import BOTTOM, HEIGHT, LEFT, TOP, line_chart, nice_ceiling
+from llmao_server.dashboard.fleet_view import CHART_MIN_FIT_S, CHART_SPAN_S, Observed, build_page
 from llmao_server.state import ServerState, app_state
 from llmao_server.store import LoadSample, ReconcilePass
 from tests.dashboard.sessions import log_in
@@ -167,3 +167,63 @@ def test_an_absurd_figure_never_overflows_the_chart() -> None:
     segments = chart.lines[0].segments
     assert len(segments) == 2   # broken where the figure cannot be placed
     assert all("nan" not in segment and "inf" not in segment for segment in segments)
+
+
+def first_x(chart) -> float:
+    return min(float(point.split(",")[0]) for line in chart.lines for segment in line.segments
+               for point in segment.split())
+
+
+@pytest.mark.parametrize(("window_s", "starts_at_left"), [(None, True), (3600.0, False)])
+def test_the_chart_fits_the_data_unless_a_window_is_picked(fleet: Fleet, window_s,
+                                                           starts_at_left) -> None:
+    """Twenty minutes of samples fill the fitted chart from its left edge; picked, the last
+    hour leaves the forty minutes before them empty."""
+    now = 1_000_000.0
+    record = a_pass(now)
+    history = [LoadSample(now - minutes * 60, {}, {"gemma": {"requests_running": 3}})
+               for minutes in (20, 10, 0)]
+    page = build_page(fleet, Observed(verdicts=record.verdicts, models=record.models,
+                                      history=history), now, window_s=window_s)
+    (gemma,) = [panel for panel in page.models if panel.name == "gemma"]
+    assert (first_x(gemma.chart) == LEFT) is starts_at_left
+    start = now - (window_s or 20 * 60)
+    assert gemma.chart.x_ticks[0][1] == time.strftime("%H:%M", time.gmtime(start))
+
+
+def test_a_fitted_chart_spans_a_few_minutes_at_least(fleet: Fleet) -> None:
+    now = 1_000_000.0
+    record = a_pass(now)
+    page = build_page(fleet, Observed(verdicts=record.verdicts, models=record.models, history=[
+        LoadSample(now - 60, {}, {"gemma": {"requests_running": 3}})]), now)
+    (gemma,) = [panel for panel in page.models if panel.name == "gemma"]
+    assert first_x(gemma.chart) > LEFT  # the minute-old sample is not at the left edge
+    assert gemma.chart.x_ticks[0][1] == time.strftime("%H:%M",
+                                                      time.gmtime(now - CHART_MIN_FIT_S))
+
+
+def test_each_model_has_a_kv_cache_chart_of_its_fullest_server(page_html: str) -> None:
+    """The history keeps each model's fullest KV cache; the card draws it in percent."""
+    charts = re.findall(r'<svg class="chart".*?</svg>', model_card(page_html, "qwen"), flags=re.S)
+    assert len(charts) == 2
+    kv = charts[1]
+    assert "KV cache" in kv and ">100%<" in kv and ">50%<" in kv
+    (points,) = re.findall(r'<polyline class="line kv_cache_usage_ratio" points="([^"]+)"', kv)
+    assert len(points.split()) == 13
+    # 97 % of the chart's height above its bottom: qwen's one scraped server.
+    ys = {float(point.split(",")[1]) for point in points.split()}
+    assert ys == {round(TOP + (HEIGHT - TOP - BOTTOM) * (1 - 0.97), 1)}
+
+
+def test_the_window_links_pick_the_charts_hours(app: Flask, client: FlaskClient) -> None:
+    with_history(app_state(app), time.time(), passes=3)
+    assert log_in(client).status_code == 302
+    fitted = client.get("/fleet").get_data(as_text=True)
+    assert re.search(r'<a href="/fleet" aria-current="true">fit, up to 6 h</a>', fitted)
+    assert 'href="/fleet?window=24h"' in fitted
+    picked = client.get("/fleet?window=24h&q=gemma").get_data(as_text=True)
+    assert re.search(r'<a href="/fleet\?window=24h&amp;q=gemma" aria-current="true">last 24h',
+                     picked)
+    assert '<input type="hidden" name="window" value="24h">' in picked
+    # An unknown window is the fitted one.
+    assert 'aria-current="true">fit' in client.get("/fleet?window=7y").get_data(as_text=True)

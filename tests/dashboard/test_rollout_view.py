@@ -92,3 +92,47 @@ def test_a_box_behind_is_drift_unless_boxes_follow_and_the_panel_has_it(
     assert "revision" not in {problem.kind for problem in page.problems}
     assert [(row.model, row.boxes(Stage.WAITING)) for row in page.rollout] == \
         [("qwen", (OTHER_KNOWN,))]
+
+
+def reason_of(page, box: str, name: str) -> tuple[str, str]:
+    (row,) = [row for _, rows in page.groups for row in rows if (row.box, row.name) == (box, name)]
+    return row.state, row.reason
+
+
+def test_a_server_out_of_litellm_for_its_turn_says_so(fleet) -> None:
+    """Drained for its box's turn: Healthy and out of LiteLLM, with the turn as the reason."""
+    revision = fleet.assignment(KNOWN).revision
+    turn = Turn(KNOWN, revision, (QWEN_K,), Phase.DRAINED, NOW - 30, NOW + 600,
+                drained_at=NOW - 10)
+    seen = observed(fleet, [turn], {KNOWN: "old"})
+    verdicts = {**seen.verdicts, QWEN_K: {"id": QWEN_K, "state": "Healthy", "reason": "",
+                                          "in_litellm": False}}
+    page = build_page(fleet, Observed(applied=seen.applied, verdicts=verdicts, turns=[turn]),
+                      NOW)
+    assert reason_of(page, KNOWN, "qwen") == (
+        "Healthy", f"drained for a rollout turn to rev {revision[:8]}")
+    # Without an active turn, out of LiteLLM has no such reason.
+    done = Turn(KNOWN, revision, (QWEN_K,), Phase.DONE, NOW - 300, NOW + 600, ended_at=NOW - 9)
+    page = build_page(fleet, Observed(applied=seen.applied, verdicts=verdicts, turns=[done]),
+                      NOW)
+    assert reason_of(page, KNOWN, "qwen") == ("Healthy", "")
+
+
+def test_a_server_its_box_has_not_started_is_not_called_loading_alone(fleet) -> None:
+    """A server of the intended revision on a box still on an older one: the box has not
+    started it, and the row says so before the verdict's "fetched its config" reason."""
+    page = build_page(fleet, observed(fleet, [], {OTHER_KNOWN: "0ld0ld0ld"},
+                                      {QWEN_O: "Loading"}), NOW)
+    state, reason = reason_of(page, OTHER_KNOWN, "qwen")
+    intended = fleet.assignment(OTHER_KNOWN).revision[:8]
+    assert state == "Loading"
+    assert reason.startswith(f"not started: its box runs rev 0ld0ld0l, not rev {intended} (")
+    assert reason.endswith("; why")
+    # The box's older revision started it too: whatever keeps it down, it was started.
+    seen = observed(fleet, [], {OTHER_KNOWN: "0ld0ld0ld"}, {QWEN_O: "Loading"})
+    page = build_page(fleet, Observed(applied=seen.applied, verdicts=seen.verdicts,
+                                      started={OTHER_KNOWN: frozenset({("qwen", 8001)})}), NOW)
+    assert reason_of(page, OTHER_KNOWN, "qwen") == ("Loading", "why")
+    # On the intended revision, Loading is the verdict's own reason.
+    page = build_page(fleet, observed(fleet, [], {}, {QWEN_O: "Loading"}), NOW)
+    assert reason_of(page, OTHER_KNOWN, "qwen") == ("Loading", "why")

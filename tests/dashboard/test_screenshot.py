@@ -70,7 +70,8 @@ def test_a_mixed_fleet_is_readable_at_a_glance(live_servers: Callable[..., Llmao
     qwen = page.locator('article.model[data-model="qwen"]')
     expect(qwen.locator("h3")).to_contain_text("saturated")
     expect(qwen.locator("svg.chart polyline.requests_waiting")).not_to_have_count(0)
-    chart_box = qwen.locator("svg.chart").bounding_box()
+    expect(qwen.locator("svg.chart polyline.kv_cache_usage_ratio")).not_to_have_count(0)
+    chart_box = qwen.locator("svg.chart").first.bounding_box()
     assert chart_box and chart_box["width"] > 300 and chart_box["height"] > 60
     expect(page.locator('article.model[data-model="gemma"] dd.per-million')).to_have_text(
         re.compile(r"^\d+\.\d\d$"))

@@ -5,6 +5,8 @@
   curl for a box's assignment), with no secret on their command line or in any output;
 - the services keep running after it returns, a second start starts nothing, and the
   background reconcile loop makes passes of its own;
+- `python -m demo roll` (what `make demo-roll` runs) changes a model's max_model_len, reloads
+  llmao-server and watches the boxes roll it until its servers are Healthy;
 - `python -m demo stop` leaves nothing running: no recorded PID, no process that mentions the
   demo's folder, no port the demo served.
 """
@@ -176,6 +178,18 @@ def test_demo_starts_answers_a_chat_and_stops_without_a_trace(demo_env):
             record["processes"]
 
         wait_for_loop_pass(folder / "logs" / "reconcile.log", passes=2)
+
+        # `make demo-roll`: the change reaches every box of the model, one turn at a time,
+        # and the progress is printed until the model's servers are Healthy on it.
+        rolled = demo(demo_env, "roll")
+        outputs.append(rolled.stdout + rolled.stderr)
+        assert rolled.returncode == 0, outputs[-1]
+        assert "tiny-chat: max_model_len 8192 -> 4096 in " in rolled.stdout
+        assert re.search(r"^\[ *\d+ s\] tiny-chat: .*(draining|restarting)", rolled.stdout,
+                         re.MULTILINE), rolled.stdout
+        assert re.search(r"^rolled: \d box\(es\) of tiny-chat on the new revision and Healthy",
+                         rolled.stdout, re.MULTILINE), rolled.stdout
+        assert "max_model_len: 4096" in (folder / "fleet" / "models.yaml").read_text()
         running = processes_mentioning(str(folder))
         assert len(running) >= 10, "the vLLM stubs, supervisords, servers and loop are seen"
     finally:

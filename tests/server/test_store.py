@@ -28,6 +28,7 @@ from llmao_server.store import (
     UnknownBox,
     open_store,
 )
+from llmao_server.store.history import fullest
 from rig.postgres import session_cluster
 from rig.processes import run_forked
 
@@ -127,7 +128,8 @@ def loaded_pass(at: float, waiting: int = 2) -> ReconcilePass:
                "requests_waiting": waiting, "prompt_tokens_total": 10,
                "generation_tokens_total": 20, "max_model_len": 2048, "scraped_at": at}
     return ReconcilePass(
-        at, {LOADED: {"state": "Healthy", "metrics": metrics, "context_len": 2048,
+        at, {LOADED: {"state": "Healthy", "model_name": "m", "metrics": metrics,
+                      "context_len": 2048,
                       "oversized": False, "saturated": None, "waiting_passes": 1,
                       "generation_tokens_per_s": None, "cost_per_hour": 0.5}}, (), at,
         {"m": {"servers": 1, "healthy": 1, "capacity": 2, "requests_running": 3,
@@ -144,9 +146,19 @@ def test_a_pass_keeps_its_model_and_box_loads_and_a_sample(store: StateStore) ->
     assert sample.servers == {LOADED: {"kv_cache_usage_ratio": 0.5, "requests_running": 3,
                                        "requests_waiting": 2, "generation_tokens_per_s": None}}
     assert sample.models["m"] == {"capacity": 2, "requests_running": 3, "requests_waiting": 2,
-                                  "generation_tokens_per_s": None, "cost_per_hour": 0.5}
+                                  "generation_tokens_per_s": None, "cost_per_hour": 0.5,
+                                  "kv_cache_usage_ratio": 0.5}  # its fullest server's
     assert store.load_history(100.5) == []
     assert store.load_history(0.0, servers=False)[0].servers == {}
+
+
+def test_a_models_kv_figure_is_its_fullest_server_with_one() -> None:
+    verdicts = {"a": {"model_name": "m"}, "b": {"model_name": "m"}, "c": {"model_name": "m"},
+                "d": {"model_name": "other"}}
+    per_server = {"a": {"kv_cache_usage_ratio": 0.4}, "b": {"kv_cache_usage_ratio": None},
+                  "c": {"kv_cache_usage_ratio": 0.7}, "d": {"kv_cache_usage_ratio": 0.9}}
+    assert fullest(verdicts, per_server, "m") == 0.7
+    assert fullest(verdicts, {"b": {"kv_cache_usage_ratio": None}}, "m") is None
 
 
 def test_the_history_is_thinned_as_it_ages_and_ends(store: StateStore) -> None:

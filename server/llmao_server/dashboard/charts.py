@@ -9,7 +9,7 @@ figure breaks its line rather than dropping it to zero.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -77,6 +77,11 @@ def short_number(value: float) -> str:
     return f"{value:g}"
 
 
+def percent(value: float) -> str:
+    """A ratio's label: ``50%``."""
+    return f"{value:.0%}"
+
+
 def segments(points: Points, x_of, y_of) -> tuple[str, ...]:
     """Polylines through the known points; an unknown one ends a segment."""
     runs: list[list[str]] = [[]]
@@ -90,8 +95,10 @@ def segments(points: Points, x_of, y_of) -> tuple[str, ...]:
     return tuple(" ".join(run if len(run) > 1 else run * 2) for run in runs if run)
 
 
-def line_chart(series: Mapping[str, Points], start: float, end: float) -> Chart:
-    """The chart of ``series`` (name → (time, value) oldest first) from ``start`` to ``end``."""
+def line_chart(series: Mapping[str, Points], start: float, end: float,
+               label: Callable[[float], str] = short_number) -> Chart:
+    """The chart of ``series`` (name → (time, value) oldest first) from ``start`` to ``end``,
+    its values labelled by ``label``."""
     series = {name: [(at, plotted(value)) for at, value in points]
               for name, points in series.items()}
     known = [value for points in series.values() for _, value in points if value is not None]
@@ -106,7 +113,7 @@ def line_chart(series: Mapping[str, Points], start: float, end: float) -> Chart:
         return TOP + plot_h * (1 - min(max(value / top, 0.0), 1.0))
 
     lines = tuple(Line(name, segments(points, x_of, y_of)) for name, points in series.items())
-    y_ticks = tuple((y_of(value), short_number(value)) for value in (0.0, top / 2, top))
+    y_ticks = tuple((y_of(value), label(value)) for value in (0.0, top / 2, top))
     x_ticks = tuple((x_of(at), datetime.fromtimestamp(at, UTC).strftime("%H:%M"))
                     for at in (start + span * i / TIME_TICKS for i in range(TIME_TICKS + 1)))
     return Chart(WIDTH, HEIGHT, lines, y_ticks, x_ticks)

@@ -39,14 +39,20 @@ from ansible_collections.llmao.fleet.plugins.module_utils.vllm_metrics import (
 
 from ..cert_expiry import WARN_BEFORE_S
 from ..store import AppliedReport, Approval, BindingConflict, BoxBinding, LoadSample, UnknownBox
-from .charts import Chart, line_chart
+from .charts import Chart, line_chart, percent
 
 HOUR_S = 3600.0
 DAY_S = 24 * HOUR_S
-# How far back a model's chart looks.
+# How far back a model's chart looks at most when it fits the data (the default).
 CHART_SPAN_S = 6 * HOUR_S
+# The windows an operator may pick instead, by their query value.
+CHART_WINDOWS = {"1h": HOUR_S, "6h": 6 * HOUR_S, "24h": DAY_S}
+# A fitted chart spans at least this, so a first sample is not a whole chart's width.
+CHART_MIN_FIT_S = 10 * 60.0
 # A model's chart: the figures drawn, each a key of the history's model samples.
 CHART_FIGURES = ("requests_running", "requests_waiting", "capacity")
+# Its KV cache chart: the fullest server's usage (history.MODEL_KV).
+KV_FIGURES = ("kv_cache_usage_ratio",)
 SHORT_REVISION = 8
 
 # The strip, in the order an operator should read it; each kind says what to do.
@@ -105,6 +111,9 @@ CONFLICT_ADVICE = ("A call presented the fleet key and a bound box's name withou
                    "fetch; if not, the fleet key has leaked: rotate fleet.key "
                    "(docs/box-identity.md).")
 ROUTE_DRIFT = (Drift.ORPHAN_ROUTE, Drift.UNMANAGED_ROUTE)
+# The states of a server that is not up: when its box runs an older revision, the box
+# has not started it at all.
+NOT_STARTED_STATES = (State.AWAITING.value, State.LOADING.value, State.STALLED.value)
 
 
 @dataclass(frozen=True)
@@ -126,6 +135,8 @@ class Observed:
     conflicts: Sequence[BindingConflict] = ()
     # The last report of each box that said which cards it has.
     cards: Mapping[str, AppliedReport] = field(default_factory=dict)
+    # Each box's servers (name, listen port) as its last report says it started them.
+    started: Mapping[str, frozenset[tuple[str, int]]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -195,11 +206,12 @@ class Problem:
 
 @dataclass(frozen=True)
 class ModelPanel:
-    """One model's load now and its chart of the last hours."""
+    """One model's load now and its charts of the last hours: requests, and KV cache."""
 
     name: str
     load: ModelLoad
     chart: Chart
+    kv_chart: Chart | None = None
 
 
 @dataclass(frozen=True)
@@ -226,14 +238,17 @@ class Page:
 
     def table(self) -> dict[str, Any]:
         """The page's data as plain JSON values (the benchmark's baseline): the servers'
-        table, each model's load with the samples its chart draws, and the rollout."""
+        table, each model's load with the samples its charts draw, and the rollout."""
         return {
             "servers": [{**vars(row), "last_fetch": vars(row.last_fetch),
                          "load": row.load.record() if row.load else None}
                         for _, rows in self.groups for row in rows],
             "models": {panel.name: {**panel.load.record(),
                                     "chart": {line.name: line.segments
-                                              for line in panel.chart.lines}}
+                                              for line in panel.chart.lines},
+                                    "kv_chart": {line.name: line.segments for line in
+                                                 panel.kv_chart.lines} if panel.kv_chart
+                                    else None}
                        for panel in self.models},
             "rollout": [row.record() for row in self.rollout],
         }
@@ -305,6 +320,7 @@ def build_row(fleet: Fleet, server: IntendedServer, assignment: BoxAssignment,
         in_litellm = None
         public = f"{server.box}:{server.listen_port}" if not fleet.settings.providers else None
     provider = provider_of(fleet.settings.providers, (verdict or {}).get("provider"))
+    reason = explained(fleet, server, state, reason, in_litellm, assignment, observed)
     binding = observed.bindings.get(server.box)
     return Row(provider, server.box, server.name, server.model_name,
                server.listen_port, public, state, reason, age(now, fetched_at), in_litellm,
@@ -348,6 +364,27 @@ def conflicts_problem(conflicts: Sequence[BindingConflict], now: float) -> Probl
                           f"was not you ({conflict.count} refused, last "
                           f"{age(now, conflict.last_at).text})")
                          for conflict in conflicts))
+
+
+def explained(fleet: Fleet, server: IntendedServer, state: str, reason: str,
+              in_litellm: bool | None, assignment: BoxAssignment, observed: Observed) -> str:
+    """The row's reason, or what the pass's verdict leaves out that the store knows: a
+    server out of LiteLLM for its box's rollout turn, or one its box has not started
+    because the box still runs an older revision without it (so nothing is loading)."""
+    applied = observed.applied.get(assignment.box)
+    turn = next((turn for turn in observed.turns
+                 if turn.box == assignment.box and turn.active), None)
+    if state == State.HEALTHY.value and in_litellm is False and turn is not None:
+        drained = f"drained for a rollout turn to rev {short(turn.revision)}"
+        return f"{drained}; {reason}" if reason else drained
+    started = (server.name, server.listen_port) in observed.started.get(assignment.box, ())
+    if state in NOT_STARTED_STATES and applied and applied != assignment.revision \
+            and not started:
+        waits = ("its rollout turn is on" if turn else "waiting for its rollout turn") \
+            if fleet.settings.rollout.following else "the box has not applied it yet"
+        return (f"not started: its box runs rev {short(applied)}, not rev "
+                f"{short(assignment.revision)} ({waits}); {reason}")
+    return reason
 
 
 def cards_text(report: AppliedReport | None, name: str) -> str:
@@ -409,18 +446,31 @@ def figure(value: float | None) -> str:
     return "?" if value is None else f"{value:g}"
 
 
+def chart_start(history: Sequence[LoadSample], now: float, window_s: float | None) -> float:
+    """Where the charts begin: ``window_s`` back when one is picked, else at the oldest
+    sample of the last :data:`CHART_SPAN_S` (at least :data:`CHART_MIN_FIT_S` back), so
+    minutes of data fill the chart rather than a sliver of six hours."""
+    if window_s is not None:
+        return now - window_s
+    oldest = min((sample.pass_at for sample in history
+                  if sample.pass_at >= now - CHART_SPAN_S), default=now - CHART_SPAN_S)
+    return min(oldest, now - CHART_MIN_FIT_S)
+
+
 def model_panels(models: Mapping[str, ModelLoad], history: Sequence[LoadSample],
-                 now: float) -> tuple[ModelPanel, ...]:
-    """Each model of the latest pass, with its chart over :data:`CHART_SPAN_S`."""
-    start = now - CHART_SPAN_S
+                 now: float, window_s: float | None = None) -> tuple[ModelPanel, ...]:
+    """Each model of the latest pass, with its charts from :func:`chart_start` to now."""
+    start = chart_start(history, now, window_s)
     recent = [sample for sample in history if sample.pass_at >= start]
-    panels = []
-    for name, load in sorted(models.items()):
-        series = {figure_name: [(sample.pass_at, (sample.models.get(name) or {}).get(figure_name))
-                                for sample in recent]
-                  for figure_name in CHART_FIGURES}
-        panels.append(ModelPanel(name, load, line_chart(series, start, now)))
-    return tuple(panels)
+
+    def series(name: str, figures: Sequence[str]) -> dict[str, list[tuple[float, Any]]]:
+        return {figure_name: [(sample.pass_at, (sample.models.get(name) or {}).get(figure_name))
+                              for sample in recent]
+                for figure_name in figures}
+
+    return tuple(ModelPanel(name, load, line_chart(series(name, CHART_FIGURES), start, now),
+                            line_chart(series(name, KV_FIGURES), start, now, percent))
+                 for name, load in sorted(models.items()))
 
 
 def group_rows(rows: Iterable[Row]) -> tuple[tuple[str, tuple[Row, ...]], ...]:
@@ -549,7 +599,8 @@ def matches(row: Row, query: str) -> bool:
     return not query or query.lower() in row.search_text()
 
 
-def build_page(fleet: Fleet, observed: Observed, now: float, query: str = "") -> Page:
+def build_page(fleet: Fleet, observed: Observed, now: float, query: str = "",
+               window_s: float | None = None) -> Page:
     served = intended(fleet, observed.approvals)
     server_loads, model_loads = read_loads(observed)
     rows = build_rows(fleet, served, observed, now, server_loads)
@@ -573,6 +624,6 @@ def build_page(fleet: Fleet, observed: Observed, now: float, query: str = "") ->
         last_pass=age(now, observed.pass_at, never="no reconcile pass yet"),
         box_count=len({row.box for row in rows}),
         server_count=len(rows),
-        models=model_panels(model_loads, observed.history, now),
+        models=model_panels(model_loads, observed.history, now, window_s),
         rollout=rolling,
     )

@@ -14,27 +14,30 @@ from ..bindings import release_binding
 from ..state import app_state
 from ..store import StateStore
 from .auth import audit, client_address, current_admin
-from .fleet_view import CHART_SPAN_S, ROLLOUT_COLUMNS, Observed, build_page
+from .fleet_view import CHART_SPAN_S, CHART_WINDOWS, ROLLOUT_COLUMNS, Observed, build_page
 
 QUERY_LENGTH = 100
 BOX_NAME_LENGTH = 253  # a DNS name's limit; addresses and pod ids are far shorter
 
 
-def observe(store: StateStore, now: float) -> Observed:
-    """Everything the page shows from the shared store, read once."""
+def observe(store: StateStore, now: float, span_s: float = CHART_SPAN_S) -> Observed:
+    """Everything the page shows from the shared store, read once (the load history of the
+    last ``span_s``)."""
     last_pass = store.last_pass()
     reports = store.applied_reports()
     return Observed(
         fetch_times=store.fetch_times(),
         applied={box: report.revision for box, report in reports.items()},
         cards={box: report for box, report in reports.items() if report.cards},
+        started={box: frozenset((server.name, server.port) for server in report.servers)
+                 for box, report in reports.items()},
         verdicts=last_pass.verdicts if last_pass else {},
         drift=last_pass.drift if last_pass else (),
         pass_at=last_pass.pass_at if last_pass else None,
         unknown=store.unknown_boxes(),
         approvals=store.approvals(),
         models=last_pass.models if last_pass else {},
-        history=store.load_history(now - CHART_SPAN_S, servers=False),
+        history=store.load_history(now - span_s, servers=False),
         turns=store.turns(),
         bindings={binding.box: binding for binding in store.bindings_since(0)
                   if binding.bound},
@@ -49,13 +52,17 @@ def index() -> Response:
 def fleet() -> str:
     state = app_state()
     query = request.args.get("q", "").strip()[:QUERY_LENGTH]
+    window = request.args.get("window", "")
+    window_s = CHART_WINDOWS.get(window)
     now = time.time()
-    page = build_page(state.fleet, observe(state.store, now), now, query)
+    page = build_page(state.fleet, observe(state.store, now, window_s or CHART_SPAN_S), now,
+                      query, window_s)
     models = [name for name, entry in state.fleet.models.items() if entry.self_hosted]
     return render_template("dashboard/fleet.html", page=page, query=query, models=models,
                            ports=LISTEN_PORTS, admin=current_admin(),
                            rollout_columns=ROLLOUT_COLUMNS,
-                           chart_hours=int(CHART_SPAN_S // 3600))
+                           chart_windows=CHART_WINDOWS, window=window if window_s else "",
+                           fit_hours=int(CHART_SPAN_S // 3600))
 
 
 def approve() -> Response:

@@ -286,10 +286,13 @@ def model_load(loads: list[tuple[ServerLoad, bool]],
     capacity = _sum(None if load.context_len is None or load.metrics is None
                     or load.metrics.kv_cache_tokens is None
                     else load.metrics.kv_cache_tokens // load.context_len for load in healthy)
-    rate = _sum(load.generation_tokens_per_s for load in healthy)
+    rates = [load.generation_tokens_per_s for load in healthy]
+    # A server that just restarted has no rate for a pass: the others' still tell the model's.
+    rate = _sum(known for known in rates if known is not None)
     cost = _sum(load.cost_per_hour for load, _healthy in loads)
     per_million = None
-    if cost is not None and rate:
+    # Priced on every server's tokens only: a part of them would make each one dearer.
+    if cost is not None and rate and None not in rates:
         per_million = bounded(cost / (rate * SECONDS_PER_HOUR / TOKENS_PER_MILLION))
     saturated = [load.saturated for load in healthy]
     return ModelLoad(

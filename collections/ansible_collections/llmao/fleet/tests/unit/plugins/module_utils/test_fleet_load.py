@@ -118,11 +118,22 @@ def test_model_sums_with_an_unknown_term_are_unknown():
     model = model_load([(known, True), (blind, True)])
     assert model.capacity is None and model.kv_cache_tokens is None
     assert model.requests_waiting is None and model.cost_per_hour is None
-    assert model.saturated is None and model.generation_tokens_per_s is None
-    assert model.cost_per_million_tokens is None
+    assert model.saturated is None and model.cost_per_million_tokens is None
     assert model_load([(known, False)]).saturated is None
     assert model_load([(load(figures(kv_cache_usage_ratio=0.99)), True), (blind, True)]) \
         .saturated is True
+
+
+def test_tokens_per_s_counts_the_servers_that_have_a_rate():
+    """A server that just restarted has no rate this pass: the model's rate is the others'
+    (not unknown), and no cost per million tokens is made of a part of its tokens."""
+    steady = load(figures(), previous=(400, NOW - 60), cost=0.5)
+    restarted = load(figures(generation_tokens_total=5), previous=(9000, NOW - 60), cost=0.5)
+    assert restarted.generation_tokens_per_s is None
+    model = model_load([(steady, True), (restarted, True)])
+    assert model.generation_tokens_per_s == 10.0
+    assert model.cost_per_hour == 1.0 and model.cost_per_million_tokens is None
+    assert model_load([(restarted, True)]).generation_tokens_per_s is None
 
 
 def test_nothing_generated_has_no_cost_per_million():
