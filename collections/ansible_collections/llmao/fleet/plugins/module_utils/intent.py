@@ -88,14 +88,21 @@ class BoxAssignment:
         (servers may share cards, so more is not needed by count alone)."""
         return max((server.gpus for server in self.servers), default=0)
 
-    def short_of_cards(self, reported: int | None) -> str | None:
-        """Why a box that reported ``reported`` cards cannot run this assignment, or None
-        (also when it never said how many it has)."""
-        if reported is None or reported >= self.cards_needed:
+    def short_of_cards(self, reported: int | None, listed: int | None = None) -> str | None:
+        """Why a box that reported ``reported`` cards cannot run this assignment, or None.
+
+        Before the box has reported (``reported`` None), what its provider listing says
+        it has (``listed`` GPUs) is weighed instead, so a row that cannot fit is flagged
+        before the box even boots; the box's own report, once there, is the word that
+        counts. None also when neither says.
+        """
+        count = reported if reported is not None else listed
+        if count is None or count >= self.cards_needed:
             return None
         widest = max(self.servers, key=lambda server: server.gpus)
-        return (f"{widest.name} needs {widest.gpus} cards (vllm.gpus of {widest.model_name}), "
-                f"the box reported {reported}")
+        said = f"the box reported {reported}" if reported is not None else \
+            f"the provider lists {listed} GPU{'' if listed == 1 else 's'}"
+        return f"{widest.name} needs {widest.gpus} cards (vllm.gpus of {widest.model_name}), {said}"
 
 
 def revision_of(box: str, entries: list[dict[str, Any]],

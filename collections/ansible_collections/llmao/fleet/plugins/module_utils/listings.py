@@ -49,6 +49,9 @@ LISTING_BACKOFF_S = 0.5
 # Statuses (lowercase) of an instance the provider has stopped: RunPod's desiredStatus
 # EXITED/TERMINATED, Vast's actual_status exited/stopped. It is not billed its running rate.
 STOPPED_STATUSES = frozenset({"exited", "stopped", "terminated"})
+# The most GPUs an instance's listing may say it has; a count past it (or not a whole number)
+# is taken as unknown, never as the box's cards.
+MAX_LISTED_GPUS = 64
 
 
 class ListingError(RuntimeError):
@@ -89,7 +92,9 @@ class ListedBox:
     its running rate is not what it costs). ``status`` is the provider's own word for
     the instance's state, lowercased (``running``, ``exited``...; empty when it gives
     none), ``interruptible`` whether it may stop it at will (a Vast bid, a RunPod
-    spot pod).
+    spot pod). ``gpus`` is how many GPUs the provider says the instance has (Vast's
+    ``num_gpus``, RunPod's ``gpuCount``), None when it does not say or says nonsense:
+    reconcile weighs it against the rows before the box reports its own cards.
     """
 
     provider: str
@@ -99,6 +104,7 @@ class ListedBox:
     price_per_hour: float | None = None
     status: str = ""
     interruptible: bool = False
+    gpus: int | None = None
 
     @property
     def label(self) -> str:
@@ -193,6 +199,11 @@ class Listings:
         instances = ", ".join(listed.label for listed in sharing)
         return (f"{box} is ambiguous: {instances} share this address; key the fleet.hosts row "
                 "by the instance id")
+
+    def gpus(self, box: str) -> int | None:
+        """How many GPUs the one instance named ``box`` has, as its listing says, or None."""
+        listed = self.box(box)
+        return listed.gpus if listed else None
 
     def named_by(self, box: str) -> str | None:
         """The provider whose listing names the box, if one does.
@@ -309,6 +320,17 @@ def _price(value: Any, what: str) -> float | None:
     return float(value)
 
 
+def _gpu_count(value: Any) -> int | None:
+    """A listing's GPU count: a whole number 0..:data:`MAX_LISTED_GPUS`, else unknown (None).
+
+    A count that cannot be read costs nothing else: the entry stands without it.
+    """
+    if isinstance(value, bool) or not isinstance(value, int) \
+            or not 0 <= value <= MAX_LISTED_GPUS:
+        return None
+    return value
+
+
 def _instance_id(value: Any, what: str) -> str:
     """Vast's instance id (an integer) as the ``fleet.hosts`` key that may name it."""
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
@@ -334,7 +356,7 @@ class _Entries:
         self.problems.append(EntryProblem(self.provider, what, _unprefixed(reason, what), names))
 
     def add(self, names: tuple[str, ...], address: str, ports: dict[int, int], price: Any,
-            what: str, status: str, interruptible: bool) -> None:
+            what: str, status: str, interruptible: bool, gpus: Any = None) -> None:
         """One instance; a stopped one's running rate is not its price."""
         try:
             priced = _price(price, what)
@@ -344,7 +366,7 @@ class _Entries:
             priced = None
         self.boxes.append(ListedBox(self.provider, names, address, MappingProxyType(ports),
                                     None if status in STOPPED_STATUSES else priced, status,
-                                    interruptible))
+                                    interruptible, _gpu_count(gpus)))
 
 
 def _unprefixed(reason: str, what: str) -> str:
@@ -365,8 +387,8 @@ def _known_names(*values: Any) -> tuple[str, ...]:
 
 def parse_vast(document: Any) -> tuple[list[ListedBox], list[EntryProblem]]:
     """One page of Vast's instance list: ``{"instances": [{"id", "public_ipaddr", "ports",
-    "dph_total", "actual_status", "is_bid"}], "next_token"}``; an instance is named by its
-    id and by its address. The instances read, and those that could not be."""
+    "dph_total", "actual_status", "is_bid", "num_gpus"}], "next_token"}``; an instance is
+    named by its id and by its address. The instances read, and those that could not be."""
     if not isinstance(document, dict) or not isinstance(document.get("instances"), list):
         raise ListingError("vast: the answer has no 'instances' list")
     entries = _Entries("vast")
@@ -385,7 +407,8 @@ def parse_vast(document: Any) -> tuple[list[ListedBox], list[EntryProblem]]:
             continue
         names = (instance_id, address) if address else (instance_id,)
         entries.add(names, address, ports, instance.get("dph_total"), what,
-                    _status(instance.get("actual_status")), instance.get("is_bid") is True)
+                    _status(instance.get("actual_status")), instance.get("is_bid") is True,
+                    instance.get("num_gpus"))
     return entries.boxes, entries.problems
 
 
@@ -398,7 +421,7 @@ def _next_token(document: dict[str, Any]) -> str | None:
 
 def parse_runpod(document: Any) -> tuple[list[ListedBox], list[EntryProblem]]:
     """RunPod v2's pod list: ``{"pods": [{"id", "cost", "desiredStatus", "interruptible",
-    "runtime": {"ports": [...]}}]}``; the pods read, and those that could not be.
+    "gpuCount", "runtime": {"ports": [...]}}]}``; the pods read, and those that could not be.
 
     ``runtime`` is null while a pod is not running: it is listed by its id, with
     no address. Each ``runtime.ports`` entry maps a ``private`` port to a
@@ -420,7 +443,8 @@ def parse_runpod(document: Any) -> tuple[list[ListedBox], list[EntryProblem]]:
             continue
         names = (pod_id, address) if address else (pod_id,)
         entries.add(names, address, ports, pod.get("cost"), what,
-                    _status(pod.get("desiredStatus")), pod.get("interruptible") is True)
+                    _status(pod.get("desiredStatus")), pod.get("interruptible") is True,
+                    pod.get("gpuCount"))
     return entries.boxes, entries.problems
 
 

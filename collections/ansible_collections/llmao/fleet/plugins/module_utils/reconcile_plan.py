@@ -129,7 +129,8 @@ def plan_pass(fleet: Fleet, observations: Observations, probes: Mapping[str, Pro
     by_id = {route.id: route for route in routes}
     held = holding_turns(observations.turns, observations.applied)
     short = {box: why for box, assignment in fleet.assignments.items()
-             if (why := assignment.short_of_cards(observations.cards.get(box)))}
+             if (why := assignment.short_of_cards(observations.cards.get(box),
+                                                  listings.gpus(box)))}
     plans = []
     for server in fleet.servers():
         key = server_key(server)
@@ -148,7 +149,8 @@ def plan_pass(fleet: Fleet, observations: Observations, probes: Mapping[str, Pro
     owned_orphans = tuple(r for r in routes if r.owned and r.id not in intended)
     drift = _drift(fleet, plans, routes, intended, observations.applied)
     drift += [{"kind": Drift.TOO_FEW_CARDS.value, "box": box,
-               "needs": fleet.assignments[box].cards_needed, "cards": observations.cards[box],
+               "needs": fleet.assignments[box].cards_needed,
+               "cards": observations.cards.get(box, listings.gpus(box)),
                "what": f"too few cards: {why}"} for box, why in short.items()]
     boxes = {box: _box_cost(fleet, listings, box) for box in fleet.assignments}
     loads, remembered = _loads(fleet, plans, probes, observations.memories, boxes)
