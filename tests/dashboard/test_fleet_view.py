@@ -179,12 +179,17 @@ def test_the_filter_matches_any_shown_field(fleet: Fleet, query: str, count: int
     assert page.server_count == 4  # the summary counts the whole fleet
 
 
-def test_each_row_shows_its_cards_and_a_box_short_of_cards_is_in_the_strip(
-        tmp_path_factory: pytest.TempPathFactory) -> None:
+@pytest.fixture(scope="module")
+def spanning(tmp_path_factory: pytest.TempPathFactory) -> Fleet:
+    """The fleet with gemma's recipe spanning 2 cards."""
     models = copy.deepcopy(MODELS)
     models["models"][0]["model_info"]["vllm"]["gpus"] = 2
     folder = tmp_path_factory.mktemp("spanning")
-    spanning = load_fleet(*write_fleet(folder, CONFIG, models).paths())
+    return load_fleet(*write_fleet(folder, CONFIG, models).paths())
+
+
+def test_each_row_shows_its_cards_and_a_box_short_of_cards_is_in_the_strip(
+        spanning: Fleet) -> None:
     l4 = (AppliedCard(0, "NVIDIA L4", 23034), AppliedCard(1, "NVIDIA L4", 23034),
           AppliedCard(2, "NVIDIA H100", 81559))
     reports = {
@@ -202,3 +207,19 @@ def test_each_row_shows_its_cards_and_a_box_short_of_cards_is_in_the_strip(
     (short,) = [p for p in page.problems if p.kind == "cards"]
     assert short.entries == (
         (LEGACY, "gemma needs 2 cards (vllm.gpus of gemma), the box reported 1"),)
+
+
+def test_a_box_its_listing_puts_short_is_in_the_strip_until_it_reports(spanning: Fleet) -> None:
+    """Reconcile's drift says the provider lists too few GPUs: the same item, for a box that
+    has not reported its cards; a box's own report, once there, is what counts."""
+    listed = [{"kind": "too_few_cards", "box": box, "needs": 2, "cards": 1,
+               "what": "too few cards: gemma needs 2 cards (vllm.gpus of gemma), "
+                       "the provider lists 1 GPU"} for box in (KNOWN, LEGACY)]
+    two = (AppliedCard(0, "NVIDIA L4", 23034), AppliedCard(1, "NVIDIA L4", 23034))
+    reports = {KNOWN: AppliedReport(KNOWN, "r", "2026-01-01T00:00:00Z", (), NOW, two,
+                                    (("gemma", (0, 1)), ("qwen", (0,))))}
+    page = build_page(spanning, Observed(cards=reports, drift=listed), NOW)
+    (short,) = [p for p in page.problems if p.kind == "cards"]
+    assert short.entries == (
+        (LEGACY, "gemma needs 2 cards (vllm.gpus of gemma), the provider lists 1 GPU"),)
+    assert "provider lists" in short.advice

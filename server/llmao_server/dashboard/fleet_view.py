@@ -78,8 +78,9 @@ PROBLEM_STATES = {
 REVISION_ADVICE = ("The box runs an older assignment than config says. Re-run install_set.py on "
                    "it, or ansible-playbook playbooks/provision.yml --limit <box>; vLLM restarts "
                    "with the new recipe.")
-CARDS_ADVICE = ("The box reported fewer GPUs than a server of its assignment spans (vllm.gpus), "
-                "so it refuses the assignment and reconcile registers none of its servers. "
+CARDS_ADVICE = ("The box reported (or, before it booted, its provider lists) fewer GPUs than a "
+                "server of its assignment spans (vllm.gpus), so it refuses the assignment and "
+                "reconcile registers none of its servers. "
                 "Give the row a box with enough cards, or lower gpus in models.yaml.")
 ROUTE_ADVICE = ("LiteLLM has routes that match no intended server. The next reconcile deletes "
                 "llmao's own; the others were added by hand: delete them in LiteLLM if stale.")
@@ -515,13 +516,20 @@ def revision_problem(served: Served, applied_revisions: Mapping[str, str],
     return Problem("revision", "Revision drift", REVISION_ADVICE, tuple(entries))
 
 
-def cards_problem(served: Served, reports: Mapping[str, AppliedReport]) -> Problem | None:
+def cards_problem(served: Served, reports: Mapping[str, AppliedReport],
+                  drift: Sequence[Mapping[str, Any]] = ()) -> Problem | None:
     """Boxes whose last report names fewer cards than their assignment needs (the core's
-    rule, the one reconcile applies)."""
+    rule, the one reconcile applies), read live; a box that has not reported yet is
+    flagged when the last reconcile pass found its provider lists too few GPUs."""
+    listed_short = {str(item.get("box")): str(item.get("what")) for item in drift
+                    if item.get("kind") == Drift.TOO_FEW_CARDS}
     entries = []
     for assignment, _approval in served:
         report = reports.get(assignment.box)
-        why = assignment.short_of_cards(len(report.cards) if report else None)
+        if report is None:
+            why = listed_short.get(assignment.box, "").removeprefix("too few cards: ")
+        else:
+            why = assignment.short_of_cards(len(report.cards))
         if why:
             entries.append((assignment.box, why))
     if not entries:
@@ -609,7 +617,8 @@ def build_page(fleet: Fleet, observed: Observed, now: float, query: str = "",
                 paused_problem(rolling), oversized_problem(rows),
                 saturated_problem(model_loads), *state_problems(rows),
                 revision_problem(served, observed.applied, rolling_boxes(fleet, rolling)),
-                cards_problem(served, observed.cards), *drift_problems(observed.drift),
+                cards_problem(served, observed.cards, observed.drift),
+                *drift_problems(observed.drift),
                 approved_problem(served, now)]
     counts: dict[str, int] = {}
     for row in rows:
