@@ -79,10 +79,11 @@ def problem(status: int, title: str) -> dict[str, Any]:
 
 def vast_instance(instance_id: int, address: str | None, ports: dict[int, int],
                   price: float | None = None, status: str | None = None,
-                  bid: bool = False) -> dict[str, Any]:
+                  bid: bool = False, gpus: Any = None) -> dict[str, Any]:
     """One entry of Vast's instance list: Docker-style ``ports``, ``dph_total`` when priced,
-    ``actual_status`` (running when it has an address, else loading, unless given) and
-    ``is_bid`` (an interruptible instance)."""
+    ``actual_status`` (running when it has an address, else loading, unless given),
+    ``is_bid`` (an interruptible instance) and ``num_gpus`` when given (any value, so a
+    test can serve nonsense)."""
     instance: dict[str, Any] = {
         "id": instance_id, "public_ipaddr": address,
         "actual_status": status or ("running" if address else "loading"),
@@ -92,16 +93,18 @@ def vast_instance(instance_id: int, address: str | None, ports: dict[int, int],
     }
     if price is not None:
         instance["dph_total"] = price
+    if gpus is not None:
+        instance["num_gpus"] = gpus
     return instance
 
 
 def runpod_pod(pod_id: str, address: str | None, ports: dict[int, int],
                cost: float = 0.0, interruptible: bool = False, status: str | None = None,
-               cluster: str | None = None) -> dict[str, Any]:
+               cluster: str | None = None, gpus: Any = None) -> dict[str, Any]:
     """One entry of RunPod v2's pod list; ``runtime`` is null for a pod that is not running.
 
     ``desiredStatus`` is RUNNING when it has an address, else EXITED, unless given; a pod
-    of an Instant Cluster carries its ``clusterId``.
+    of an Instant Cluster carries its ``clusterId``; ``gpuCount`` is there when given.
     """
     runtime = None if address is None else {"uptime": 60, "ports": [
         {"private": listen, "public": public, "type": "tcp", "ip": address}
@@ -111,6 +114,8 @@ def runpod_pod(pod_id: str, address: str | None, ports: dict[int, int],
                            "interruptible": interruptible, "cost": cost, "runtime": runtime}
     if cluster is not None:
         pod["clusterId"] = cluster
+    if gpus is not None:
+        pod["gpuCount"] = gpus
     return pod
 
 

@@ -21,11 +21,12 @@ from ansible_collections.llmao.fleet.plugins.module_utils.listings import (
     provider_of,
     read_listings,
 )
-from rig.provider_api import runpod_pod, serve_provider_api
+from rig.provider_api import runpod_pod, serve_provider_api, vast_instance
 
 # Vast's instance list (docs.vast.ai OpenAPI, GET /api/v1/instances/): one page.
 VAST = {"instances": [
     {"id": 1, "public_ipaddr": "203.0.113.10\n", "actual_status": "running", "dph_total": 0.8021,
+     "num_gpus": 2,
      "ports": {"8001/tcp": [{"HostIp": "0.0.0.0", "HostPort": "41001"},
                             {"HostIp": "::", "HostPort": "41001"}],
                "8002/tcp": [{"HostIp": "0.0.0.0", "HostPort": "41002"}],
@@ -35,6 +36,7 @@ VAST = {"instances": [
 # RunPod REST API v2 (docs.runpod.io api-reference-v2/openapi.json, GET /v2/pods).
 RUNPOD = {"pods": [
     {"id": "abcd1234pod", "name": "abcd1234pod", "desiredStatus": "RUNNING", "cost": 0.44,
+     "gpuCount": 4,
      "runtime": {"uptime": 60, "ports": [
          {"private": 8001, "public": 30001, "type": "tcp", "ip": "198.51.100.20"},
          {"private": 22, "public": 30022, "type": "tcp", "ip": "198.51.100.20"},
@@ -63,6 +65,7 @@ def test_vast_names_instance_id_and_address():
     assert running.price_per_hour == pytest.approx(0.8021)
     assert loading.names == ("2",) and dict(loading.ports) == {}
     assert loading.price_per_hour is None
+    assert (running.gpus, loading.gpus) == (2, None)  # an entry without num_gpus: unknown
 
 
 def test_runpod_v2_names_pod_id_and_address():
@@ -73,6 +76,7 @@ def test_runpod_v2_names_pod_id_and_address():
     assert second.names == ("efgh5678pod",) and dict(second.ports) == {}
     assert second.public_ip == "" and second.price_per_hour is None  # exited: not its cost
     assert (first.status, second.status) == ("running", "exited")
+    assert (first.gpus, second.gpus) == (4, None)
 
 
 def test_docker():
@@ -149,6 +153,29 @@ def test_a_bad_price_costs_only_the_price(price):
     boxes, (problem,) = parse_vast({"instances": [{**GOOD_VAST, "dph_total": price}]})
     assert boxes[0].names == ("9", "203.0.113.9") and boxes[0].price_per_hour is None
     assert "vast: instances[0] (vast 9)" in problem.message
+
+
+@pytest.mark.parametrize("count", ["2", -1, 65, 2.0, True, None, [2], 10**30])
+def test_a_gpu_count_that_is_not_a_small_whole_number_is_unknown(count):
+    """It costs nothing else: the entry stands, priced, with no warning."""
+    boxes, problems = parse_vast({"instances": [vast_instance(9, "203.0.113.9", {8001: 40001},
+                                                              0.5, gpus=count)]})
+    pods, more = parse_runpod({"pods": [runpod_pod("p", "198.51.100.9", {8001: 30001},
+                                                   gpus=count)]})
+    assert not problems and not more
+    assert [(box.gpus, box.names[0]) for box in boxes + pods] == [(None, "9"), (None, "p")]
+    assert boxes[0].price_per_hour == 0.5
+
+
+@pytest.mark.parametrize("count", [0, 1, 8, 64])
+def test_the_listed_gpu_count_is_kept_and_found_by_any_name(count):
+    boxes, _ = parse_vast({"instances": [vast_instance(9, "203.0.113.9", {}, gpus=count)]})
+    pods, _ = parse_runpod({"pods": [runpod_pod("p", "198.51.100.9", {8001: 30001},
+                                                gpus=count)]})
+    listings = index_listings(["vast", "runpod"], boxes + pods, {})
+    assert [listings.gpus(name) for name in ("9", "203.0.113.9", "p", "198.51.100.9")] == \
+        [count] * 4
+    assert listings.gpus("192.0.2.1") is None
 
 
 def test_a_box_whose_entry_was_skipped_is_unknown_never_unlisted():
@@ -279,6 +306,7 @@ def test_read_listings_against_fakes(provider_api):
     assert not listings.failed
     assert listings.listed("203.0.113.10") is Listed.NAMED
     assert listings.listed("abcd1234pod") is Listed.NAMED
+    assert (listings.gpus("203.0.113.10"), listings.gpus("abcd1234pod")) == (2, 4)
     assert sorted(provider_api.seen) == [("/runpod/pods?includeClusterPods=true",
                                           "Bearer runpod-key"),
                                          ("/vast/instances/", "Bearer vast-key")]
