@@ -12,7 +12,11 @@ from ansible_collections.llmao.fleet.plugins.module_utils.lifecycle import (
     Probe,
     State,
 )
-from ansible_collections.llmao.fleet.plugins.module_utils.listings import Endpoint, index_listings
+from ansible_collections.llmao.fleet.plugins.module_utils.listings import (
+    Endpoint,
+    index_listings,
+    parse_vast,
+)
 from ansible_collections.llmao.fleet.plugins.module_utils.litellm_routes import (
     Route,
     deployment_body,
@@ -27,6 +31,7 @@ from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_plan import 
 )
 from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_records import Observations
 from ansible_collections.llmao.fleet.tests.unit.fleets import base_models, write_pair
+from rig.provider_api import vast_instance
 
 NOW = 50_000.0
 SERVING = Probe(True, Models.LISTS)
@@ -164,6 +169,54 @@ def test_a_box_with_too_few_cards_is_flagged_and_never_registered(tmp_path):
     assert [item for item in result.drift if item["kind"] == "too_few_cards"] == [{
         "kind": "too_few_cards", "box": "203.0.113.10", "needs": 4, "cards": 2,
         "what": "too few cards: gemma needs 4 cards (vllm.gpus of gemma), the box reported 2"}]
+
+
+def listed_with(gpus):
+    """Vast lists the box 203.0.113.10 as an instance with ``gpus`` GPUs (None: unsaid)."""
+    boxes, _problems = parse_vast({"instances": [
+        vast_instance(7, "203.0.113.10", {8001: 48001, 8002: 48002}, 0.4, gpus=gpus)]})
+    return index_listings(["vast"], boxes, {})
+
+
+def test_a_box_its_listing_puts_short_is_flagged_before_it_boots(tmp_path):
+    """No card report yet: the provider's GPU count is weighed, with the same drift and the
+    same refusal to register as a box that reported too few cards."""
+    seen = Observations(NOW, {}, {}, {}, listed_with(1), (owned(GEMMA, "gemma", 48001),))
+    result = plan_pass(spanning(tmp_path, 2), seen, {GEMMA: SERVING, QWEN: SERVING,
+                                                     LEGACY: DOWN})
+    by_id = {server.id: server for server in result.servers}
+    assert (by_id[GEMMA].change, by_id[QWEN].change) == ("delete", None)
+    assert by_id[QWEN].why == ("too few cards: gemma needs 2 cards (vllm.gpus of gemma), "
+                               "the provider lists 1 GPU")
+    assert [item for item in result.drift if item["kind"] == "too_few_cards"] == [{
+        "kind": "too_few_cards", "box": "203.0.113.10", "needs": 2, "cards": 1,
+        "what": "too few cards: gemma needs 2 cards (vllm.gpus of gemma), "
+                "the provider lists 1 GPU"}]
+
+
+@pytest.mark.parametrize(("listed", "cards"), [
+    (2, {}), (8, {}), (None, {}),  # enough listed, or the listing does not say
+    (1, {"203.0.113.10": 2}),  # the box's own report is the word that counts
+])
+def test_enough_listed_or_reported_registers_as_usual(tmp_path, listed, cards):
+    seen = Observations(NOW, {"203.0.113.10": NOW - 30}, {}, {}, listed_with(listed), (),
+                        cards=cards)
+    result = plan_pass(spanning(tmp_path, 2), seen, {GEMMA: SERVING, QWEN: SERVING,
+                                                     LEGACY: DOWN})
+    assert [(c.id, c.change) for c in changed(result)] == [
+        (GEMMA, "register"), (QWEN, "register")]
+    assert not [item for item in result.drift if item["kind"] == "too_few_cards"]
+
+
+def test_a_box_that_reports_too_few_is_judged_by_its_report_not_its_listing(tmp_path):
+    seen = Observations(NOW, {"203.0.113.10": NOW - 30}, {}, {}, listed_with(8), (),
+                        cards={"203.0.113.10": 1})
+    result = plan_pass(spanning(tmp_path, 2), seen, {GEMMA: SERVING, QWEN: SERVING,
+                                                     LEGACY: DOWN})
+    (item,) = [item for item in result.drift if item["kind"] == "too_few_cards"]
+    assert (item["cards"], item["what"]) == (
+        1, "too few cards: gemma needs 2 cards (vllm.gpus of gemma), the box reported 1")
+    assert not changed(result)
 
 
 @pytest.mark.parametrize("cards", [{}, {"203.0.113.10": 4}, {"203.0.113.10": 8}])
