@@ -58,12 +58,12 @@ def _count(value: Any, what: str) -> int:
 
 
 def listings_record(listings: Listings) -> dict[str, Any]:
-    """Every listed box once (with its price when the listing gives one, its status and
-    whether it is interruptible), what failed, and the entries read only in part."""
+    """Every listed box once (with its price and GPU count when the listing gives them, its
+    status and whether it is interruptible), what failed, and the entries read only in part."""
     boxes = [{"provider": box.provider, "names": list(box.names), "public_ip": box.public_ip,
               "ports": {str(listen): public for listen, public in box.ports.items()},
               "price_per_hour": box.price_per_hour, "status": box.status,
-              "interruptible": box.interruptible}
+              "interruptible": box.interruptible, "gpus": box.gpus}
              for box in listings.boxes]
     problems = [{"provider": problem.provider, "where": problem.where, "reason": problem.reason,
                  "names": list(problem.names), "skipped": problem.skipped}
@@ -87,7 +87,9 @@ def listings_from_record(record: Any) -> Listings:
                                str(box.get("public_ip", "")), MappingProxyType(ports),
                                _number(box.get("price_per_hour"), what + ".price_per_hour",
                                        optional=True),
-                               str(box.get("status") or ""), box.get("interruptible") is True))
+                               str(box.get("status") or ""), box.get("interruptible") is True,
+                               None if box.get("gpus") is None
+                               else _count(box["gpus"], what + ".gpus")))
     problems = []
     for index, problem in enumerate(_sequence(record.get("problems", []), "listings.problems")):
         what = f"listings.problems[{index}]"

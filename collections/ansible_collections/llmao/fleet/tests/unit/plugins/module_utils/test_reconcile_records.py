@@ -33,7 +33,7 @@ from ansible_collections.llmao.fleet.plugins.module_utils.vllm_metrics import Se
 POD = ListedBox("runpod", ("abcd1234pod", "198.51.100.20"), "198.51.100.20",
                 MappingProxyType({8001: 30001}))
 VAST = ListedBox("vast", ("4242", "203.0.113.10"), "203.0.113.10", MappingProxyType({8001: 41001}),
-                 price_per_hour=0.8)
+                 price_per_hour=0.8, gpus=2)
 
 
 def through_json(record):
@@ -49,6 +49,7 @@ def test_listings_round_trip_keeps_every_name_and_port():
     for name in ("abcd1234pod", "198.51.100.20", "203.0.113.10", "4242"):
         assert back.listed(name) is Listed.NAMED
     assert [box.price_per_hour for box in back.boxes] == [0.8, None]
+    assert [box.gpus for box in back.boxes] == [2, None]  # the pod's listing did not say
     assert back.endpoint("abcd1234pod", 8001, None).port == 30001
     assert back.endpoint("203.0.113.10", 8001, None).base_url == "http://203.0.113.10:41001/v1"
     assert back.listed("192.0.2.1") is Listed.NOT_NAMED
@@ -85,6 +86,14 @@ def test_a_garbage_price_is_a_record_error():
     record = through_json(listings_record(index_listings(["vast"], [VAST], {})))
     record["boxes"][0]["price_per_hour"] = "cheap"
     with pytest.raises(RecordError, match="price_per_hour"):
+        listings_from_record(record)
+
+
+@pytest.mark.parametrize("gpus", ["2", -1, 1.5, True])
+def test_a_garbage_gpu_count_is_a_record_error(gpus):
+    record = through_json(listings_record(index_listings(["vast"], [VAST], {})))
+    record["boxes"][0]["gpus"] = gpus
+    with pytest.raises(RecordError, match="gpus"):
         listings_from_record(record)
 
 
