@@ -164,7 +164,8 @@ drift:
   description:
     - What differs between config and the fleet that this pass does not fix by itself
       (C(kind) is C(orphan_route), C(unmanaged_route), C(model_mismatch), C(revision_behind)
-      or C(too_few_cards), a box that reported fewer cards than its assignment needs, whose
+      or C(too_few_cards), a box that reported fewer cards than its assignment needs, or
+      that has not reported yet and whose provider listing gives it fewer GPUs, whose
       servers are never registered).
   returned: success
   type: list

@@ -8,10 +8,15 @@ import pytest
 
 from ansible_collections.llmao.fleet.plugins.module_utils.fleet import load_fleet
 from ansible_collections.llmao.fleet.plugins.module_utils.lifecycle import Memory, State
-from ansible_collections.llmao.fleet.plugins.module_utils.listings import index_listings
+from ansible_collections.llmao.fleet.plugins.module_utils.listings import (
+    index_listings,
+    parse_vast,
+)
 from ansible_collections.llmao.fleet.plugins.module_utils.litellm_routes import Route
 from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_records import (
     Observations,
+    listings_from_record,
+    listings_record,
     probes_from_record,
 )
 from ansible_collections.llmao.fleet.plugins.modules.fleet_plan import (
@@ -20,6 +25,7 @@ from ansible_collections.llmao.fleet.plugins.modules.fleet_plan import (
     plan_result,
 )
 from ansible_collections.llmao.fleet.tests.unit.fleets import base_config, base_models, write_pair
+from rig.provider_api import vast_instance
 
 NOW = 10_000.0
 GEMMA, QWEN, LEGACY = ("llmao:203.0.113.10:8001:gemma", "llmao:203.0.113.10:8002:qwen",
@@ -83,6 +89,22 @@ def test_a_box_short_of_cards_is_a_drift_line_and_registers_nothing(tmp_path):
     assert result["lines"][0].endswith(
         "=> unchanged, not in LiteLLM: too few cards: gemma needs 2 cards (vllm.gpus of gemma), "
         "the box reported 1")
+
+
+def test_a_box_listed_short_of_gpus_is_a_drift_line_before_it_reports(tmp_path):
+    """The listing's GPU count crosses from fleet_observe's record to the plan."""
+    models = base_models()
+    models["models"][0]["model_info"]["vllm"]["gpus"] = 2
+    fleet = load_fleet(*write_pair(tmp_path, models=models))
+    boxes, _problems = parse_vast({"instances": [
+        vast_instance(4242, "203.0.113.10", {8001: 41001, 8002: 41002}, gpus=1)]})
+    record = json.loads(json.dumps(listings_record(index_listings(["vast"], boxes, {}))))
+    seen = observations(listings=listings_from_record(record))
+    result = result_of(fleet, seen, {GEMMA: SERVING, QWEN: SERVING, LEGACY: DOWN})
+    assert result["changes"] == [] and result["deployments"] == []
+    assert result["drift_lines"] == [
+        "203.0.113.10: too few cards: gemma needs 2 cards (vllm.gpus of gemma), the provider "
+        "lists 1 GPU"]
 
 
 def test_transitions_show_in_the_lines(fleet):
