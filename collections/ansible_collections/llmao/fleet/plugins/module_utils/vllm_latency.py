@@ -23,7 +23,7 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field, fields
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Optional
 
 from .prometheus_text import ExpositionError, Sample, parse_exposition
 from .vllm_metrics import MetricsRecordError
@@ -214,7 +214,8 @@ def _is_count(value: Any) -> bool:
         and math.isfinite(value) and 0 <= value <= MAX_COUNT
 
 
-Scrapes = tuple[Cumulative | None, Cumulative | None]
+# A module-level alias is evaluated at import: ansible-test's pylint refuses `X | None` there.
+Scrapes = tuple[Optional[Cumulative], Optional[Cumulative]]  # noqa: UP045
 
 
 def interval_latency(scrapes: Iterable[Scrapes]) -> Latency:

@@ -92,26 +92,26 @@ def test_missing_files_are_named(tmp_path):
 def test_a_controller_needs_no_ca_key_but_checks_one_it_can_read(tmp_path):
     cert, key = openssl_ca(tmp_path, "one")
     key.unlink()
-    assert "box_tls.ca_key: cannot read" in refusal(tmp_path, {"ca_cert": str(cert),
-                                                              "ca_key": str(key)})
+    assert "box_tls.ca_key: cannot read" in refusal(
+        tmp_path, {"ca_cert": str(cert), "ca_key": str(key)})
     tls = load_with(tmp_path, {"ca_cert": str(cert), "ca_key": str(key)}, signer=False)
     assert tls.settings.box_tls.ca_cert == str(cert)
-    _, other_key = openssl_ca(tmp_path, "two")
+    other_key = openssl_ca(tmp_path, "two")[1]
     assert "is not the key of box_tls.ca_cert" in refusal(
         tmp_path, {"ca_cert": str(cert), "ca_key": str(other_key)}, signer=False)
 
 
 def test_a_key_of_another_certificate_is_refused(tmp_path):
-    cert, _ = openssl_ca(tmp_path, "one")
-    _, other_key = openssl_ca(tmp_path, "two")
+    cert = openssl_ca(tmp_path, "one")[0]
+    other_key = openssl_ca(tmp_path, "two")[1]
     message = refusal(tmp_path, {"ca_cert": str(cert), "ca_key": str(other_key)})
     assert f"box_tls.ca_key: {other_key} is not the key of box_tls.ca_cert" in message
 
 
 def test_a_leaf_is_not_a_ca(tmp_path):
     cert, key = openssl_ca(tmp_path, "leaf", ca=False)
-    assert "box_tls.ca_cert:" in (message := refusal(tmp_path, {"ca_cert": str(cert),
-                                                                 "ca_key": str(key)}))
+    message = refusal(tmp_path, {"ca_cert": str(cert), "ca_key": str(key)})
+    assert "box_tls.ca_cert:" in message
     assert "is not a CA certificate" in message
 
 
@@ -141,9 +141,9 @@ def test_an_expired_ca_is_refused(tmp_path):
 
 def test_not_pem_is_refused(tmp_path):
     (tmp_path / "junk.pem").write_text("hello")
-    _, key = openssl_ca(tmp_path)
-    assert "is not a PEM certificate" in refusal(tmp_path, {"ca_cert": "junk.pem",
-                                                           "ca_key": str(key)})
+    key = openssl_ca(tmp_path)[1]
+    assert "is not a PEM certificate" in refusal(
+        tmp_path, {"ca_cert": "junk.pem", "ca_key": str(key)})
 
 
 def test_a_key_others_can_read_loads_with_a_warning(tmp_path):

@@ -203,7 +203,7 @@ def test_a_pass_at_the_bounds_still_posts():
     slow = load(figures(generation_tokens_total=1001), previous=(1000, NOW - 1e9), cost=1e15)
     assert model_load([(slow, True)]).cost_per_million_tokens is None
     posted = {"pass_at": NOW, "drift": [], "verdicts": {
-        "s1": {"state": "Healthy", **huge.record()}, "s2": {"state": "Healthy",
-                                                           **honest.record()}},
+        "s1": {"state": "Healthy", **huge.record()},
+        "s2": {"state": "Healthy", **honest.record()}},
         **load_document({"s1": huge, "s2": honest}, {"m": model}, {})}
     assert read_load_document(json.loads(json.dumps(posted)))[1]["m"] == model

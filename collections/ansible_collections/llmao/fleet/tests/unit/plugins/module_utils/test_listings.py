@@ -169,9 +169,9 @@ def test_a_gpu_count_that_is_not_a_small_whole_number_is_unknown(count):
 
 @pytest.mark.parametrize("count", [0, 1, 8, 64])
 def test_the_listed_gpu_count_is_kept_and_found_by_any_name(count):
-    boxes, _ = parse_vast({"instances": [vast_instance(9, "203.0.113.9", {}, gpus=count)]})
-    pods, _ = parse_runpod({"pods": [runpod_pod("p", "198.51.100.9", {8001: 30001},
-                                                gpus=count)]})
+    boxes = parse_vast({"instances": [vast_instance(9, "203.0.113.9", {}, gpus=count)]})[0]
+    pods = parse_runpod({"pods": [runpod_pod("p", "198.51.100.9", {8001: 30001},
+                                             gpus=count)]})[0]
     listings = index_listings(["vast", "runpod"], boxes + pods, {})
     assert [listings.gpus(name) for name in ("9", "203.0.113.9", "p", "198.51.100.9")] == \
         [count] * 4

@@ -74,7 +74,7 @@ def test_huge_bodies_are_capped():
 
 @pytest.mark.parametrize("path", ["/health", "/v1/models", "/metrics"])
 def test_a_hostile_status_line_is_cut_to_one_short_printable_line(path):
-    probe, _ = probe_timed({path: "status_line"})
+    probe = probe_timed({path: "status_line"})[0]
     assert probe.detail and len(probe.detail) <= SHORT
     assert probe.detail.isascii() and probe.detail.isprintable()
     assert "\x1b" not in probe.detail and "\n" not in probe.detail
@@ -83,7 +83,7 @@ def test_a_hostile_status_line_is_cut_to_one_short_printable_line(path):
 @pytest.mark.parametrize("fault", ["squared", "long_label", "overflow", "long_number",
                                    "odd_unicode", "duplicate_engines"])
 def test_absurd_figures_are_unknown_with_a_short_reason(fault):
-    probe, _ = probe_timed({"/metrics": fault})
+    probe = probe_timed({"/metrics": fault})[0]
     assert (probe.health_ok, probe.models) == (True, Models.LISTS)
     metrics = probe.metrics
     assert (metrics.requests_running, metrics.kv_cache_tokens, metrics.requests_waiting) == \
@@ -94,11 +94,11 @@ def test_absurd_figures_are_unknown_with_a_short_reason(fault):
 
 
 def test_the_honest_answers_of_the_double_are_read():
-    probe, _ = probe_timed({})
+    probe = probe_timed({})[0]
     assert probe.detail == "" and probe.metrics.requests_running == 1
     assert probe.metrics.kv_cache_tokens == 4096 * 16
 
 
 def test_json_nested_past_the_readers_depth_costs_that_server_only():
-    probe, _ = probe_timed({"/v1/models": "deep_json"})
+    probe = probe_timed({"/v1/models": "deep_json"})[0]
     assert probe.models is Models.OTHER and probe.metrics.max_model_len is None
