@@ -431,6 +431,15 @@ def test_pods_of_instant_clusters_are_listed(provider_api):
     ({"RateLimit-Reset": "12"}, 12.0),
     ({"Retry-After": "2", "RateLimit": '"minute";r=0;t=30'}, 2.0),
     ({"Retry-After": "9" * 40}, None),
+    # Not ASCII digits, negative, a date past any calendar, garbage: unknown, never an error
+    # (one odd answer must not fail the provider's listing).
+    ({"Retry-After": "²"}, None), ({"Retry-After": "١٢"}, None), ({"Retry-After": "-5"}, None),
+    ({"Retry-After": "Mon, 01 Jan 99999999 00:00:00 GMT"}, None),
+    ({"Retry-After": "1 2 3 4 5"}, None), ({"Retry-After": "\x00\uffff"}, None),
+    ({"RateLimit": '"minute";r=0;t=١٢'}, None), ({"RateLimit": '"minute";r=0;t=-3'}, None),
+    ({"RateLimit": '"minute";r=0;t=' + "9" * 40}, None),
+    ({"RateLimit-Reset": "²"}, None), ({"RateLimit-Reset": "١٢"}, None),
+    ({"RateLimit-Reset": "-1"}, None), ({"RateLimit-Reset": "1e999"}, None),
 ])
 def test_retry_after(headers, seconds):
     assert retry_after(headers) == seconds
