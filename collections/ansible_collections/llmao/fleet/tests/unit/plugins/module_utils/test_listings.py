@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import time
+import types
 
 import pytest
 
@@ -405,6 +407,24 @@ def test_a_wait_past_the_budget_is_not_waited(provider_api):
     listings = read_listings({"runpod": providers(provider_api)["runpod"]}, timeout=5)
     assert "asked to wait 3600 s more" in listings.failed["runpod"]
     assert provider_api.requests_to("/runpod/pods?includeClusterPods=true") == 1
+
+
+def test_a_listing_read_stops_at_its_deadline(provider_api, monkeypatch):
+    """Every page of Vast answers, but slowly: the read stops past its one deadline (the
+    retry budget plus four calls' timeouts), its boxes unknown, never unlisted."""
+    ticks = iter(range(0, 10_000, 11))  # each look at the clock: 11 s later
+    monkeypatch.setattr(listings_module, "time", types.SimpleNamespace(
+        monotonic=lambda: float(next(ticks)), sleep=time.sleep))
+    pages = {f"/vast/instances/?after_token=p{page}": (200, {"instances": [],
+                                                           "next_token": f"p{page + 1}"})
+             for page in range(1, 20)}
+    provider_api.routes = {**pages, "/vast/instances/": (200, {"instances": [],
+                                                              "next_token": "p1"})}
+    listings = read_listings({"vast": providers(provider_api)["vast"]}, timeout=5)
+    allowed = listings_module.LISTING_RETRY_BUDGET_S + listings_module.LISTING_ATTEMPTS * 5
+    assert listings.failed["vast"] == f"the listing read took more than {allowed:.0f} s"
+    assert len(provider_api.seen) == allowed // 11
+    assert listings.listed("203.0.113.10") is Listed.UNKNOWN
 
 
 def test_a_client_error_is_not_retried(provider_api):
