@@ -15,7 +15,6 @@ waiting as long as the provider asks within a bounded budget.
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import math
 import subprocess
@@ -28,7 +27,7 @@ from types import MappingProxyType
 from typing import Any
 
 from .config_file import Provider
-from .hostnames import normalize_host
+from .hostnames import is_ip_address, normalize_host
 from .http_json import HttpCallError, call_json
 from .lifecycle import Listed
 
@@ -233,7 +232,7 @@ class Listings:
             if public is None:
                 return None
             return Endpoint(listed.public_ip, public, f"listing:{listed.provider}")
-        if not _is_address(box):
+        if not is_ip_address(box) and box != "localhost":
             return None
         if seed_public_port is not None:
             return Endpoint(box, seed_public_port, "fourth element")
@@ -273,14 +272,6 @@ def index_listings(configured: Iterable[str], boxes: Iterable[ListedBox],
                  if len(claimants) > 1}
     return Listings(tuple(configured), MappingProxyType(dict(failed)), MappingProxyType(by_name),
                     MappingProxyType(ambiguous), boxes, tuple(problems))
-
-
-def _is_address(name: str) -> bool:
-    try:
-        ipaddress.ip_address(name)
-    except ValueError:
-        return name == "localhost"
-    return True
 
 
 def _port_number(value: Any, what: str) -> int:
