@@ -17,10 +17,12 @@ import time
 from collections.abc import Mapping
 from typing import Any, NoReturn
 
+from ansible_collections.llmao.fleet.plugins.module_utils.hostnames import is_ip_address
+
 from .api_errors import RequestRefused
 from .audit import audit
 from .bindings import TOKEN_ENVIRON, TOKEN_HEADER, matches
-from .fleet_ca import CsrRefused, is_ip, read_csr, requested_names, sign_leaf
+from .fleet_ca import CsrRefused, read_csr, requested_names, sign_leaf
 from .state import ServerState
 from .store.base import StoreError
 
@@ -40,7 +42,7 @@ DNS_NAME_RE = re.compile(r"^(?=.{1,253}$)([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)+
 def box_addresses(state: ServerState, box: str) -> list[str]:
     """The addresses a certificate for ``box`` may name: its own name when that is an
     IP address or a DNS name, else the public address the last pass dialled it at."""
-    if is_ip(box):
+    if is_ip_address(box):
         return [str(ipaddress.ip_address(box))]
     if DNS_NAME_RE.match(box):
         return [box]
@@ -50,7 +52,7 @@ def box_addresses(state: ServerState, box: str) -> list[str]:
         if isinstance(verdict, Mapping) and verdict.get("box") == box \
                 and isinstance(verdict.get("public"), str):
             host = verdict["public"].rpartition(":")[0]
-            if is_ip(host) or DNS_NAME_RE.match(host):
+            if is_ip_address(host) or DNS_NAME_RE.match(host):
                 listed.add(host)
     return sorted(listed)
 

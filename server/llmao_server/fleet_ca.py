@@ -16,6 +16,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from ansible_collections.llmao.fleet.plugins.module_utils.hostnames import is_ip_address
+
 CA_YEARS = 10
 # A request is signed when its key is one of these: EC on the NIST curves of 256 bits and
 # more, Ed25519, or RSA of 2048 to 4096 bits. Anything else is refused, never signed.
@@ -114,7 +116,7 @@ def sign_leaf(csr: x509.CertificateSigningRequest, addresses: list[str], ca_cert
     ca_key = serialization.load_pem_private_key(ca_key_pem, password=None)
     now = datetime.datetime.now(datetime.UTC)
     not_after = min(now + datetime.timedelta(days=days), ca_cert.not_valid_after_utc)
-    alternative = [x509.IPAddress(ipaddress.ip_address(a)) if is_ip(a) else x509.DNSName(a)
+    alternative = [x509.IPAddress(ipaddress.ip_address(a)) if is_ip_address(a) else x509.DNSName(a)
                    for a in addresses]
     public = csr.public_key()
     cert = (x509.CertificateBuilder()
@@ -132,11 +134,3 @@ def sign_leaf(csr: x509.CertificateSigningRequest, addresses: list[str], ca_cert
                   else hashes.SHA256()))
     return IssuedCertificate(cert.public_bytes(serialization.Encoding.PEM).decode("ascii"),
                              not_after)
-
-
-def is_ip(address: str) -> bool:
-    try:
-        ipaddress.ip_address(address)
-    except ValueError:
-        return False
-    return True

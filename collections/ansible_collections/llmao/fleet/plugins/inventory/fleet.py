@@ -130,7 +130,6 @@ models: models.yaml
 """
 
 import hashlib
-import ipaddress
 import os
 from collections.abc import Iterable
 from typing import Any
@@ -144,6 +143,7 @@ from ansible.utils.display import Display
 
 from ansible_collections.llmao.fleet.plugins.module_utils.config_errors import ConfigError
 from ansible_collections.llmao.fleet.plugins.module_utils.fleet import Fleet, load_fleet
+from ansible_collections.llmao.fleet.plugins.module_utils.hostnames import is_ip_address
 from ansible_collections.llmao.fleet.plugins.module_utils.intent import IntendedServer
 from ansible_collections.llmao.fleet.plugins.module_utils.listings import (
     LOCAL_PROVIDER,
@@ -212,14 +212,6 @@ def listed_reach(listed: ListedBox, servers: Iterable[IntendedServer]) -> dict[s
     if listed.price_per_hour is not None:
         reach["llmao_price_per_hour"] = listed.price_per_hour
     return reach
-
-
-def is_ip_address(name: str) -> bool:
-    try:
-        ipaddress.ip_address(name)
-    except ValueError:
-        return False
-    return True
 
 
 def describe_fleet(fleet: Fleet, listings: Listings | None = None) -> dict[str, Any]:

@@ -10,6 +10,7 @@ agree on what a name is.
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Mapping
 
 MAPPED_IPV4_PREFIX = "::ffff:"
@@ -23,6 +24,17 @@ def normalize_host(name: str) -> str:
     if name[: len(MAPPED_IPV4_PREFIX)].lower() == MAPPED_IPV4_PREFIX:
         name = name[len(MAPPED_IPV4_PREFIX):]
     return name
+
+
+def is_ip_address(name: str) -> bool:
+    """Whether ``name`` is an IPv4 or IPv6 address (a box dialled where it is named), not a
+    provider id or a DNS name: the one check the inventory, the listings and the fleet CA
+    share."""
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True
 
 
 def claimed_box_name(headers: Mapping[str, str], peer: str | None) -> tuple[str, str]:

@@ -134,7 +134,9 @@ class JsonService:
 
 
 # A parameter of one window in the IETF ``RateLimit`` field: ``r`` remaining, ``t`` seconds left.
-_RATELIMIT_PARAM = re.compile(r';\s*([a-z]+)=\s*"?(\d{1,9})"?')
+# ASCII digits only: ``\d`` and ``str.isdigit`` take "²" or "١٢", which float() refuses.
+_RATELIMIT_PARAM = re.compile(r';\s*([a-z]+)=\s*"?([0-9]{1,9})(?![0-9])"?')
+_SECONDS = re.compile(r"[0-9]{1,9}")
 
 
 def retry_after(headers: Any) -> float | None:
@@ -142,26 +144,30 @@ def retry_after(headers: Any) -> float | None:
 
     ``Retry-After`` (seconds or an HTTP date) wins; otherwise the IETF ``RateLimit``
     field (``"minute";r=0;t=30, "hour";r=7;t=1800``): the longest ``t`` of a window
-    with nothing remaining, or the older ``RateLimit-Reset: 30``.
+    with nothing remaining, or the older ``RateLimit-Reset: 30``. Never raises: it runs
+    on every error answer, and what it cannot read is None, never the caller's error.
     """
     if headers is None:
         return None
-    given = (headers.get("Retry-After") or "").strip()
-    if given.isdigit() and len(given) < 10:
+    given = str(headers.get("Retry-After") or "").strip()
+    if _SECONDS.fullmatch(given):
         return float(given)
     if given:
-        when = email.utils.parsedate_tz(given)
-        if when is not None:
-            return max(0.0, email.utils.mktime_tz(when) - time.time())
+        try:
+            when = email.utils.parsedate_tz(given)
+            if when is not None:
+                return max(0.0, email.utils.mktime_tz(when) - time.time())
+        except (ValueError, OverflowError, TypeError, IndexError):
+            pass
     exhausted = []
-    for window in (headers.get("RateLimit") or "").split(","):
+    for window in str(headers.get("RateLimit") or "").split(","):
         params = dict(_RATELIMIT_PARAM.findall(window))
         if params.get("r") == "0" and "t" in params:
             exhausted.append(float(params["t"]))
     if exhausted:
         return max(exhausted)
-    reset = (headers.get("RateLimit-Reset") or "").strip()
-    return float(reset) if reset.isdigit() and len(reset) < 10 else None
+    reset = str(headers.get("RateLimit-Reset") or "").strip()
+    return float(reset) if _SECONDS.fullmatch(reset) else None
 
 
 def _redirect_error(request_name: str, exc: urllib.error.HTTPError) -> HttpCallError:

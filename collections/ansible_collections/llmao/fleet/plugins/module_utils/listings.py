@@ -15,7 +15,6 @@ waiting as long as the provider asks within a bounded budget.
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import math
 import subprocess
@@ -28,7 +27,7 @@ from types import MappingProxyType
 from typing import Any
 
 from .config_file import Provider
-from .hostnames import normalize_host
+from .hostnames import is_ip_address, normalize_host
 from .http_json import HttpCallError, call_json
 from .lifecycle import Listed
 
@@ -233,7 +232,7 @@ class Listings:
             if public is None:
                 return None
             return Endpoint(listed.public_ip, public, f"listing:{listed.provider}")
-        if not _is_address(box):
+        if not is_ip_address(box) and box != "localhost":
             return None
         if seed_public_port is not None:
             return Endpoint(box, seed_public_port, "fourth element")
@@ -273,14 +272,6 @@ def index_listings(configured: Iterable[str], boxes: Iterable[ListedBox],
                  if len(claimants) > 1}
     return Listings(tuple(configured), MappingProxyType(dict(failed)), MappingProxyType(by_name),
                     MappingProxyType(ambiguous), boxes, tuple(problems))
-
-
-def _is_address(name: str) -> bool:
-    try:
-        ipaddress.ip_address(name)
-    except ValueError:
-        return name == "localhost"
-    return True
 
 
 def _port_number(value: Any, what: str) -> int:
@@ -507,21 +498,29 @@ class _Caller:
     A 429 or 5xx is tried again, :data:`LISTING_ATTEMPTS` calls at most, after the
     wait the provider asks for (``Retry-After``, RunPod's ``RateLimit``) or a doubling
     backoff; the waits of the whole read (every page) share
-    :data:`LISTING_RETRY_BUDGET_S`, so a throttled listing costs a pass a bounded time.
-    Any other error, and a wait past the budget, is the listing's error at once.
+    :data:`LISTING_RETRY_BUDGET_S`. The whole read (every page, every attempt) has one
+    deadline, that budget plus :data:`LISTING_ATTEMPTS` calls' timeouts: past it no call
+    is begun and no wait started, so a slow or throttled listing of 400 pages costs a
+    pass a bounded time too. Any other error, a wait past the budget, and the deadline
+    passed are the listing's error at once (its boxes unknown, never unlisted).
     """
 
     def __init__(self, api_key: str, timeout: float) -> None:
         self.api_key = api_key
         self.timeout = timeout
         self.waited = 0.0
+        self.allowed = LISTING_RETRY_BUDGET_S + LISTING_ATTEMPTS * timeout
+        self.deadline = time.monotonic() + self.allowed
 
     def get(self, url: str) -> Any:
         """The provider's answer, through the one HTTP call that never follows a redirect."""
         backoff, attempt = LISTING_BACKOFF_S, 1
         while True:
+            left = self.deadline - time.monotonic()
+            if left <= 0:
+                raise ListingError(f"the listing read took more than {self.allowed:.0f} s")
             try:
-                return call_json("GET", url, self.api_key, timeout=self.timeout)
+                return call_json("GET", url, self.api_key, timeout=min(self.timeout, left))
             except HttpCallError as exc:
                 wait = exc.retry_after if exc.retry_after is not None else backoff
                 if not _retryable(exc) or attempt == LISTING_ATTEMPTS:
@@ -529,6 +528,10 @@ class _Caller:
                 if self.waited + wait > LISTING_RETRY_BUDGET_S:
                     raise ListingError(f"{exc} (asked to wait {wait:.0f} s more, past the "
                                        f"{LISTING_RETRY_BUDGET_S:.0f} s a listing may wait)"
+                                       ) from None
+                if time.monotonic() + wait >= self.deadline:
+                    raise ListingError(f"{exc} (asked to wait {wait:.0f} s more, past the "
+                                       f"{self.allowed:.0f} s the listing read may take)"
                                        ) from None
             time.sleep(wait)
             self.waited += wait

@@ -277,7 +277,9 @@ def _probe_on(connection: http.client.HTTPConnection, target: Target, connect_ti
         reason = unread or unknown
         if reason and probe.models is Models.LISTS and not probe.detail:
             probe = replace(probe, detail=short_reason(f"figures unknown: {reason}"))
-        return replace(probe, metrics=metrics, latency=read_latency(exposition))
+        # An answer whose figures could not be believed is not believed for its latency either.
+        return replace(probe, metrics=metrics,
+                       latency=None if reason else read_latency(exposition))
     finally:
         connection.close()
 

@@ -46,6 +46,9 @@ QUANTILES = (("p50", 0.5), ("p95", 0.95))
 # whole number a JSON reader keeps exactly.
 MAX_BUCKETS = 64
 MAX_COUNT = 2**53
+# A latency past 11 days is no latency: a histogram with a bound that far (le="1e300") gives
+# an unknown quantile rather than a figure the pass record refuses.
+MAX_SECONDS = 1e6
 
 Buckets = tuple[tuple[float, float], ...]
 
@@ -230,12 +233,14 @@ def interval_latency(scrapes: Iterable[Scrapes]) -> Latency:
         delta = _merged([_delta(before.histograms.get(figure), after.histograms.get(figure))
                          for before, after in pairs])
         for suffix, quantile in QUANTILES:
-            figures[f"{figure}_{suffix}_s"] = None if delta is None else \
-                bucket_quantile(quantile, delta)
+            seconds = None if delta is None else bucket_quantile(quantile, delta)
+            figures[f"{figure}_{suffix}_s"] = \
+                seconds if seconds is None or seconds <= MAX_SECONDS else None
     grown = [_grown(before.preemptions_total, after.preemptions_total)
              for before, after in pairs]
-    preemptions = None if None in grown else int(sum(grown))
-    return Latency(**figures, preemptions=preemptions)
+    preemptions = None if None in grown else math.fsum(grown)
+    return Latency(**figures, preemptions=None if preemptions is None
+                   or not _is_count(preemptions) else int(preemptions))
 
 
 def _grown(before: float | None, after: float | None) -> float | None:

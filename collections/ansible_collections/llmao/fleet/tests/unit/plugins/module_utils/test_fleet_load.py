@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 
@@ -19,8 +20,10 @@ from ansible_collections.llmao.fleet.plugins.module_utils.fleet_load import (
     read_load_document,
     remember_load,
     server_load,
+    with_latency,
 )
 from ansible_collections.llmao.fleet.plugins.module_utils.lifecycle import Memory
+from ansible_collections.llmao.fleet.plugins.module_utils.vllm_latency import Cumulative
 from ansible_collections.llmao.fleet.plugins.module_utils.vllm_metrics import (
     MAX_FIGURE,
     MetricsRecordError,
@@ -207,3 +210,20 @@ def test_a_pass_at_the_bounds_still_posts():
         "s2": {"state": "Healthy", **honest.record()}},
         **load_document({"s1": huge, "s2": honest}, {"m": model}, {})}
     assert read_load_document(json.loads(json.dumps(posted)))[1]["m"] == model
+
+
+def test_a_model_with_a_latency_out_of_bounds_still_posts():
+    # A box whose histogram has a bound at 1e300 s and whose preemption counter leapt to
+    # 2**53, beside an honest one: unknown figures, a pass document llmao reads back.
+    far = ((1e300, 0.0), (math.inf, 0.0)), ((1e300, 10.0), (math.inf, 10.0))
+    before = Cumulative({"e2e": far[0]}, 0.0)
+    scrapes = [(before, Cumulative({"e2e": far[1]}, 2.0**53)),
+               (before, Cumulative({"e2e": far[1]}, 3.0))]
+    server = with_latency(load(figures()), scrapes[0])
+    model = model_load([(server, True), (server, True)], scrapes)
+    assert server.latency.e2e_p50_s is None and server.latency.preemptions == 2**53
+    assert model.latency.e2e_p50_s is None and model.latency.preemptions is None
+    posted = {"pass_at": NOW, "drift": [], "verdicts": {"s": {"state": "Healthy",
+                                                              **server.record()}},
+              **load_document({"s": server}, {"m": model}, {})}
+    assert read_load_document(json.loads(json.dumps(posted))) == ({"s": server}, {"m": model}, {})

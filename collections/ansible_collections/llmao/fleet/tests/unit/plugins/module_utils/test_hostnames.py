@@ -4,6 +4,7 @@ import pytest
 
 from ansible_collections.llmao.fleet.plugins.module_utils.hostnames import (
     claimed_box_name,
+    is_ip_address,
     normalize_host,
 )
 
@@ -48,3 +49,13 @@ def test_normalize(raw, normal):
 ])
 def test_claimed_box_name(headers, peer, expected):
     assert claimed_box_name(headers, peer) == expected
+
+
+@pytest.mark.parametrize(("name", "address"), [
+    ("203.0.113.10", True), ("2001:db8::1", True), ("::1", True), ("127.0.0.1", True),
+    ("abcd1234pod", False), ("localhost", False), ("box.example", False), ("", False),
+    ("203.0.113.256", False), ("203.0.113.10 ", False), ("١٢٧.0.0.1", False),
+])
+def test_is_ip_address(name, address):
+    """The one address check the inventory, the listings and the fleet CA share."""
+    assert is_ip_address(name) is address

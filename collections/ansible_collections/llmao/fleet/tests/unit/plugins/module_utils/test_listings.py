@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import time
+import types
 
 import pytest
 
@@ -407,6 +409,24 @@ def test_a_wait_past_the_budget_is_not_waited(provider_api):
     assert provider_api.requests_to("/runpod/pods?includeClusterPods=true") == 1
 
 
+def test_a_listing_read_stops_at_its_deadline(provider_api, monkeypatch):
+    """Every page of Vast answers, but slowly: the read stops past its one deadline (the
+    retry budget plus four calls' timeouts), its boxes unknown, never unlisted."""
+    ticks = iter(range(0, 10_000, 11))  # each look at the clock: 11 s later
+    monkeypatch.setattr(listings_module, "time", types.SimpleNamespace(
+        monotonic=lambda: float(next(ticks)), sleep=time.sleep))
+    pages = {f"/vast/instances/?after_token=p{page}": (200, {"instances": [],
+                                                           "next_token": f"p{page + 1}"})
+             for page in range(1, 20)}
+    provider_api.routes = {**pages, "/vast/instances/": (200, {"instances": [],
+                                                              "next_token": "p1"})}
+    listings = read_listings({"vast": providers(provider_api)["vast"]}, timeout=5)
+    allowed = listings_module.LISTING_RETRY_BUDGET_S + listings_module.LISTING_ATTEMPTS * 5
+    assert listings.failed["vast"] == f"the listing read took more than {allowed:.0f} s"
+    assert len(provider_api.seen) == allowed // 11
+    assert listings.listed("203.0.113.10") is Listed.UNKNOWN
+
+
 def test_a_client_error_is_not_retried(provider_api):
     provider_api.routes = {"/runpod/pods": (403, {"title": "Forbidden", "status": 403})}
     listings = read_listings({"runpod": providers(provider_api)["runpod"]}, timeout=5)
@@ -431,6 +451,15 @@ def test_pods_of_instant_clusters_are_listed(provider_api):
     ({"RateLimit-Reset": "12"}, 12.0),
     ({"Retry-After": "2", "RateLimit": '"minute";r=0;t=30'}, 2.0),
     ({"Retry-After": "9" * 40}, None),
+    # Not ASCII digits, negative, a date past any calendar, garbage: unknown, never an error
+    # (one odd answer must not fail the provider's listing).
+    ({"Retry-After": "²"}, None), ({"Retry-After": "١٢"}, None), ({"Retry-After": "-5"}, None),
+    ({"Retry-After": "Mon, 01 Jan 99999999 00:00:00 GMT"}, None),
+    ({"Retry-After": "1 2 3 4 5"}, None), ({"Retry-After": "\x00\uffff"}, None),
+    ({"RateLimit": '"minute";r=0;t=١٢'}, None), ({"RateLimit": '"minute";r=0;t=-3'}, None),
+    ({"RateLimit": '"minute";r=0;t=' + "9" * 40}, None),
+    ({"RateLimit-Reset": "²"}, None), ({"RateLimit-Reset": "١٢"}, None),
+    ({"RateLimit-Reset": "-1"}, None), ({"RateLimit-Reset": "1e999"}, None),
 ])
 def test_retry_after(headers, seconds):
     assert retry_after(headers) == seconds

@@ -108,6 +108,7 @@ class Unlike(BaseHTTPRequestHandler):
 @pytest.mark.parametrize("answer", [
     (404, b"not found"), (200, b"vllm:num_requests_waiting{a=1} 2\n"), (200, b"\xff\xfe"),
     (200, b"vllm:num_requests_waiting 2\n" * 200_000),
+    (200, b"vllm:num_requests_waiting 1e300\nvllm:num_preemptions_total 3\n"),
 ])
 def test_an_unreadable_metrics_answer_leaves_figures_unknown(answer):
     Unlike.metrics, Unlike.seen = answer, []
@@ -121,4 +122,5 @@ def test_an_unreadable_metrics_answer_leaves_figures_unknown(answer):
     assert probe.models is Models.LISTS and probe.detail.startswith("figures unknown: ")
     assert probe.metrics.max_model_len == 2048
     assert probe.metrics.requests_waiting is None and probe.metrics.kv_cache_tokens is None
+    assert probe.latency is None, "an answer not believed is not believed for its latency"
     assert ("/metrics", f"Bearer {KEY}") in Unlike.seen

@@ -3,7 +3,9 @@ same figures as prometheus_client's own parser, quantiles of bucket deltas, unkn
 
 from __future__ import annotations
 
+import json
 import math
+import random
 from pathlib import Path
 
 import pytest
@@ -124,8 +126,6 @@ def test_data_parallel_engines_are_summed():
 
 
 def test_records_survive_json_and_refuse_garbage():
-    import json
-
     read = read_latency(REAL)
     stored = Cumulative.from_record(json.loads(json.dumps(read.record())))
     assert dict(stored.histograms["ttft"]) == {0.01: 1.0, 0.02: 2.0, math.inf: 2.0}, \
@@ -158,3 +158,48 @@ def test_a_models_latency_sums_its_servers_deltas():
     assert model.preemptions == 6
     assert interval_latency([(before, fast), (None, slow)]) == Latency(), \
         "a server without a figure makes the model's unknown"
+
+
+def test_a_latency_out_of_bounds_is_unknown_and_the_record_still_reads():
+    """A box whose bucket bound is absurd, or whose counter leaps, beside an honest one: the
+    quantile or the sum is unknown, never a figure that makes llmao refuse the whole pass."""
+    far = 'vllm:e2e_request_latency_seconds_bucket{engine="0",le="%s",model_name="tiny"} 2.0\n'
+    before = read_latency(REAL + far % "1e300")
+    after = read_latency(with_requests(REAL + far % "1e300", {0.5: 9}).replace(
+        'seconds_bucket{engine="0",le="1e300",model_name="tiny"} 2.0',
+        'seconds_bucket{engine="0",le="1e300",model_name="tiny"} 12.0').replace(
+        'e2e_request_latency_seconds_bucket{engine="0",le="+Inf",model_name="tiny"} 2.0',
+        'e2e_request_latency_seconds_bucket{engine="0",le="+Inf",model_name="tiny"} 12.0'))
+    assert (1e300, 12.0) in after.histograms["e2e"], "the bound is read, the quantile is not"
+    latency = interval_latency([(before, after)])
+    assert latency.e2e_p50_s is None and latency.e2e_p95_s is None
+    assert latency.ttft_p50_s == pytest.approx(0.375), "the others stand"
+    leapt = Cumulative(after.histograms, 2.0**53)
+    honest = Cumulative(after.histograms, 3.0)
+    zero = Cumulative(before.histograms, 0.0)
+    assert interval_latency([(zero, leapt)]).preemptions == 2**53
+    model = interval_latency([(zero, leapt), (zero, honest)])
+    assert model.preemptions is None
+    for latency in (interval_latency([(before, after)]), model):
+        assert Latency.from_record(json.loads(json.dumps(latency.record()))) == latency
+
+
+def random_cumulative(rng: random.Random) -> Cumulative:
+    """Buckets and a counter anywhere a scrape lets through: bounds up to 1e300, counts up
+    to 2**53."""
+    histograms = {}
+    for figure in HISTOGRAMS:
+        bounds = sorted(rng.choice([rng.uniform(0, 10), 10.0 ** rng.uniform(-3, 300)])
+                        for _index in range(rng.randint(1, 5)))
+        counts = sorted(float(rng.choice([0, rng.randint(0, 10), 2**53])) for _bound in bounds)
+        histograms[figure] = tuple(zip([*bounds, math.inf], [*counts, counts[-1]], strict=True))
+    return Cumulative(histograms, float(rng.choice([0, rng.randint(0, 10), 2**53])))
+
+
+def test_any_scrapes_give_a_latency_its_record_reads_back():
+    rng = random.Random(7)
+    for _case in range(300):
+        pairs = [(random_cumulative(rng), random_cumulative(rng))
+                 for _server in range(rng.randint(1, 3))]
+        latency = interval_latency(pairs)
+        assert Latency.from_record(json.loads(json.dumps(latency.record()))) == latency
