@@ -167,7 +167,7 @@ def test_demo_starts_answers_a_chat_and_stops_without_a_trace(demo_env):
                 headers={"Authorization": f"Bearer {token}"}), timeout=30,
                 context=ssl.create_default_context(
                     cafile=scrape["tls_config"]["ca_file"])) as answer:
-            assert "llmao_box_cost_per_hour" in answer.read().decode()
+            assert "llmao_box_cost_usd_per_hour" in answer.read().decode()
 
         # Idempotent: a second start finds it running and starts nothing.
         second = demo(demo_env)
