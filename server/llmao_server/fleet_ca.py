@@ -89,7 +89,12 @@ def requested_names(csr: x509.CertificateSigningRequest) -> set[str]:
     """Every address the request asks for: its subject alternative names and common name."""
     names: set[str] = set()
     try:
-        san = csr.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        extensions = csr.extensions
+    except (ValueError, x509.DuplicateExtension, x509.UnsupportedGeneralNameType) as exc:
+        # A request whose extensions do not parse is the box's mistake, never a server error.
+        raise CsrRefused(f"the request's extensions cannot be read: {exc}") from None
+    try:
+        san = extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     except x509.ExtensionNotFound:
         san = None
     if san is not None:

@@ -14,7 +14,7 @@ import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
-from cryptography.x509.oid import NameOID
+from cryptography.x509.oid import ExtensionOID, NameOID
 from flask.testing import FlaskClient
 
 from llmao_server.box_certs import CERT_REQUESTS_PER_HOUR
@@ -126,6 +126,48 @@ def test_a_key_outside_the_allowed_set_is_refused(tls_client, key, why):
     answer = Box(tls_client).ask({"csr": csr_pem(KNOWN, key=key())})
     assert (answer.status_code, answer.json["error"]["code"]) == (400, "bad_csr")
     assert why in answer.json["error"]["message"]
+
+
+def der(tag: int, body: bytes) -> bytes:
+    """One DER element (tag, length, body)."""
+    size = len(body)
+    if size < 0x80:
+        return bytes([tag, size]) + body
+    length = size.to_bytes((size.bit_length() + 7) // 8, "big")
+    return bytes([tag, 0x80 | len(length)]) + length + body
+
+
+def raw_csr(*extensions: bytes, duplicate: bool = False) -> str:
+    """A correctly signed request whose subject alternative name extension holds ``extensions``
+    as raw DER (what ``openssl req -addext subjectAltName=DER:...`` makes); ``duplicate`` turns
+    its issuer alternative name into a second subject alternative name."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    builder = x509.CertificateSigningRequestBuilder().subject_name(x509.Name([]))
+    for value in extensions:
+        builder = builder.add_extension(x509.UnrecognizedExtension(
+            ExtensionOID.SUBJECT_ALTERNATIVE_NAME, value), critical=False)
+    if duplicate:
+        for kind in (x509.SubjectAlternativeName, x509.IssuerAlternativeName):
+            builder = builder.add_extension(kind([x509.DNSName("box.example")]),
+                                            critical=False)
+    info = builder.sign(key, hashes.SHA256()).tbs_certrequest_bytes
+    if duplicate:  # 2.5.29.18 (issuer) becomes 2.5.29.17 (subject): same length, re-signed
+        info = info.replace(b"\x06\x03\x55\x1d\x12", b"\x06\x03\x55\x1d\x11")
+    signature = key.sign(info, ec.ECDSA(hashes.SHA256()))
+    ecdsa_sha256 = der(0x30, der(0x06, bytes.fromhex("2a8648ce3d040302")))
+    request = der(0x30, info + ecdsa_sha256 + der(0x03, b"\x00" + signature))
+    return x509.load_der_x509_csr(request).public_bytes(serialization.Encoding.PEM).decode()
+
+
+@pytest.mark.parametrize("csr", [
+    pytest.param(lambda: raw_csr(bytes.fromhex("0403010203")), id="not-a-name-sequence"),
+    pytest.param(lambda: raw_csr(bytes.fromhex("3002a300")), id="x400-address"),
+    pytest.param(lambda: raw_csr(duplicate=True), id="two-subject-alternative-names"),
+])
+def test_a_request_whose_extensions_do_not_parse_is_refused(tls_client, csr):
+    answer = Box(tls_client).ask({"csr": csr()})
+    assert (answer.status_code, answer.json["error"]["code"]) == (400, "bad_csr")
+    assert "extensions cannot be read" in answer.json["error"]["message"]
 
 
 @pytest.mark.parametrize("body", [{"csr": "not a request"}, {"csr": 1}, [],
