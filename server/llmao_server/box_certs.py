@@ -49,8 +49,11 @@ def box_addresses(state: ServerState, box: str) -> list[str]:
     for verdict in (last.verdicts.values() if last else ()):
         if isinstance(verdict, Mapping) and verdict.get("box") == box \
                 and isinstance(verdict.get("public"), str):
-            host = verdict["public"].rpartition(":")[0]
-            if is_ip(host) or DNS_NAME_RE.match(host):
+            # "host:port", or "[v6]:port" for an IPv6 address
+            host = verdict["public"].rpartition(":")[0].removeprefix("[").removesuffix("]")
+            if is_ip(host):
+                listed.add(str(ipaddress.ip_address(host)))
+            elif DNS_NAME_RE.match(host):
                 listed.add(host)
     return sorted(listed)
 

@@ -118,6 +118,19 @@ def test_a_box_named_by_id_gets_the_address_of_the_last_listing(tls_client):
     assert box.ask({"csr": csr_pem("10.9.8.8")}).status_code == 403
 
 
+def test_a_box_listed_at_an_ipv6_address_gets_it_without_brackets(tls_client):
+    box = Box(tls_client, NAMED)
+    now = time.time()
+    verdict = {"box": NAMED, "public": "[2001:db8::7]:31001", "state": "healthy"}
+    app_state(tls_client.application).store.record_pass(
+        ReconcilePass(now, {"gpu-a:8001:qwen": verdict}, (), now))
+    answer = box.ask({"csr": csr_pem("2001:db8::7")})
+    assert answer.status_code == 200, answer.json
+    leaf = x509.load_pem_x509_certificate(answer.json["certificate"].encode())
+    names = leaf.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert [str(ip) for ip in names.get_values_for_type(x509.IPAddress)] == ["2001:db8::7"]
+
+
 @pytest.mark.parametrize(("key", "why"), [
     (lambda: rsa.generate_private_key(65537, 1024), "RSA key of 1024 bits is not allowed"),
     (lambda: ec.generate_private_key(ec.SECP521R1()), "curve secp521r1 is not allowed"),
