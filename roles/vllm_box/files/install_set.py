@@ -2314,9 +2314,14 @@ class Follower:
     def round(self) -> None:
         """One check; when llmao intends another revision: a turn, a real fetch, the apply.
         First, the applied assignment's certificate is renewed when it is due: vLLM reloads
-        it in place, so a renewal takes no turn."""
+        it in place, so a renewal takes no turn. A failed renewal is one line and the check
+        goes on: the revision that fixes it must still reach the box."""
         applied = read_applied(self.settings.record_path)
-        ensure_certificate(self.settings, applied.tls, self.say)
+        try:
+            ensure_certificate(self.settings, applied.tls, self.say)
+        except (InstallError, OSError) as error:
+            self.say(f"error: certificate renewal failed: {one_line(error)}; checking for "
+                     "a new revision anyway")
         intended = self.check(applied)
         if intended is None:
             return
