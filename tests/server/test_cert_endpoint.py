@@ -118,6 +118,24 @@ def test_a_box_named_by_id_gets_the_address_of_the_last_listing(tls_client):
     assert box.ask({"csr": csr_pem("10.9.8.8")}).status_code == 403
 
 
+def test_requests_decode_a_stored_pass_once(tls_client, monkeypatch):
+    box = Box(tls_client, NAMED)
+    store = app_state(tls_client.application).store
+    now = time.time()
+    store.record_pass(ReconcilePass(now, {"gpu-a:8001:qwen": {
+        "box": NAMED, "public": "10.9.8.7:31001", "state": "healthy"}}, (), now))
+    reads = []
+    read = store.last_pass
+    monkeypatch.setattr(store, "last_pass", lambda: reads.append(1) or read())
+    assert box.ask({"csr": csr_pem("10.9.8.7")}).status_code == 200
+    assert box.ask({"csr": csr_pem("10.9.8.8")}).status_code == 403
+    assert len(reads) == 1
+    store.record_pass(ReconcilePass(now + 1, {"gpu-a:8001:qwen": {
+        "box": NAMED, "public": "10.9.8.8:31001", "state": "healthy"}}, (), now + 1))
+    assert box.ask({"csr": csr_pem("10.9.8.8")}).status_code == 200
+    assert len(reads) == 2
+
+
 def test_a_box_listed_at_an_ipv6_address_gets_it_without_brackets(tls_client):
     box = Box(tls_client, NAMED)
     now = time.time()
