@@ -12,6 +12,7 @@ import ipaddress
 from dataclasses import dataclass
 
 from cryptography import x509
+from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
@@ -69,9 +70,13 @@ def read_csr(pem: str) -> x509.CertificateSigningRequest:
         csr = x509.load_pem_x509_csr(pem.encode("ascii"))
     except (ValueError, UnicodeEncodeError):
         raise CsrRefused("csr is not a PEM certificate request") from None
-    if not csr.is_signature_valid:
+    try:
+        signed = csr.is_signature_valid
+        key = csr.public_key()
+    except (ValueError, UnsupportedAlgorithm) as exc:
+        raise CsrRefused(f"the request's key cannot be read: {exc}") from None
+    if not signed:
         raise CsrRefused("the request's signature does not verify with its own key")
-    key = csr.public_key()
     if isinstance(key, ec.EllipticCurvePublicKey):
         if not isinstance(key.curve, ALLOWED_CURVES):
             raise CsrRefused(f"EC curve {key.curve.name} is not allowed; use prime256v1 "

@@ -201,6 +201,18 @@ def test_a_request_whose_extensions_do_not_parse_is_refused(tls_client, csr):
     assert "extensions cannot be read" in answer.json["error"]["message"]
 
 
+def test_a_request_on_an_unknown_curve_is_refused(tls_client):
+    key = ec.generate_private_key(ec.SECP256R1())
+    request = (x509.CertificateSigningRequestBuilder().subject_name(x509.Name([]))
+               .sign(key, hashes.SHA256()).public_bytes(serialization.Encoding.DER))
+    # prime256v1 (1.2.840.10045.3.1.7) becomes 1.2.840.10045.3.1.9, a curve nobody knows
+    odd = request.replace(bytes.fromhex("2a8648ce3d030107"), bytes.fromhex("2a8648ce3d030109"))
+    pem = x509.load_der_x509_csr(odd).public_bytes(serialization.Encoding.PEM).decode()
+    answer = Box(tls_client).ask({"csr": pem})
+    assert (answer.status_code, answer.json["error"]["code"]) == (400, "bad_csr")
+    assert "key cannot be read" in answer.json["error"]["message"]
+
+
 @pytest.mark.parametrize("body", [{"csr": "not a request"}, {"csr": 1}, [],
                                   {"csr": "x", "key": "y"}])
 def test_malformed_requests_are_refused(tls_client, body):
