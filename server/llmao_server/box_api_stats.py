@@ -10,7 +10,7 @@ The figures are this server process's (each instance of a multi-instance
 deployment has its own, as Prometheus scrapes each one), and start from zero when
 it starts, as a Prometheus counter may.
 
-Labels are bounded: the three box API paths, and the status code's class.
+Labels are bounded: the box API's four paths, and the status code's class.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from collections.abc import Iterator
 
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
 
-PATHS = ("/vllm/config", "/vllm/applied", "/vllm/turn")
+PATHS = ("/vllm/config", "/vllm/applied", "/vllm/turn", "/vllm/cert")
 CODE_CLASSES = ("1xx", "2xx", "3xx", "4xx", "5xx")
 # Upper bounds (seconds) of the latency histogram's buckets: a keyed fetch takes about a
 # millisecond, a turn may wait on the store's write lock.
@@ -40,7 +40,7 @@ class BoxApiStats:
         self._index = {path: number * _PER_PATH for number, path in enumerate(PATHS)}
 
     def observe(self, path: str, status: int, seconds: float) -> None:
-        """One answered request; a path outside the box API's three is not counted."""
+        """One answered request; a path outside the box API's :data:`PATHS` is not counted."""
         base = self._index.get(path)
         if base is None:
             return

@@ -14,8 +14,9 @@ import ipaddress
 import json
 import re
 import time
+import weakref
 from collections.abc import Mapping
-from typing import Any, NoReturn
+from typing import Any, ClassVar, NoReturn
 
 from ansible_collections.llmao.fleet.plugins.module_utils.hostnames import is_ip_address
 
@@ -39,6 +40,52 @@ DNS_NAME_RE = re.compile(r"^(?=.{1,253}$)([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)+
                          r"[a-z]([a-z0-9-]{0,61}[a-z0-9])?$")
 
 
+class ListedAddresses:
+    """Box → the public addresses the last stored pass dialled it at, kept per worker and
+    per app until another pass is stored (one cheap read says which is stored), as
+    :class:`.turns.AskViews` keeps its Healthy servers: a request, refused or not, never
+    decodes the whole pass."""
+
+    _views: ClassVar[weakref.WeakKeyDictionary[ServerState, ListedAddresses]] = \
+        weakref.WeakKeyDictionary()
+
+    def __init__(self, state: ServerState):
+        self.state = state
+        self._kept: tuple[tuple[float, float], dict[str, list[str]]] | None = None
+
+    @classmethod
+    def of(cls, state: ServerState) -> ListedAddresses:
+        views = cls._views.get(state)
+        if views is None:
+            views = cls._views[state] = cls(state)
+        return views
+
+    def of_box(self, box: str) -> list[str]:
+        stamp = self.state.store.pass_stamp()
+        if stamp is None:
+            return []
+        if self._kept is None or self._kept[0] != stamp:
+            last = self.state.store.last_pass()
+            kept = stamp if last is None else (last.pass_at, last.recorded_at)
+            self._kept = (kept, listed_hosts(last.verdicts.values() if last else ()))
+        return self._kept[1].get(box, [])
+
+
+def listed_hosts(verdicts: Any) -> dict[str, list[str]]:
+    """Box → the sorted hosts of the verdicts' public addresses that are IPs or DNS names."""
+    listed: dict[str, set[str]] = {}
+    for verdict in verdicts:
+        if isinstance(verdict, Mapping) and isinstance(verdict.get("box"), str) \
+                and isinstance(verdict.get("public"), str):
+            # "host:port", or "[v6]:port" for an IPv6 address
+            host = verdict["public"].rpartition(":")[0].removeprefix("[").removesuffix("]")
+            if is_ip(host):
+                listed.setdefault(verdict["box"], set()).add(str(ipaddress.ip_address(host)))
+            elif DNS_NAME_RE.match(host):
+                listed.setdefault(verdict["box"], set()).add(host)
+    return {box: sorted(hosts) for box, hosts in listed.items()}
+
+
 def box_addresses(state: ServerState, box: str) -> list[str]:
     """The addresses a certificate for ``box`` may name: its own name when that is an
     IP address or a DNS name, else the public address the last pass dialled it at."""
@@ -46,6 +93,7 @@ def box_addresses(state: ServerState, box: str) -> list[str]:
         return [str(ipaddress.ip_address(box))]
     if DNS_NAME_RE.match(box):
         return [box]
+<<<<<<< HEAD
     last = state.store.last_pass()
     listed = set()
     for verdict in (last.verdicts.values() if last else ()):
@@ -55,6 +103,9 @@ def box_addresses(state: ServerState, box: str) -> list[str]:
             if is_ip_address(host) or DNS_NAME_RE.match(host):
                 listed.add(host)
     return sorted(listed)
+=======
+    return ListedAddresses.of(state).of_box(box)
+>>>>>>> fixb
 
 
 def require_bound(state: ServerState, box: str, environ: Mapping[str, Any]) -> None:

@@ -12,6 +12,7 @@ import ipaddress
 from dataclasses import dataclass
 
 from cryptography import x509
+from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
@@ -71,9 +72,13 @@ def read_csr(pem: str) -> x509.CertificateSigningRequest:
         csr = x509.load_pem_x509_csr(pem.encode("ascii"))
     except (ValueError, UnicodeEncodeError):
         raise CsrRefused("csr is not a PEM certificate request") from None
-    if not csr.is_signature_valid:
+    try:
+        signed = csr.is_signature_valid
+        key = csr.public_key()
+    except (ValueError, UnsupportedAlgorithm) as exc:
+        raise CsrRefused(f"the request's key cannot be read: {exc}") from None
+    if not signed:
         raise CsrRefused("the request's signature does not verify with its own key")
-    key = csr.public_key()
     if isinstance(key, ec.EllipticCurvePublicKey):
         if not isinstance(key.curve, ALLOWED_CURVES):
             raise CsrRefused(f"EC curve {key.curve.name} is not allowed; use prime256v1 "
@@ -91,7 +96,12 @@ def requested_names(csr: x509.CertificateSigningRequest) -> set[str]:
     """Every address the request asks for: its subject alternative names and common name."""
     names: set[str] = set()
     try:
-        san = csr.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        extensions = csr.extensions
+    except (ValueError, x509.DuplicateExtension, x509.UnsupportedGeneralNameType) as exc:
+        # A request whose extensions do not parse is the box's mistake, never a server error.
+        raise CsrRefused(f"the request's extensions cannot be read: {exc}") from None
+    try:
+        san = extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     except x509.ExtensionNotFound:
         san = None
     if san is not None:

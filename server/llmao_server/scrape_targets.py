@@ -6,7 +6,9 @@ JSON list of target groups, one per server, each ``{"targets": ["host:port"],
 the latest reconcile pass dialled (it read the provider listings); a server that
 pass could not place (no public address known) is left out until one does. A
 fleet without provider listings is dialled at its listen ports, so its servers
-are listed before any pass too. The same bearer rule as ``/metrics`` applies.
+are listed before any pass too. Under ``box_tls`` every vLLM speaks HTTPS only, so
+each group says so in Prometheus's ``__scheme__`` label (Prometheus needs the fleet CA
+in ``tls_config``). The same bearer rule as ``/metrics`` applies.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ def target_groups(state: ServerState) -> Iterator[dict[str, Any]]:
     """One group per intended server (``fleet.hosts`` and approved boxes) with an address."""
     last = state.store.last_pass()
     verdicts = last.verdicts if last else {}
+    scheme = {} if state.fleet.settings.box_tls is None else {"__scheme__": "https"}
     for server in served_servers(state):
         verdict = verdicts.get(server_key(server), {})
         address, provider = verdict.get("public"), verdict.get("provider")
@@ -52,7 +55,7 @@ def target_groups(state: ServerState) -> Iterator[dict[str, Any]]:
             yield {"targets": [address],
                    "labels": {"box": server.box, "server": server.name,
                               "model": server.model_name,
-                              "provider": str(provider or LOCAL_PROVIDER)}}
+                              "provider": str(provider or LOCAL_PROVIDER), **scheme}}
 
 
 def served_servers(state: ServerState) -> Iterator[IntendedServer]:

@@ -14,7 +14,7 @@ import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
-from cryptography.x509.oid import NameOID
+from cryptography.x509.oid import ExtensionOID, NameOID
 from flask.testing import FlaskClient
 
 from llmao_server.box_certs import CERT_REQUESTS_PER_HOUR
@@ -118,6 +118,37 @@ def test_a_box_named_by_id_gets_the_address_of_the_last_listing(tls_client):
     assert box.ask({"csr": csr_pem("10.9.8.8")}).status_code == 403
 
 
+def test_requests_decode_a_stored_pass_once(tls_client, monkeypatch):
+    box = Box(tls_client, NAMED)
+    store = app_state(tls_client.application).store
+    now = time.time()
+    store.record_pass(ReconcilePass(now, {"gpu-a:8001:qwen": {
+        "box": NAMED, "public": "10.9.8.7:31001", "state": "healthy"}}, (), now))
+    reads = []
+    read = store.last_pass
+    monkeypatch.setattr(store, "last_pass", lambda: reads.append(1) or read())
+    assert box.ask({"csr": csr_pem("10.9.8.7")}).status_code == 200
+    assert box.ask({"csr": csr_pem("10.9.8.8")}).status_code == 403
+    assert len(reads) == 1
+    store.record_pass(ReconcilePass(now + 1, {"gpu-a:8001:qwen": {
+        "box": NAMED, "public": "10.9.8.8:31001", "state": "healthy"}}, (), now + 1))
+    assert box.ask({"csr": csr_pem("10.9.8.8")}).status_code == 200
+    assert len(reads) == 2
+
+
+def test_a_box_listed_at_an_ipv6_address_gets_it_without_brackets(tls_client):
+    box = Box(tls_client, NAMED)
+    now = time.time()
+    verdict = {"box": NAMED, "public": "[2001:db8::7]:31001", "state": "healthy"}
+    app_state(tls_client.application).store.record_pass(
+        ReconcilePass(now, {"gpu-a:8001:qwen": verdict}, (), now))
+    answer = box.ask({"csr": csr_pem("2001:db8::7")})
+    assert answer.status_code == 200, answer.json
+    leaf = x509.load_pem_x509_certificate(answer.json["certificate"].encode())
+    names = leaf.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert [str(ip) for ip in names.get_values_for_type(x509.IPAddress)] == ["2001:db8::7"]
+
+
 @pytest.mark.parametrize(("key", "why"), [
     (lambda: rsa.generate_private_key(65537, 1024), "RSA key of 1024 bits is not allowed"),
     (lambda: ec.generate_private_key(ec.SECP521R1()), "curve secp521r1 is not allowed"),
@@ -126,6 +157,60 @@ def test_a_key_outside_the_allowed_set_is_refused(tls_client, key, why):
     answer = Box(tls_client).ask({"csr": csr_pem(KNOWN, key=key())})
     assert (answer.status_code, answer.json["error"]["code"]) == (400, "bad_csr")
     assert why in answer.json["error"]["message"]
+
+
+def der(tag: int, body: bytes) -> bytes:
+    """One DER element (tag, length, body)."""
+    size = len(body)
+    if size < 0x80:
+        return bytes([tag, size]) + body
+    length = size.to_bytes((size.bit_length() + 7) // 8, "big")
+    return bytes([tag, 0x80 | len(length)]) + length + body
+
+
+def raw_csr(*extensions: bytes, duplicate: bool = False) -> str:
+    """A correctly signed request whose subject alternative name extension holds ``extensions``
+    as raw DER (what ``openssl req -addext subjectAltName=DER:...`` makes); ``duplicate`` turns
+    its issuer alternative name into a second subject alternative name."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    builder = x509.CertificateSigningRequestBuilder().subject_name(x509.Name([]))
+    for value in extensions:
+        builder = builder.add_extension(x509.UnrecognizedExtension(
+            ExtensionOID.SUBJECT_ALTERNATIVE_NAME, value), critical=False)
+    if duplicate:
+        for kind in (x509.SubjectAlternativeName, x509.IssuerAlternativeName):
+            builder = builder.add_extension(kind([x509.DNSName("box.example")]),
+                                            critical=False)
+    info = builder.sign(key, hashes.SHA256()).tbs_certrequest_bytes
+    if duplicate:  # 2.5.29.18 (issuer) becomes 2.5.29.17 (subject): same length, re-signed
+        info = info.replace(b"\x06\x03\x55\x1d\x12", b"\x06\x03\x55\x1d\x11")
+    signature = key.sign(info, ec.ECDSA(hashes.SHA256()))
+    ecdsa_sha256 = der(0x30, der(0x06, bytes.fromhex("2a8648ce3d040302")))
+    request = der(0x30, info + ecdsa_sha256 + der(0x03, b"\x00" + signature))
+    return x509.load_der_x509_csr(request).public_bytes(serialization.Encoding.PEM).decode()
+
+
+@pytest.mark.parametrize("csr", [
+    pytest.param(lambda: raw_csr(bytes.fromhex("0403010203")), id="not-a-name-sequence"),
+    pytest.param(lambda: raw_csr(bytes.fromhex("3002a300")), id="x400-address"),
+    pytest.param(lambda: raw_csr(duplicate=True), id="two-subject-alternative-names"),
+])
+def test_a_request_whose_extensions_do_not_parse_is_refused(tls_client, csr):
+    answer = Box(tls_client).ask({"csr": csr()})
+    assert (answer.status_code, answer.json["error"]["code"]) == (400, "bad_csr")
+    assert "extensions cannot be read" in answer.json["error"]["message"]
+
+
+def test_a_request_on_an_unknown_curve_is_refused(tls_client):
+    key = ec.generate_private_key(ec.SECP256R1())
+    request = (x509.CertificateSigningRequestBuilder().subject_name(x509.Name([]))
+               .sign(key, hashes.SHA256()).public_bytes(serialization.Encoding.DER))
+    # prime256v1 (1.2.840.10045.3.1.7) becomes 1.2.840.10045.3.1.9, a curve nobody knows
+    odd = request.replace(bytes.fromhex("2a8648ce3d030107"), bytes.fromhex("2a8648ce3d030109"))
+    pem = x509.load_der_x509_csr(odd).public_bytes(serialization.Encoding.PEM).decode()
+    answer = Box(tls_client).ask({"csr": pem})
+    assert (answer.status_code, answer.json["error"]["code"]) == (400, "bad_csr")
+    assert "key cannot be read" in answer.json["error"]["message"]
 
 
 @pytest.mark.parametrize("body", [{"csr": "not a request"}, {"csr": 1}, [],

@@ -217,6 +217,7 @@ def test_the_box_api_counts_its_requests_and_their_latency(client: FlaskClient) 
     assert client.get("/vllm/config", headers=box_headers(key="wrong")).status_code == 403
     assert client.post("/vllm/applied", headers=box_headers(), data=b"{").status_code == 400
     assert client.get("/vllm/nowhere", headers=box_headers()).status_code == 404
+    assert client.post("/vllm/cert", headers=box_headers(), json={}).status_code // 100 == 4
     seen = samples(client.get("/metrics"))
     config_path = ("path", "/vllm/config")
 
@@ -227,6 +228,7 @@ def test_the_box_api_counts_its_requests_and_their_latency(client: FlaskClient) 
     assert grew("llmao_box_api_requests_total", (("code", "4xx"), config_path)) == 1
     assert grew("llmao_box_api_requests_total", (("code", "4xx"), ("path", "/vllm/applied"))) \
         == 1
+    assert grew("llmao_box_api_requests_total", (("code", "4xx"), ("path", "/vllm/cert"))) == 1
     assert grew("llmao_box_api_request_duration_seconds_count", (config_path,)) == 2
     assert grew("llmao_box_api_request_duration_seconds_bucket",
                 (("le", "+Inf"), config_path)) == 2

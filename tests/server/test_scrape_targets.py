@@ -9,11 +9,13 @@ import secrets
 import time
 from collections.abc import Callable
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
+from llmao_server.fleet_ca_cli import init
 from llmao_server.state import ServerState, app_state
 from llmao_server.store import Approval
 from tests.server.fleet_pair import CONFIG, KNOWN, LEGACY, OTHER_KNOWN, UNKNOWN
@@ -73,6 +75,15 @@ def test_with_listings_a_server_is_listed_once_a_pass_placed_it(
                         "provider": "vast"}}
     app_state(app).store.record_pass(replace(record, verdicts=verdicts))
     assert list(groups(app.test_client().get("/metrics/targets"))) == ["203.0.113.10:41001"]
+
+
+def test_under_box_tls_every_target_is_scraped_over_https(make_app: Callable[..., Flask],
+                                                         tmp_path: Path) -> None:
+    document = copy.deepcopy(CONFIG)
+    cert, key = init(str(tmp_path / "ca"), "test fleet CA")
+    document["box_tls"] = {"ca_cert": cert, "ca_key": key, "leaf_days": 3}
+    seen = groups(make_app(document, folder="tls").test_client().get("/metrics/targets"))
+    assert seen and all(labels["__scheme__"] == "https" for labels in seen.values())
 
 
 def test_an_approved_box_is_a_target_too(client: FlaskClient, state: ServerState) -> None:

@@ -1934,6 +1934,19 @@ def replace_in_place(staged: Path, path: Path) -> None:
     staged.unlink()
 
 
+def require_certificate_source(settings: Settings, tls: BoxTls | None) -> None:
+    """Refuse, before anything is written, an assignment that needs a certificate the box
+    cannot ask for: a pushed one (--payload) runs without LLMAO_URL and FLEET_KEY."""
+    if tls is None or (settings.url is not None and settings.fleet_key is not None):
+        return
+    why = certificate_due(settings, tls, time.time())
+    if why is not None:
+        raise Refused(f"the assignment turns on box TLS and the box needs a certificate ({why}), "
+                      "which it asks llmao for with LLMAO_URL and FLEET_KEY: the push path "
+                      "(--payload) does not support box_tls yet; let the box fetch its "
+                      "assignment instead (docs/box-tls.md)")
+
+
 def ensure_certificate(settings: Settings, tls: BoxTls | None,
                        say: Callable[[str], None]) -> None:
     """A good certificate on the box before vLLM starts or while it runs: asked for when
@@ -2177,6 +2190,7 @@ def apply_assignment(assignment: Assignment, settings: Settings, console: Consol
     console.secrets.update(server.api_key for server in assignment.servers)
     console.say(f"assignment for {assignment.host}: revision {assignment.revision}, "
                 f"{len(assignment.servers)} server(s)")
+    require_certificate_source(settings, assignment.tls)
     placement, plan, notes = plan_assignment(assignment, settings,
                                              mode.fetched and assignment.rollout is not None)
     for note in notes:
@@ -2314,9 +2328,14 @@ class Follower:
     def round(self) -> None:
         """One check; when llmao intends another revision: a turn, a real fetch, the apply.
         First, the applied assignment's certificate is renewed when it is due: vLLM reloads
-        it in place, so a renewal takes no turn."""
+        it in place, so a renewal takes no turn. A failed renewal is one line and the check
+        goes on: the revision that fixes it must still reach the box."""
         applied = read_applied(self.settings.record_path)
-        ensure_certificate(self.settings, applied.tls, self.say)
+        try:
+            ensure_certificate(self.settings, applied.tls, self.say)
+        except (InstallError, OSError) as error:
+            self.say(f"error: certificate renewal failed: {one_line(error)}; checking for "
+                     "a new revision anyway")
         intended = self.check(applied)
         if intended is None:
             return

@@ -234,3 +234,22 @@ def test_a_malformed_turn_answer_is_an_error_line_not_a_traceback(
     assert any(line.startswith(f"error: llmao's answer from {contract.url}{TURN} is not a turn")
                for line in lines_of(log))
     assert contract.reported == [] and json.loads(box.record.read_text())["revision"] == "rev-1"
+
+
+def test_a_failed_certificate_renewal_is_one_line_and_the_check_goes_on(
+        box, contract, run_main, follow):
+    """The test box has no openssl command: the renewal fails as it would on any error."""
+    boot(contract, run_main, following(*TWO, revision="rev-1"))
+    record = json.loads(box.record.read_text())
+    record["tls"] = {"ca_sha256": "ab" * 32, "leaf_days": 7}
+    box.record.write_text(json.dumps(record))
+    contract.intended = following(*TWO, revision="rev-2")
+    log = follow(Clock(stop_at=2))
+    said = lines_of(log)
+    assert said[1] == "certificate: no certificate yet: asking llmao for one"
+    assert said[2].startswith("error: certificate renewal failed: ")
+    assert said[2].endswith("; checking for a new revision anyway")
+    assert contract.steps()[0] == f"GET {CONFIG} (check)"
+    assert json.loads(box.record.read_text())["revision"] == "rev-2", \
+        "the revision that fixes the box still lands"
+    assert "Traceback" not in log

@@ -62,3 +62,14 @@ def test_a_certificate_is_due_when_missing_from_another_ca_or_in_its_last_third(
     assert due(settings, tls, 1999) is None
     assert due(settings, tls, 2000) == "less than a third of its life is left"
     assert due(settings, install_set.BoxTls("cd" * 32, 3), 0) == "the fleet CA changed"
+
+
+def test_a_pushed_assignment_with_tls_is_refused_before_anything_is_written(box, run_main):
+    outcome = run_main("--payload", str(box.write_payload(
+        with_tls({"ca_sha256": DIGEST, "leaf_days": 7}))))
+    assert outcome.rc != 0
+    refusal = [line for line in outcome.err.splitlines() if "box_tls" in line]
+    assert len(refusal) == 1 and "the push path (--payload) does not support box_tls yet" \
+        in refusal[0]
+    assert "no certificate yet" in refusal[0] and "Traceback" not in outcome.err
+    assert box.snapshot() == {} and box.ctl_calls() == [], "nothing written, nothing handed over"
