@@ -79,7 +79,7 @@ def listed_hosts(verdicts: Any) -> dict[str, list[str]]:
                 and isinstance(verdict.get("public"), str):
             # "host:port", or "[v6]:port" for an IPv6 address
             host = verdict["public"].rpartition(":")[0].removeprefix("[").removesuffix("]")
-            if is_ip(host):
+            if is_ip_address(host):
                 listed.setdefault(verdict["box"], set()).add(str(ipaddress.ip_address(host)))
             elif DNS_NAME_RE.match(host):
                 listed.setdefault(verdict["box"], set()).add(host)
@@ -93,19 +93,7 @@ def box_addresses(state: ServerState, box: str) -> list[str]:
         return [str(ipaddress.ip_address(box))]
     if DNS_NAME_RE.match(box):
         return [box]
-<<<<<<< HEAD
-    last = state.store.last_pass()
-    listed = set()
-    for verdict in (last.verdicts.values() if last else ()):
-        if isinstance(verdict, Mapping) and verdict.get("box") == box \
-                and isinstance(verdict.get("public"), str):
-            host = verdict["public"].rpartition(":")[0]
-            if is_ip_address(host) or DNS_NAME_RE.match(host):
-                listed.add(host)
-    return sorted(listed)
-=======
     return ListedAddresses.of(state).of_box(box)
->>>>>>> fixb
 
 
 def require_bound(state: ServerState, box: str, environ: Mapping[str, Any]) -> None:
