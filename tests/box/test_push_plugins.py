@@ -9,6 +9,7 @@ diffs with the bearer masked, and the program's own message when it refuses.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -38,8 +39,17 @@ def lookup():
 
 
 @pytest.fixture
-def box_dirs(tmp_path: Path) -> dict[str, Any]:
-    """The box's folders in the test's own; no supervisord runs here, so no handover."""
+def box_dirs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    """The box's folders in the test's own; no supervisord runs here, so no handover. The
+    rig's stub nvidia-smi (one 24 GiB card) is on PATH: a box without one is refused."""
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    stub = tools / "nvidia-smi"
+    script = ROOT / "rig" / "stub_nvidia_smi.py"
+    stub.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{script}" "$@"\n')
+    stub.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tools}:{os.environ.get('PATH', '/usr/bin:/bin')}")
+    monkeypatch.setenv("STUB_NVIDIA_SMI", str(tmp_path / "no-such-gpu.json"))
     return {"supervisor_conf_dir": str(tmp_path / "conf.d"),
             "data_directory": str(tmp_path / "data"), "handover": False}
 
