@@ -103,7 +103,12 @@ class ReconcileLoop:
     def _run(self) -> None:
         while not self._stop.is_set():
             began = time.monotonic()
-            run = run_reconcile(self.inventory, env=self.env)
+            try:
+                run = run_reconcile(self.inventory, env=self.env)
+            except subprocess.TimeoutExpired as slow:
+                # A pass past its time limit is one failed pass (a systemd timer would start the
+                # next one too); the loop, like the operator's timer, goes on.
+                run = PlaybookRun(-1, f"reconcile timed out after {slow.timeout:g} s")
             self.runs.append((began, time.monotonic(), run))
             self._stop.wait(PASS_PAUSE_S)
 

@@ -44,10 +44,12 @@ from tests.rolling_fleet import mask
 pytestmark = [pytest.mark.vllm, pytest.mark.litellm, pytest.mark.slow]
 
 OPENAI_STREAM = REPO_ROOT / "rig" / "openai_stream.py"
-# Eight streams of 480 tokens want 32 KV blocks of 128 tokens where the cache has 16: some run,
-# some wait, at any moment (five were seen all running, their lengths staggered). vLLM's engine
-# takes a core whatever the count; reconcile's passes then take minutes on a busy machine.
-HOLD_STREAMS = 8
+# The cache holds 16 KV blocks of 128 tokens, and a running request holds at least one: with 20
+# streams in flight at least four wait at any moment, whatever their lengths. (Eight streams of 480
+# tokens were seen all running at once, vLLM allotting blocks as they grow, so waiting was only a
+# moment's figure that a pass's scrape could miss.) vLLM's engine takes a core whatever the count;
+# reconcile's passes then take minutes on a busy machine.
+HOLD_STREAMS = 20
 HOLD_TOKENS = 480
 SCRAPE_TIMEOUT_S = 360.0
 ROLL_TIMEOUT_S = 600.0
