@@ -3,8 +3,9 @@
 ``requires_ansible`` in the collection's ``meta/runtime.yml`` is a promise: each
 ansible-core release in its range is tested. The range must be closed (an upper
 bound), since an open one claims releases nobody has run. Each release gets its
-own virtual environment, ``.cache/ansible-core/<release>`` (that ansible-core and
-pytest), built with pip from PyPI alone and kept while its stamp matches. There
+own virtual environment, ``.cache/ansible-core/<release>`` (that ansible-core,
+pytest and ``tests/unit/requirements.txt``), built with pip from PyPI alone and
+kept while its stamp matches. There
 scripts/ansible_test_sanity.py runs that release's ``ansible-test sanity``, and
 pytest runs the unit tests: they share the repository's test rig (``rig/``), which
 ``ansible-test units`` cannot see from the collection's folder.
@@ -35,6 +36,8 @@ RUNTIME = ROOT / "collections" / "ansible_collections" / "llmao" / "fleet" / "me
 ENVIRONMENTS = ROOT / ".cache" / "ansible-core"
 SANITY = Path(__file__).resolve().parent / "ansible_test_sanity.py"
 UNITS = RUNTIME.parent.parent / "tests" / "unit"
+# What the unit tests import beside ansible-core and pytest, where ansible-test looks for it.
+UNIT_REQUIREMENTS = UNITS / "requirements.txt"
 STYLE_TESTS = ("pylint", "pep8", "yamllint", "changelog", "pslint", "shellcheck")
 # ansible-core 2.x releases worth looking at; 2.30 is far beyond any range written today.
 MINORS = range(9, 31)
@@ -57,12 +60,18 @@ def runtime_releases() -> list[str]:
     return claimed_releases(str(runtime["requires_ansible"]))
 
 
+def unit_requirements() -> list[str]:
+    """The requirement lines of :data:`UNIT_REQUIREMENTS`, comments and blanks left out."""
+    lines = UNIT_REQUIREMENTS.read_text(encoding="utf-8").splitlines()
+    return [line.strip() for line in lines if line.strip() and not line.startswith("#")]
+
+
 def environment(release: str) -> Path:
     """The virtual environment of ansible-core ``release``, built when missing or stale."""
     folder = ENVIRONMENTS / release
     python = folder / "bin" / "python"
     stamp = folder / ".llmao-ansible-core"
-    wanted = [f"ansible-core=={release}.*", "pytest>=8"]
+    wanted = [f"ansible-core=={release}.*", "pytest>=8", *unit_requirements()]
     if python.exists() and stamp.is_file() and stamp.read_text(encoding="utf-8") == str(wanted):
         return folder
     stamp.unlink(missing_ok=True)

@@ -415,11 +415,10 @@ def test_a_listing_read_stops_at_its_deadline(provider_api, monkeypatch):
     ticks = iter(range(0, 10_000, 11))  # each look at the clock: 11 s later
     monkeypatch.setattr(listings_module, "time", types.SimpleNamespace(
         monotonic=lambda: float(next(ticks)), sleep=time.sleep))
-    pages = {f"/vast/instances/?after_token=p{page}": (200, {"instances": [],
-                                                           "next_token": f"p{page + 1}"})
-             for page in range(1, 20)}
-    provider_api.routes = {**pages, "/vast/instances/": (200, {"instances": [],
-                                                              "next_token": "p1"})}
+    pages = {f"/vast/instances/?after_token=p{page}": (
+        200, {"instances": [], "next_token": f"p{page + 1}"}) for page in range(1, 20)}
+    provider_api.routes = {**pages, "/vast/instances/": (
+        200, {"instances": [], "next_token": "p1"})}
     listings = read_listings({"vast": providers(provider_api)["vast"]}, timeout=5)
     allowed = listings_module.LISTING_RETRY_BUDGET_S + listings_module.LISTING_ATTEMPTS * 5
     assert listings.failed["vast"] == f"the listing read took more than {allowed:.0f} s"
