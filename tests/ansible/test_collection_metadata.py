@@ -80,8 +80,15 @@ def test_the_action_group_holds_every_module_that_reads_llmaos_files(module_docs
     assert sorted(group) == sorted(reading)
 
 
+def test_a_checkouts_role_and_playbooks_are_the_collections() -> None:
+    """The collection holds them; the old paths at the root are links for people who clone."""
+    assert (ROOT / "roles" / "vllm_box").is_symlink() and (ROOT / "playbooks").is_symlink()
+    assert (ROOT / "roles" / "vllm_box").resolve() == COLLECTION / "roles" / "vllm_box"
+    assert (ROOT / "playbooks").resolve() == COLLECTION / "playbooks"
+
+
 def test_reconcile_sets_the_files_once_for_the_group() -> None:
-    plays = read(ROOT / "playbooks" / "reconcile.yml")
+    plays = read(COLLECTION / "playbooks" / "reconcile.yml")
     defaults = plays[0]["module_defaults"]
     assert defaults == {f"group/llmao.fleet.{GROUP}": {"config": "{{ llmao_config_file }}",
                                                       "models": "{{ llmao_models_file }}"}}
@@ -154,6 +161,12 @@ def test_a_release_lists_every_module_added_since_the_last(tmp_path: Path) -> No
     assert {entry["name"] for entry in release.get("modules", [])} == modules - shipped
     rst = (copy / "CHANGELOG.rst").read_text(encoding="utf-8")
     assert all(f"llmao.fleet.{name}" in rst for name in modules - shipped)
+    # The role and the playbooks moved into the collection in 0.2.0: its first release with them.
+    if version == "0.2.0":
+        objects = {kind: {entry["name"] for entry in entries}
+                   for kind, entries in release.get("objects", {}).items()}
+        assert objects == {"role": {"vllm_box"}, "playbook": {"reconcile", "provision"}}
+        assert "New Roles" in rst and "New Playbooks" in rst
 
 
 def test_the_server_and_the_collection_are_released_together() -> None:

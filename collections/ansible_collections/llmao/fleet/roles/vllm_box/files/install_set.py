@@ -1170,7 +1170,7 @@ def parse_cards(output: str) -> tuple[tuple[Card, ...] | None, str]:
         return None, f"nvidia-smi said {clean_text(output)[:80]!r}: GPU memory unknown"
     ordered = tuple(sorted(cards, key=lambda card: card.index))
     return ordered, "\n".join(f"{card.label} ({card.name}): {gib(card.total_gb)} GiB total, "
-                               f"{gib(card.free_gb)} GiB free" for card in ordered)
+                              f"{gib(card.free_gb)} GiB free" for card in ordered)
 
 
 def parse_card(line: str) -> Card | None:
@@ -1208,7 +1208,7 @@ def gib(value: Decimal) -> str:
 def shortfall(servers: Iterable[Server], attr: str, free: Decimal, where: str) -> str | None:
     """Say what does not fit on one resource, naming every server that asks for it."""
     asks = [(server.name, getattr(server, attr)) for server in servers]
-    needed = sum((size for _, size in asks), Decimal(0))
+    needed = sum((size for name, size in asks), Decimal(0))
     if needed <= free:
         return None
     parts = " + ".join(f"{name} {size:f} GiB" for name, size in asks)
@@ -1367,7 +1367,8 @@ def card_choices(server: Server, cards: tuple[Card, ...],
             kinds.setdefault((profiles[card.index], occupants[card.index]),
                              []).append(card.index)
     groups = sorted(kinds.items(), key=lambda kind: (len(kind[0][1]), kind[1][0]))
-    return (tuple(sorted(chosen)) for chosen in pick_cards([g for _, g in groups], server.gpus))
+    choices = [indexes for kind, indexes in groups]
+    return (tuple(sorted(chosen)) for chosen in pick_cards(choices, server.gpus))
 
 
 def pick_cards(groups: list[list[int]], need: int) -> Iterable[tuple[int, ...]]:
