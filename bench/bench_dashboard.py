@@ -26,12 +26,12 @@ from pathlib import Path
 from flask import Flask, Response
 from flask.testing import FlaskClient
 
-from ansible_collections.llmao.fleet.plugins.module_utils.fleet_load import (
+from ansible_collections.llmao.fleet.plugins.module_utils.lifecycle import State
+from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_plan import server_key
+from ansible_collections.llmao.fleet.plugins.module_utils.server_load import (
     ServerLoad,
     model_load,
 )
-from ansible_collections.llmao.fleet.plugins.module_utils.lifecycle import State
-from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_plan import server_key
 from ansible_collections.llmao.fleet.plugins.module_utils.vllm_metrics import ServerMetrics
 from bench.fleetgen import write_fleet
 from llmao_server.app import create_app

@@ -43,13 +43,13 @@ from typing import Any, NoReturn
 from flask import Blueprint, Response, request
 
 from ansible_collections.llmao.fleet.plugins.module_utils.bearer import is_placeholder
-from ansible_collections.llmao.fleet.plugins.module_utils.fleet_load import read_load_document
 from ansible_collections.llmao.fleet.plugins.module_utils.hostnames import normalize_host
 from ansible_collections.llmao.fleet.plugins.module_utils.intent import BoxAssignment
 from ansible_collections.llmao.fleet.plugins.module_utils.lifecycle import State
 from ansible_collections.llmao.fleet.plugins.module_utils.llmao_admin import (
     observations_document,
 )
+from ansible_collections.llmao.fleet.plugins.module_utils.server_load import read_load_document
 from ansible_collections.llmao.fleet.plugins.module_utils.vllm_metrics import (
     MetricsRecordError,
 )

@@ -15,11 +15,6 @@ from types import MappingProxyType
 from typing import Any
 
 from ansible_collections.llmao.fleet.plugins.module_utils.fleet import Fleet
-from ansible_collections.llmao.fleet.plugins.module_utils.fleet_load import (
-    BoxCost,
-    ServerLoad,
-    model_load,
-)
 from ansible_collections.llmao.fleet.plugins.module_utils.lifecycle import Models, Probe
 from ansible_collections.llmao.fleet.plugins.module_utils.listings import (
     ListedBox,
@@ -30,6 +25,11 @@ from ansible_collections.llmao.fleet.plugins.module_utils.litellm_routes import 
 from ansible_collections.llmao.fleet.plugins.module_utils.llmao_admin import verdicts_document
 from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_plan import server_key
 from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_records import Observations
+from ansible_collections.llmao.fleet.plugins.module_utils.server_load import (
+    BoxCost,
+    ServerLoad,
+    model_load,
+)
 from ansible_collections.llmao.fleet.plugins.module_utils.vllm_metrics import ServerMetrics
 from ansible_collections.llmao.fleet.plugins.modules.fleet_plan import make_plan, plan_result
 from llmao_server.store import AppliedReport, ReconcilePass, StateStore, UnknownBox
@@ -132,7 +132,7 @@ def busy(box: str, port: int, hours_ago: float) -> tuple[float, int, int, float]
 
 def loaded_pass(record: ReconcilePass, at: float, now: float) -> ReconcilePass:
     """``record``'s verdicts with each Healthy server's load at ``at``, and the model and
-    box figures the core computes from them (``fleet_load.model_load``)."""
+    box figures the core computes from them (``server_load.model_load``)."""
     verdicts, by_model = {}, {}
     for key, verdict in record.verdicts.items():
         place = (verdict["box"], verdict["listen_port"])

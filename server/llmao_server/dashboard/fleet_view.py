@@ -15,11 +15,6 @@ from typing import Any
 
 from ansible_collections.llmao.fleet.plugins.module_utils.config_file import LISTEN_PORTS
 from ansible_collections.llmao.fleet.plugins.module_utils.fleet import Fleet
-from ansible_collections.llmao.fleet.plugins.module_utils.fleet_load import (
-    ModelLoad,
-    ServerLoad,
-    read_load_document,
-)
 from ansible_collections.llmao.fleet.plugins.module_utils.intent import (
     BoxAssignment,
     IntendedServer,
@@ -32,6 +27,11 @@ from ansible_collections.llmao.fleet.plugins.module_utils.rollout_status import 
     ModelRollout,
     Stage,
     rollout_rows,
+)
+from ansible_collections.llmao.fleet.plugins.module_utils.server_load import (
+    ModelLoad,
+    ServerLoad,
+    read_load_document,
 )
 from ansible_collections.llmao.fleet.plugins.module_utils.vllm_metrics import (
     MetricsRecordError,

@@ -114,7 +114,7 @@ class Probe:
 class Memory:
     """What the previous pass left behind (stored by the server between runs).
 
-    The last four are the load's (:mod:`fleet_load`): passes in a row with
+    The last four are the load's (:mod:`server_load`): passes in a row with
     requests waiting, the generation counter with the time it was read, and the
     latency histograms as last scraped (:meth:`Cumulative.record`), whose deltas
     the next pass reads.

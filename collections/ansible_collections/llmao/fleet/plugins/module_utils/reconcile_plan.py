@@ -15,7 +15,16 @@ from typing import Any
 
 from .box_tls import box_context
 from .fleet import Fleet
-from .fleet_load import (
+from .intent import IntendedServer
+from .lifecycle import Action, Change, Drift, Memory, Probe, State, Verdict, classify
+from .listings import Endpoint, Listings, provider_of
+from .litellm_routes import Route, deployment_id, route_differs
+from .probe import Target
+from .reconcile_records import Observations
+from .reconcile_turns import TurnUpdate, holding_turns, turn_updates
+from .rollout import Phase, Turn
+from .rollout_status import ModelRollout, rollout_rows
+from .server_load import (
     BoxCost,
     ModelLoad,
     ServerLoad,
@@ -28,15 +37,6 @@ from .fleet_load import (
     server_load,
     with_latency,
 )
-from .intent import IntendedServer
-from .lifecycle import Action, Change, Drift, Memory, Probe, State, Verdict, classify
-from .listings import Endpoint, Listings, provider_of
-from .litellm_routes import Route, deployment_id, route_differs
-from .probe import Target
-from .reconcile_records import Observations
-from .reconcile_turns import TurnUpdate, holding_turns, turn_updates
-from .rollout import Phase, Turn
-from .rollout_status import ModelRollout, rollout_rows
 from .vllm_latency import Scrapes
 
 

@@ -212,7 +212,6 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.llmao.fleet.plugins.module_utils.fleet import Fleet
 from ansible_collections.llmao.fleet.plugins.module_utils.fleet_files import module_args
-from ansible_collections.llmao.fleet.plugins.module_utils.fleet_load import ModelLoad
 from ansible_collections.llmao.fleet.plugins.module_utils.lifecycle import Change, Drift, Probe
 from ansible_collections.llmao.fleet.plugins.module_utils.listings import provider_of
 from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_module import (
@@ -229,6 +228,7 @@ from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_records impo
     RecordError,
     probes_from_record,
 )
+from ansible_collections.llmao.fleet.plugins.module_utils.server_load import ModelLoad
 
 DEPLOYMENT_KEYS = ("state", "box", "listen_port", "name", "public_host", "public_port",
                    "public_scheme")
