@@ -27,7 +27,6 @@ from flask import Flask, Response
 from flask.testing import FlaskClient
 
 from ansible_collections.llmao.fleet.plugins.module_utils.lifecycle import State
-from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_plan import server_key
 from ansible_collections.llmao.fleet.plugins.module_utils.server_load import (
     ServerLoad,
     model_load,
@@ -77,7 +76,7 @@ def seed(state: ServerState, now: float) -> None:
                         for index in range(1, 21)])
     verdicts = {}
     for index, server in enumerate(fleet.servers()):
-        key = server_key(server)
+        key = server.id
         verdict_state = STATES[index % len(STATES)]
         verdicts[key] = {"id": key, "box": server.box, "name": server.name,
                          "model_name": server.model_name, "listen_port": server.listen_port,

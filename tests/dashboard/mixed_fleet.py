@@ -23,7 +23,6 @@ from ansible_collections.llmao.fleet.plugins.module_utils.listings import (
 )
 from ansible_collections.llmao.fleet.plugins.module_utils.litellm_routes import Route
 from ansible_collections.llmao.fleet.plugins.module_utils.llmao_admin import verdicts_document
-from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_plan import server_key
 from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_records import Observations
 from ansible_collections.llmao.fleet.plugins.module_utils.server_load import (
     BoxCost,
@@ -91,12 +90,12 @@ def seed(store: StateStore, fleet: Fleet, now: float) -> None:
     probes = {}
     for box, (_, box_probes, _) in BOXES.items():
         for server, probe in zip(fleet.assignments[box].servers, box_probes, strict=True):
-            probes[server_key(server)] = probe
+            probes[server.id] = probe
     routes = [HAND_MADE_ROUTE]
     for server in fleet.servers():
-        if probes[server_key(server)] in (SERVING, REJECTING):
+        if probes[server.id] in (SERVING, REJECTING):
             endpoint = listed.endpoint(server.box, server.listen_port, None)
-            routes.append(Route(server_key(server), server.model_name, endpoint.base_url,
+            routes.append(Route(server.id, server.model_name, endpoint.base_url,
                                 endpoint.base_url))
     applied = {box: report.revision for box, report in store.applied_reports().items()}
     observations = Observations(now, fetches, applied, {}, listed, tuple(routes))

@@ -12,15 +12,12 @@ from pathlib import Path
 import pytest
 
 from ansible_collections.llmao.fleet.plugins.module_utils.fleet import Fleet, load_fleet
+from ansible_collections.llmao.fleet.plugins.module_utils.intent import deployment_id
 from ansible_collections.llmao.fleet.plugins.module_utils.lifecycle import Models, Probe
-from ansible_collections.llmao.fleet.plugins.module_utils.litellm_routes import (
-    Route,
-    deployment_id,
-)
+from ansible_collections.llmao.fleet.plugins.module_utils.litellm_routes import Route
 from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_plan import (
     Plan,
     plan_pass,
-    server_key,
 )
 from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_records import (
     Observations,
@@ -58,7 +55,7 @@ def one_pass(fleet: Fleet, turns: tuple[Turn, ...], applied: str | None, routed:
              qwen_probe: Probe = SERVING, fetched_ago: float = 3600.0) -> Plan:
     """A pass where every server serves except the turn's (``qwen_probe``); ``applied`` is
     KNOWN's revision (None: the intended one), ``routed`` the servers LiteLLM has."""
-    models = {server_key(s): s.model_name for s in fleet.servers()}
+    models = {s.id: s.model_name for s in fleet.servers()}
     revisions = {box: a.revision for box, a in fleet.assignments.items()}
     revisions[KNOWN] = applied or revisions[KNOWN]
     observations = Observations(
@@ -151,7 +148,7 @@ def test_a_draining_turn_is_not_drained_while_another_of_its_routes_stays(fleet)
     unowned = Route(stray, "qwen", "http://203.0.113.10:8003/v1", None)  # not llmao's: kept
     observations = Observations(NOW, {}, {KNOWN: OLD},
                                 routes=(route(GEMMA, "gemma"), unowned), turns=(other,))
-    probes = {server_key(s): SERVING for s in fleet.servers()}
+    probes = {s.id: SERVING for s in fleet.servers()}
     assert plan_pass(fleet, observations, probes).turn_updates == ()
 
 

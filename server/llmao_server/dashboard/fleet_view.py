@@ -21,7 +21,6 @@ from ansible_collections.llmao.fleet.plugins.module_utils.intent import (
 )
 from ansible_collections.llmao.fleet.plugins.module_utils.lifecycle import Drift, State
 from ansible_collections.llmao.fleet.plugins.module_utils.listings import provider_of
-from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_plan import server_key
 from ansible_collections.llmao.fleet.plugins.module_utils.rollout import Turn
 from ansible_collections.llmao.fleet.plugins.module_utils.rollout_status import (
     ModelRollout,
@@ -309,7 +308,7 @@ def intended(fleet: Fleet, approvals: Iterable[Approval]) -> Served:
 def build_row(fleet: Fleet, server: IntendedServer, assignment: BoxAssignment,
               approval: Approval | None, observed: Observed, now: float,
               loads: Mapping[str, ServerLoad]) -> Row:
-    key = server_key(server)
+    key = server.id
     verdict = observed.verdicts.get(key)
     fetched_at = observed.fetch_times.get(server.box)
     if verdict:

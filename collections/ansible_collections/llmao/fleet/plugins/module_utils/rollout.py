@@ -23,7 +23,6 @@ from .config_file import Rollout
 from .fleet import Fleet
 from .intent import BoxAssignment
 from .lifecycle import State
-from .litellm_routes import deployment_id
 
 # The settings live with the other config.yaml sections; the rules that use them, here.
 __all__ = ["ACTIVE", "NEXT_PHASES", "Phase", "Rollout", "Turn", "TurnError", "decide_turn",
@@ -134,7 +133,7 @@ def healthy_by_model(fleet: Fleet, states: Mapping[str, Any]) -> dict[str, froze
     that deciding a turn never walks every server."""
     healthy: dict[str, set[str]] = {}
     for server in fleet.servers():
-        server_id = deployment_id(server.box, server.listen_port, server.name)
+        server_id = server.id
         if states.get(server_id) == State.HEALTHY:
             healthy.setdefault(server.model_name, set()).add(server_id)
     return {model: frozenset(ids) for model, ids in healthy.items()}
@@ -145,7 +144,7 @@ def box_server_models(assignment: BoxAssignment | None,
     """Deployment id → model name of one box's intended servers (those named, if ``names``)."""
     if assignment is None:
         return {}
-    return {deployment_id(server.box, server.listen_port, server.name): server.model_name
+    return {server.id: server.model_name
             for server in assignment.servers if names is None or server.name in names}
 
 

@@ -221,7 +221,6 @@ from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_plan import 
     Plan,
     ServerPlan,
     plan_pass,
-    server_key,
 )
 from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_records import (
     Observations,
@@ -239,7 +238,7 @@ class PlanError(ValueError):
 
 
 def make_plan(fleet: Fleet, observations: Observations, probes: dict[str, Probe]) -> Plan:
-    missing = [key for key in map(server_key, fleet.servers()) if key not in probes]
+    missing = [server.id for server in fleet.servers() if server.id not in probes]
     if missing:
         shown = ", ".join(missing[:5]) + (" ..." if len(missing) > 5 else "")
         raise PlanError(f"{len(missing)} intended server(s) were not probed ({shown}): "

@@ -202,7 +202,11 @@ from ansible_collections.llmao.fleet.plugins.module_utils.audit_log import (
 from ansible_collections.llmao.fleet.plugins.module_utils.fleet import Fleet
 from ansible_collections.llmao.fleet.plugins.module_utils.fleet_files import module_args
 from ansible_collections.llmao.fleet.plugins.module_utils.hostnames import normalize_host
-from ansible_collections.llmao.fleet.plugins.module_utils.intent import IntendedServer
+from ansible_collections.llmao.fleet.plugins.module_utils.intent import (
+    ID_PREFIX,
+    IntendedServer,
+    deployment_id,
+)
 from ansible_collections.llmao.fleet.plugins.module_utils.lifecycle import Change
 from ansible_collections.llmao.fleet.plugins.module_utils.listings import (
     Endpoint,
@@ -214,11 +218,9 @@ from ansible_collections.llmao.fleet.plugins.module_utils.litellm_client import 
     LiteLLMError,
 )
 from ansible_collections.llmao.fleet.plugins.module_utils.litellm_routes import (
-    ID_PREFIX,
     PUBLIC_BASE_KEY,
     Route,
     deployment_body,
-    deployment_id,
     route_differs,
 )
 from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_module import (

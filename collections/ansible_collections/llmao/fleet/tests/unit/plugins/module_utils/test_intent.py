@@ -9,7 +9,7 @@ import pytest
 from ansible_collections.llmao.fleet.plugins.module_utils import payload_rules
 from ansible_collections.llmao.fleet.plugins.module_utils.bearer import derive_vllm_api_key
 from ansible_collections.llmao.fleet.plugins.module_utils.fleet import ApprovalError, load_fleet
-from ansible_collections.llmao.fleet.plugins.module_utils.intent import revision_of
+from ansible_collections.llmao.fleet.plugins.module_utils.intent import deployment_id, revision_of
 from ansible_collections.llmao.fleet.tests.unit.fleets import (
     SALT,
     SHARED_BEARER,
@@ -74,6 +74,14 @@ def test_public_view_has_no_bearer(fleet):
 def test_servers_in_file_and_row_order(fleet):
     assert [(s.box, s.listen_port) for s in fleet.servers()] == [
         ("203.0.113.10", 8001), ("203.0.113.10", 8002), ("198.51.100.7", 8000)]
+
+
+def test_a_server_id_is_its_box_listen_port_and_name(fleet):
+    """The one id a server goes by: its LiteLLM deployment, its verdict and its probe."""
+    assert [s.id for s in fleet.servers()] == [
+        "llmao:203.0.113.10:8001:gemma", "llmao:203.0.113.10:8002:qwen",
+        "llmao:198.51.100.7:8000:gemma"]
+    assert all(s.id == deployment_id(s.box, s.listen_port, s.name) for s in fleet.servers())
 
 
 def test_repr_hides_secrets(fleet):
