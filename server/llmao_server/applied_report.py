@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Any, NoReturn
 
 from ansible_collections.llmao.fleet.plugins.module_utils.config_file import MAX_SERVERS_PER_BOX
+from ansible_collections.llmao.fleet.plugins.module_utils.payload_rules import revision_problem
 
 from .api_errors import RequestRefused
 from .store import AppliedCard, AppliedReport, AppliedServer
@@ -31,7 +32,9 @@ def read_applied_report(doc: Any, box: str, now: float) -> AppliedReport:
     """The report in ``doc`` (decoded JSON, or None when the body was not JSON); 400 if bad."""
     if not isinstance(doc, dict):
         bad("the body must be a JSON object (Content-Type: application/json)")
-    revision = text_field(doc, "revision")
+    revision = doc.get("revision")
+    if problem := revision_problem(revision):
+        bad(f"revision {problem}")
     applied_at = text_field(doc, "applied_at")
     try:
         datetime.fromisoformat(applied_at)

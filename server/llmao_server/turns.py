@@ -21,6 +21,7 @@ from ansible_collections.llmao.fleet.plugins.module_utils.fleet import Fleet
 from ansible_collections.llmao.fleet.plugins.module_utils.payload_rules import (
     MAX_SERVERS,
     SERVER_NAME_RE,
+    revision_problem,
 )
 from ansible_collections.llmao.fleet.plugins.module_utils.rollout import (
     Phase,
@@ -40,7 +41,6 @@ from .state import ServerState
 MAX_NAMES = 2 * MAX_SERVERS
 MAX_TEXT = 300
 MAX_UPDATES = 10_000
-REVISION_LENGTH = 64
 # A box's asks: this many at once, then one per ASK_INTERVAL_S (per worker).
 ASK_BURST = 5
 ASK_INTERVAL_S = 0.5
@@ -57,9 +57,8 @@ def read_ask(doc: Any, with_box: bool) -> tuple[str | None, str, list[str]]:
     if with_box and not (isinstance(box, str) and 0 < len(box) <= MAX_TEXT):
         bad_turn(f"box must be a box name of 1 to {MAX_TEXT} characters")
     revision, names = doc.get("revision"), doc.get("servers")
-    if not isinstance(revision, str) or not 0 < len(revision) <= REVISION_LENGTH:
-        bad_turn(f"revision must be the revision being moved to (1 to {REVISION_LENGTH} "
-                 "characters)")
+    if problem := revision_problem(revision):
+        bad_turn(f"revision (the revision being moved to) {problem}")
     if not isinstance(names, list) or not 0 < len(names) <= MAX_NAMES or not all(
             isinstance(name, str) and SERVER_NAME_RE.match(name) for name in names):
         bad_turn(f"servers must be a list of 1 to {MAX_NAMES} server names (the programs "

@@ -22,7 +22,7 @@ BOX = load_install_set()
 PINNED = ["BOX_NAME_RE", "SERVER_NAME_RE", "API_KEY_RE", "UNSAFE_CHAR_RE", "MAX_TEXT",
           "MAX_ARGS", "MAX_ARG", "MAX_SERVERS", "API_KEY_FLAG", "NUMBER_LIMITS",
           "INTEGER_NUMBERS", "ROLLOUT_LIMITS", "FOLLOW_PROGRAM", "PARALLEL_FLAGS",
-          "PARALLEL_SIZE_RE"]
+          "PARALLEL_SIZE_RE", "MAX_REVISION"]
 # Characters that matter, mixed with any others: the edges of every rule.
 EDGES = "-_.=/ \t\n\x00\x1f\x7f\x85\x9f\xa0\u200b\u200f\u2028\u2029\u202e\u2066\ufeff\ud800\"'%;#"
 texts = st.text(st.one_of(st.sampled_from(EDGES), st.characters()), max_size=12) | \
@@ -78,6 +78,15 @@ def test_args_are_judged_alike(args: list[str]):
 @given(texts)
 def test_an_option_is_read_as_the_key_alike(value: str):
     assert core.names_api_key_flag(value) == BOX.names_api_key_flag(value)
+
+
+@settings(max_examples=300, deadline=None)
+@given(texts | st.sampled_from(["r" * 128, "r" * 129, "0" * 16, 16, ["r"]]))
+def test_a_revision_is_judged_alike(value):
+    """What the box applies is what llmao takes back in its report and its turn asks (an
+    absent revision, which llmao never sends, is the box's own affair)."""
+    doc = {"host": "box", "servers": [], "revision": value}
+    assert (core.revision_problem(value) is None) == box_accepts(BOX.validate_assignment, doc)
 
 
 # Around and on the bounds of rollout's numbers, of every JSON kind, and objects with a key

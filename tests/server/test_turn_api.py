@@ -235,6 +235,7 @@ def test_a_stale_revision_is_409(client: FlaskClient, state: ServerState) -> Non
 @pytest.mark.parametrize("body", [
     None, [], {"servers": ["gemma"]}, {"revision": 5, "servers": []},
     {"revision": "", "servers": []}, {"revision": "r" * 65, "servers": []},
+    {"revision": "r" * 129, "servers": ["gemma"]},
     {"revision": "r", "servers": "gemma"}, {"revision": "r", "servers": ["a b"]},
     {"revision": "r", "servers": [f"s{i}" for i in range(7)]},
 ])

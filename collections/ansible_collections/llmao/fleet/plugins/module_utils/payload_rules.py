@@ -47,6 +47,9 @@ PARALLEL_FLAGS = {"--tensor-parallel-size": "tensor", "-tp": "tensor",
 PARALLEL_SIZE_RE = re.compile(r"[0-9]{1,2}\Z")
 # The payload's ``rollout`` object (sent only when boxes follow): its keys and their bounds.
 ROLLOUT_LIMITS = {"follow_s": (1, 86400), "drain_s": (0, 3600)}
+# A revision names an assignment. llmao makes them short (``intent.REVISION_LENGTH``); a box
+# applies one of up to this many characters, and reports and asks turns with what it applied.
+MAX_REVISION = 128
 # The Supervisor program a following box runs to follow llmao; a server's program is
 # ``llmao-<name>``, so while boxes follow, no server may be named so that they clash.
 FOLLOW_PROGRAM = "llmao-follow"
@@ -67,6 +70,15 @@ def text_problem(value: str) -> str | None:
         return "must not start or end with whitespace"
     if value.startswith("-"):
         return "must not start with '-': vLLM would read it as an option"
+    return None
+
+
+def revision_problem(value: object) -> str | None:
+    """Why ``value`` is not a revision a box applies (nor one it may report or ask a turn
+    for), or None."""
+    if not isinstance(value, str) or not 0 < len(value) <= MAX_REVISION \
+            or UNSAFE_CHAR_RE.search(value):
+        return f"must be a string of 1 to {MAX_REVISION} characters without control characters"
     return None
 
 
