@@ -19,6 +19,7 @@ from ansible_collections.llmao.fleet.plugins.module_utils.intent import (
     BoxAssignment,
     IntendedServer,
 )
+from ansible_collections.llmao.fleet.plugins.module_utils.json_numbers import is_number
 from ansible_collections.llmao.fleet.plugins.module_utils.lifecycle import Drift, State
 from ansible_collections.llmao.fleet.plugins.module_utils.listings import provider_of
 from ansible_collections.llmao.fleet.plugins.module_utils.rollout import Turn
@@ -335,7 +336,7 @@ def certificate_shown(not_after: Any, now: float, fleet: Fleet) -> tuple[str | N
     """The served certificate's time left, and ``hot`` a few days ahead of its expiry (never
     before the box's own renewal, at a third of its life: a quarter of it left)."""
     tls = fleet.settings.box_tls
-    if tls is None or not isinstance(not_after, int | float) or isinstance(not_after, bool):
+    if tls is None or not is_number(not_after):
         return None, ""
     left = not_after - now
     warn = min(WARN_BEFORE_S, tls.leaf_days * 86400 / 4)

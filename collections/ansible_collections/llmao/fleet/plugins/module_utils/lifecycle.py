@@ -17,6 +17,7 @@ from enum import StrEnum
 from typing import Any
 
 from .config_file import Lifecycle
+from .json_numbers import is_number
 from .vllm_latency import Cumulative
 from .vllm_metrics import ServerMetrics
 
@@ -151,7 +152,7 @@ class Memory:
 
 def _remembered(value: Any) -> Any:
     """A number the load remembers, or None: a stored value of another type is forgotten."""
-    return value if isinstance(value, int | float) and not isinstance(value, bool) else None
+    return value if is_number(value) else None
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,6 @@ waiting as long as the provider asks within a bounded budget.
 from __future__ import annotations
 
 import json
-import math
 import subprocess
 import time
 import urllib.parse
@@ -29,6 +28,7 @@ from typing import Any
 from .config_file import Provider
 from .hostnames import is_ip_address, normalize_host
 from .http_json import HttpCallError, call_json
+from .json_numbers import is_integer, is_number
 from .lifecycle import Listed
 
 # Vast's instance list as its OpenAPI document describes it (GET /api/v1/instances/, pages of
@@ -305,8 +305,7 @@ def _price(value: Any, what: str) -> float | None:
     """A price per hour as the listing gives it: a finite number >= 0, or absent (None)."""
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) \
-            or value < 0:
+    if not is_number(value) or value < 0:
         raise ListingError(f"{what}: {str(value)[:40]!r} is not a price per hour")
     return float(value)
 
@@ -316,15 +315,14 @@ def _gpu_count(value: Any) -> int | None:
 
     A count that cannot be read costs nothing else: the entry stands without it.
     """
-    if isinstance(value, bool) or not isinstance(value, int) \
-            or not 0 <= value <= MAX_LISTED_GPUS:
+    if not is_integer(value) or not 0 <= value <= MAX_LISTED_GPUS:
         return None
     return value
 
 
 def _instance_id(value: Any, what: str) -> str:
     """Vast's instance id (an integer) as the ``fleet.hosts`` key that may name it."""
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+    if not is_integer(value) or value <= 0:
         raise ListingError(f"{what} has no instance id")
     return str(value)
 
@@ -369,7 +367,7 @@ def _known_names(*values: Any) -> tuple[str, ...]:
     """The names a skipped entry may still be known by (strings and positive integers)."""
     names = []
     for value in values:
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        if is_integer(value) and value > 0:
             names.append(str(value))
         elif isinstance(value, str) and value.strip():
             names.append(normalize_host(value)[:253])

@@ -22,6 +22,7 @@ from typing import Any
 from .config_file import Rollout
 from .fleet import Fleet
 from .intent import BoxAssignment
+from .json_numbers import is_number
 from .lifecycle import State
 
 # The settings live with the other config.yaml sections; the rules that use them, here.
@@ -92,8 +93,8 @@ class Turn:
                 or not isinstance(servers, list) \
                 or not all(isinstance(server, str) for server in servers) \
                 or phase not in Phase._value2member_map_ \
-                or not all(_is_time(value) for value in times) \
-                or not all(value is None or _is_time(value) for value in ends):
+                or not all(is_number(value) for value in times) \
+                or not all(value is None or is_number(value) for value in ends):
             raise TurnError("a turn must have box, revision, why (text), servers (a list of "
                             "deployment ids), a known phase and times in seconds")
         box, revision, why = texts
@@ -107,10 +108,6 @@ class Turn:
         if phase is Phase.DRAINED:
             return replace(self, phase=phase, drained_at=now, why=why)
         return replace(self, phase=phase, ended_at=now, why=why)
-
-
-def _is_time(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def turn_deadline(granted_at: float, rollout: Rollout, health_grace_s: float) -> float:
