@@ -150,14 +150,15 @@ from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.llmao.fleet.plugins.module_utils.fleet_files import module_args
+from ansible_collections.llmao.fleet.plugins.module_utils.fleet_module import (
+    TIMEOUT_OPTION,
+    load_reconcile_fleet,
+    module_args,
+)
 from ansible_collections.llmao.fleet.plugins.module_utils.llmao_admin import (
     LlmaoAdmin,
     LlmaoAdminError,
     TurnAnswer,
-)
-from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_module import (
-    load_reconcile_fleet,
 )
 from ansible_collections.llmao.fleet.plugins.module_utils.rollout import Phase, Turn
 
@@ -168,7 +169,7 @@ OPTIONS: dict[str, dict[str, Any]] = {
     "applied": {"type": "dict"},
     "wait_timeout": {"type": "float", "default": 600.0},
     "poll_interval": {"type": "float", "default": 2.0},
-    "timeout": {"type": "float", "default": 15.0},
+    **TIMEOUT_OPTION,
 }
 RULES = {"required_if": [("state", "done", ("applied",))]}
 STALL_HINT = "is reconcile running? It moves turns on (playbooks/reconcile.yml)"

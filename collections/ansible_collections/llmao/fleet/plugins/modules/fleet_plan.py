@@ -211,12 +211,12 @@ from typing import Any
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.llmao.fleet.plugins.module_utils.fleet import Fleet
-from ansible_collections.llmao.fleet.plugins.module_utils.fleet_files import module_args
+from ansible_collections.llmao.fleet.plugins.module_utils.fleet_module import (
+    load_reconcile_fleet,
+    module_args,
+)
 from ansible_collections.llmao.fleet.plugins.module_utils.lifecycle import Change, Drift, Probe
 from ansible_collections.llmao.fleet.plugins.module_utils.listings import provider_of
-from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_module import (
-    load_reconcile_fleet,
-)
 from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_plan import (
     Plan,
     ServerPlan,
