@@ -45,7 +45,7 @@ from flask import Blueprint, Response, request
 from ansible_collections.llmao.fleet.plugins.module_utils.bearer import is_placeholder
 from ansible_collections.llmao.fleet.plugins.module_utils.hostnames import normalize_host
 from ansible_collections.llmao.fleet.plugins.module_utils.intent import BoxAssignment
-from ansible_collections.llmao.fleet.plugins.module_utils.json_numbers import is_integer, is_number
+from ansible_collections.llmao.fleet.plugins.module_utils.json_values import is_integer, is_number
 from ansible_collections.llmao.fleet.plugins.module_utils.lifecycle import State
 from ansible_collections.llmao.fleet.plugins.module_utils.llmao_admin import (
     observations_document,

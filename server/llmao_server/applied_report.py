@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import Any, NoReturn
 
 from ansible_collections.llmao.fleet.plugins.module_utils.config_file import MAX_SERVERS_PER_BOX
-from ansible_collections.llmao.fleet.plugins.module_utils.json_numbers import is_integer
+from ansible_collections.llmao.fleet.plugins.module_utils.json_values import is_integer
 from ansible_collections.llmao.fleet.plugins.module_utils.payload_rules import revision_problem
 
 from .api_errors import RequestRefused

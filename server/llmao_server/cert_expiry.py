@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ansible_collections.llmao.fleet.plugins.module_utils.json_numbers import is_number
+from ansible_collections.llmao.fleet.plugins.module_utils.json_values import is_number
 
 # The dashboard warns at most this long before a box's certificate expires (the alert rule, at a
 # day: a box renews long before).

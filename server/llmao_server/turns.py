@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, NoReturn
 
 from ansible_collections.llmao.fleet.plugins.module_utils.fleet import Fleet
+from ansible_collections.llmao.fleet.plugins.module_utils.json_values import enum_member
 from ansible_collections.llmao.fleet.plugins.module_utils.payload_rules import (
     MAX_SERVERS,
     SERVER_NAME_RE,
@@ -216,9 +217,9 @@ def read_updates(doc: Any) -> list[tuple[str, str, Phase, str]]:
                    for text in (box, revision)) or not isinstance(why, str):
             bad_turn(f"{where}: box and revision must be texts of at most {MAX_TEXT} "
                      "characters, why a text")
-        if phase not in Phase._value2member_map_:
+        if (known := enum_member(Phase, phase)) is None:
             bad_turn(f"{where}.phase must be one of {', '.join(p.value for p in Phase)}")
-        read.append((box, revision, Phase(phase), why[:MAX_WHY]))
+        read.append((box, revision, known, why[:MAX_WHY]))
     return read
 
 

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from ansible_collections.llmao.fleet.plugins.module_utils.json_numbers import is_number
+from ansible_collections.llmao.fleet.plugins.module_utils.json_values import is_number
 
 WIDTH, HEIGHT = 560.0, 150.0
 # Room for the value labels on the left and the time labels below.

@@ -19,7 +19,7 @@ from ansible_collections.llmao.fleet.plugins.module_utils.intent import (
     BoxAssignment,
     IntendedServer,
 )
-from ansible_collections.llmao.fleet.plugins.module_utils.json_numbers import is_number
+from ansible_collections.llmao.fleet.plugins.module_utils.json_values import is_number
 from ansible_collections.llmao.fleet.plugins.module_utils.lifecycle import Drift, State
 from ansible_collections.llmao.fleet.plugins.module_utils.listings import provider_of
 from ansible_collections.llmao.fleet.plugins.module_utils.rollout import Turn

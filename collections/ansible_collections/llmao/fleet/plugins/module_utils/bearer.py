@@ -15,7 +15,7 @@ import hashlib
 import hmac
 
 from .hostnames import normalize_host
-from .json_numbers import is_integer
+from .json_values import is_integer
 
 BEARER_PREFIX = "sk-vllm-"
 DERIVATION_CONTEXT = "llmao.vllm.api_key"

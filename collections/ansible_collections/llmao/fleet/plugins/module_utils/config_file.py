@@ -21,7 +21,7 @@ from .box_tls import BoxTls, read_box_tls
 from .config_errors import Problems
 from .field_checks import Section, shown, type_name
 from .hostnames import normalize_host
-from .json_numbers import is_integer, is_number
+from .json_values import is_integer, is_number
 from .payload_rules import (
     BOX_NAME_RE,
     FOLLOW_PROGRAM,

@@ -14,7 +14,7 @@ from typing import Any
 
 from .bearer import is_placeholder
 from .config_errors import Problems, key_path
-from .json_numbers import is_integer, is_number
+from .json_values import is_integer, is_number
 from .secret_strength import MAKE_ONE, secret_weakness
 
 MISSING = object()

@@ -17,7 +17,7 @@ from enum import StrEnum
 from typing import Any
 
 from .config_file import Lifecycle
-from .json_numbers import is_number
+from .json_values import enum_member, is_number
 from .vllm_latency import Cumulative
 from .vllm_metrics import ServerMetrics
 
@@ -139,8 +139,7 @@ class Memory:
         """A stored memory back; an unknown state is forgotten rather than trusted."""
         if not record:
             return cls()
-        state = record.get("state")
-        return cls(State(state) if state in State._value2member_map_ else None,
+        return cls(enum_member(State, record.get("state")),
                    int(record.get("consecutive_failures") or 0),
                    int(record.get("rejected_passes") or 0), record.get("last_healthy_at"),
                    int(record.get("waiting_passes") or 0),

@@ -28,7 +28,7 @@ from typing import Any
 from .config_file import Provider
 from .hostnames import is_ip_address, normalize_host
 from .http_json import HttpCallError, call_json
-from .json_numbers import is_integer, is_number
+from .json_values import is_integer, is_number
 from .lifecycle import Listed
 
 # Vast's instance list as its OpenAPI document describes it (GET /api/v1/instances/, pages of

@@ -18,7 +18,7 @@ from urllib.parse import quote
 from .bearer import is_placeholder
 from .config_file import Settings
 from .http_json import HttpCallError, JsonService
-from .json_numbers import is_integer, is_number
+from .json_values import is_integer, is_number
 from .lifecycle import Change, Memory
 from .reconcile_records import RecordError, turns_from_record
 from .rollout import Turn

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from .json_numbers import is_integer, is_number
+from .json_values import is_integer, is_number
 from .lifecycle import Memory, Models, Probe
 from .listings import EntryProblem, ListedBox, Listings, index_listings
 from .litellm_routes import Route

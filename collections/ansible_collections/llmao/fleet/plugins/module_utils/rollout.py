@@ -22,7 +22,7 @@ from typing import Any
 from .config_file import Rollout
 from .fleet import Fleet
 from .intent import BoxAssignment
-from .json_numbers import is_number
+from .json_values import enum_member, is_number
 from .lifecycle import State
 
 # The settings live with the other config.yaml sections; the rules that use them, here.
@@ -86,19 +86,19 @@ class Turn:
             raise TurnError("a turn must be an object")
         texts = [record.get(key) for key in ("box", "revision", "why")]
         servers = record.get("servers")
-        phase = record.get("phase")
+        phase = enum_member(Phase, record.get("phase"))
         times = [record.get(key) for key in ("granted_at", "expires_at")]
         ends = [record.get(key) for key in ("drained_at", "ended_at")]
         if not all(isinstance(text, str) for text in texts) \
                 or not isinstance(servers, list) \
                 or not all(isinstance(server, str) for server in servers) \
-                or phase not in Phase._value2member_map_ \
+                or phase is None \
                 or not all(is_number(value) for value in times) \
                 or not all(value is None or is_number(value) for value in ends):
             raise TurnError("a turn must have box, revision, why (text), servers (a list of "
                             "deployment ids), a known phase and times in seconds")
         box, revision, why = texts
-        return cls(box, revision, tuple(servers), Phase(phase), *times, *ends, why)
+        return cls(box, revision, tuple(servers), phase, *times, *ends, why)
 
     def moved(self, phase: Phase, why: str, now: float) -> Turn:
         """This turn in ``phase`` from ``now``; :class:`TurnError` when it may not move so."""

@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass, field, fields
 from types import MappingProxyType
 from typing import Any, Optional
 
-from .json_numbers import is_number
+from .json_values import is_number
 from .prometheus_text import ExpositionError, Sample, parse_exposition
 from .vllm_metrics import MetricsRecordError
 

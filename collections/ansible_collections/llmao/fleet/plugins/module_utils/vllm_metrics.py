@@ -28,7 +28,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
-from .json_numbers import is_number
+from .json_values import is_number
 from .prometheus_text import ExpositionError, Sample, parse_exposition
 
 CACHE_CONFIG_INFO = "vllm:cache_config_info"
