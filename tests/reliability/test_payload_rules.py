@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from ansible_collections.llmao.fleet.plugins.module_utils import payload_rules as core
 from ansible_collections.llmao.fleet.plugins.module_utils.config_file import MAX_SERVERS_PER_BOX
 from ansible_collections.llmao.fleet.plugins.module_utils.models_file import RECIPE_NUMBERS
+from ansible_collections.llmao.fleet.tests.unit.rollout_rule import rollout_problem
 from tests.unit.box_program.helpers import load_install_set
 
 BOX = load_install_set()
@@ -105,7 +106,7 @@ rollouts = st.one_of(
 @settings(max_examples=500, deadline=None)
 @given(rollouts)
 def test_a_rollout_object_is_judged_alike(value):
-    assert (core.rollout_problem(value) is None) == box_accepts(
+    assert (rollout_problem(value) is None) == box_accepts(
         BOX.validate_rollout, value, "rollout")
 
 

@@ -17,7 +17,6 @@ as UTF-8), a value vLLM would read as an option, and unbounded sizes.
 
 from __future__ import annotations
 
-import math
 import re
 
 # Box names are addresses or provider ids: printable ASCII, sent as the X-LLMAO-Host header.
@@ -114,22 +113,6 @@ def args_problem(args: list[str] | tuple[str, ...]) -> str | None:
         if names_api_key_flag(arg):
             return (f"{arg.split('=', 1)[0][:40]!r} would put a bearer on the command line; "
                     "the program passes it as VLLM_API_KEY")
-    return None
-
-
-def rollout_problem(value: object) -> str | None:
-    """Why a payload's ``rollout`` object cannot be followed as given, or None.
-
-    Exactly ``follow_s`` and ``drain_s``, each a finite number within its bounds:
-    a box sleeps these many seconds, so anything else would make it spin or hang.
-    """
-    if not isinstance(value, dict) or set(value) != set(ROLLOUT_LIMITS):
-        return f"must be an object with exactly {' and '.join(ROLLOUT_LIMITS)}"
-    for key, (low, high) in ROLLOUT_LIMITS.items():
-        number = value[key]
-        if isinstance(number, bool) or not isinstance(number, int | float) \
-                or not math.isfinite(number) or not low <= number <= high:
-            return f"{key} must be a finite number from {low} to {high}"
     return None
 
 

@@ -6,7 +6,6 @@ import json
 
 import pytest
 
-from ansible_collections.llmao.fleet.plugins.module_utils import payload_rules
 from ansible_collections.llmao.fleet.plugins.module_utils.bearer import derive_vllm_api_key
 from ansible_collections.llmao.fleet.plugins.module_utils.fleet import ApprovalError, load_fleet
 from ansible_collections.llmao.fleet.plugins.module_utils.intent import deployment_id, revision_of
@@ -17,6 +16,7 @@ from ansible_collections.llmao.fleet.tests.unit.fleets import (
     base_models,
     write_pair,
 )
+from ansible_collections.llmao.fleet.tests.unit.rollout_rule import rollout_problem
 from rig.fleet_files import recipe
 
 
@@ -212,7 +212,7 @@ def test_a_following_fleet_sends_rollout_and_its_revision_covers_it(tmp_path):
     assert payload["revision"] != plain.revision
     slower = load_fleet(*write_pair(tmp_path, config=following(follow_s=60, drain_s=5)))
     assert slower.assignment("203.0.113.10").revision != payload["revision"]
-    assert payload_rules.rollout_problem(payload["rollout"]) is None
+    assert rollout_problem(payload["rollout"]) is None
 
 
 def test_an_approved_box_of_a_following_fleet_follows_too(tmp_path):
@@ -241,4 +241,4 @@ ROLLOUT_RULE_CASES = [
 
 @pytest.mark.parametrize(("value", "accepted"), ROLLOUT_RULE_CASES)
 def test_the_rollout_rule(value, accepted):
-    assert (payload_rules.rollout_problem(value) is None) == accepted
+    assert (rollout_problem(value) is None) == accepted
