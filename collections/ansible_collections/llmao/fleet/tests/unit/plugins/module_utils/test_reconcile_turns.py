@@ -25,7 +25,13 @@ from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_records impo
 )
 from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_turns import TurnUpdate
 from ansible_collections.llmao.fleet.plugins.module_utils.rollout import Phase, Turn
-from tests.server.fleet_pair import KNOWN, LEGACY, OTHER_KNOWN, write_pair
+from ansible_collections.llmao.fleet.tests.unit.fleets import (
+    KNOWN,
+    LEGACY_BOX,
+    OTHER_KNOWN,
+    ROLLOUT_CONFIG,
+    write_pair,
+)
 
 NOW = 1_800_000_000.0
 SERVING = Probe(True, Models.LISTS)
@@ -37,7 +43,7 @@ OLD = "old-revision"
 
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Fleet:
-    return load_fleet(*write_pair(Path(tmp_path_factory.mktemp("fleet"))))
+    return load_fleet(*write_pair(Path(tmp_path_factory.mktemp("fleet")), ROLLOUT_CONFIG))
 
 
 def route(server_id: str, model: str) -> Route:
@@ -163,7 +169,7 @@ def test_a_turn_for_another_box_holds_nothing_here(fleet) -> None:
 def test_the_rollout_lines_say_where_each_model_stands(fleet) -> None:
     plan = one_pass(fleet, (turn(fleet, Phase.DRAINING),), OLD, (GEMMA, QWEN))
     assert plan.rollout_lines == [
-        f"gemma: waiting {KNOWN}; healthy on the new revision {LEGACY}",
+        f"gemma: waiting {KNOWN}; healthy on the new revision {LEGACY_BOX}",
         f"qwen: restarting {KNOWN}; healthy on the new revision {OTHER_KNOWN}",
         f"turn of {KNOWN} (rev {fleet.assignment(KNOWN).revision}): drained",
     ]
