@@ -83,3 +83,8 @@ def base_config() -> dict[str, Any]:
 
 def base_models() -> dict[str, Any]:
     return copy.deepcopy(CORE_MODELS)
+
+
+def rollout_pair(folder: Path) -> tuple[str, str]:
+    """Write :data:`ROLLOUT_CONFIG`'s pair (the core's models) and return their paths."""
+    return write_pair(folder, ROLLOUT_CONFIG)

@@ -29,8 +29,7 @@ from ansible_collections.llmao.fleet.tests.unit.fleets import (
     KNOWN,
     LEGACY_BOX,
     OTHER_KNOWN,
-    ROLLOUT_CONFIG,
-    write_pair,
+    rollout_pair,
 )
 
 NOW = 1_800_000_000.0
@@ -43,7 +42,7 @@ OLD = "old-revision"
 
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Fleet:
-    return load_fleet(*write_pair(Path(tmp_path_factory.mktemp("fleet")), ROLLOUT_CONFIG))
+    return load_fleet(*rollout_pair(Path(tmp_path_factory.mktemp("fleet"))))
 
 
 def route(server_id: str, model: str) -> Route:

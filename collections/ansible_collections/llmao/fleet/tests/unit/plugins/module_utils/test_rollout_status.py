@@ -17,12 +17,11 @@ from ansible_collections.llmao.fleet.tests.unit.fleets import (
     KNOWN,
     LEGACY_BOX,
     OTHER_KNOWN,
-    ROLLOUT_CONFIG,
-    write_pair,
+    rollout_pair,
 )
 
-NOW = 1_800_000_000.0
 OLD = "old-revision"
+NOW = 1_800_000_000.0
 QWEN_K = deployment_id(KNOWN, 8002, "qwen")
 GEMMA_K = deployment_id(KNOWN, 8001, "gemma")
 QWEN_O = deployment_id(OTHER_KNOWN, 8001, "qwen")
@@ -32,7 +31,7 @@ ALL = (QWEN_K, GEMMA_K, QWEN_O, GEMMA_L)
 
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Fleet:
-    return load_fleet(*write_pair(Path(tmp_path_factory.mktemp("fleet")), ROLLOUT_CONFIG))
+    return load_fleet(*rollout_pair(Path(tmp_path_factory.mktemp("fleet"))))
 
 
 def current(fleet: Fleet, behind: dict[str, str] | None = None) -> dict[str, str | None]:
