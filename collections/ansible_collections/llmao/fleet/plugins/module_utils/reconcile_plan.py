@@ -105,8 +105,7 @@ def probe_targets(fleet: Fleet, listings: Listings,
     for s in fleet.servers():
         behind = applied is not None and applied.get(s.box) != fleet.assignment(s.box).revision
         targets.append(Target(
-            s.id, dialled(fleet, listings.endpoint(s.box, s.listen_port,
-                                                            s.seed_public_port)),
+            s.id, dialled(fleet, listings.endpoint(s.box, s.listen_port, s.seed_public_port)),
             s.served_model_name, s.api_key, context, context is not None and behind))
     return targets
 

@@ -192,7 +192,7 @@ def test_turns_travel_between_tasks_and_a_bad_one_fails(fleet) -> None:
 def test_a_turn_whose_box_applied_first_ends_done_and_pauses_nothing(fleet) -> None:
     """Pass after pass, a turn held by a box that had applied already runs out as done."""
     current = turn(fleet, Phase.DRAINING, expires_in=-1)
-    for _ in range(3):
+    for _pass in range(3):
         plan = one_pass(fleet, (current,), None, (GEMMA, QWEN), SERVING, 3600)
         if not plan.turn_updates:
             break
