@@ -26,12 +26,11 @@ from pathlib import Path
 from flask import Flask, Response
 from flask.testing import FlaskClient
 
-from ansible_collections.llmao.fleet.plugins.module_utils.fleet_load import (
+from ansible_collections.llmao.fleet.plugins.module_utils.lifecycle import State
+from ansible_collections.llmao.fleet.plugins.module_utils.server_load import (
     ServerLoad,
     model_load,
 )
-from ansible_collections.llmao.fleet.plugins.module_utils.lifecycle import State
-from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_plan import server_key
 from ansible_collections.llmao.fleet.plugins.module_utils.vllm_metrics import ServerMetrics
 from bench.fleetgen import write_fleet
 from llmao_server.app import create_app
@@ -77,7 +76,7 @@ def seed(state: ServerState, now: float) -> None:
                         for index in range(1, 21)])
     verdicts = {}
     for index, server in enumerate(fleet.servers()):
-        key = server_key(server)
+        key = server.id
         verdict_state = STATES[index % len(STATES)]
         verdicts[key] = {"id": key, "box": server.box, "name": server.name,
                          "model_name": server.model_name, "listen_port": server.listen_port,

@@ -53,14 +53,10 @@ OPTIONS = (
 def store_healthy_pass(fleet: GeneratedFleet, state: Path) -> None:
     """The state store as after a pass that found every server Healthy."""
     from ansible_collections.llmao.fleet.plugins.module_utils.fleet import load_fleet
-    from ansible_collections.llmao.fleet.plugins.module_utils.litellm_routes import (
-        deployment_id,
-    )
     from llmao_server.store import ReconcilePass, SqliteStore
 
     loaded = load_fleet(str(fleet.config_path), str(fleet.models_path))
-    verdicts = {deployment_id(s.box, s.listen_port, s.name): {"state": "Healthy"}
-                for s in loaded.servers()}
+    verdicts = {s.id: {"state": "Healthy"} for s in loaded.servers()}
     store = SqliteStore(str(state))
     now = time.time()
     store.record_pass(ReconcilePass(now, verdicts, (), now))

@@ -23,7 +23,6 @@ from ansible_collections.llmao.fleet.plugins.module_utils.llmao_admin import (
     LlmaoAdminError,
     ServerObservations,
 )
-from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_plan import server_key
 from ansible_collections.llmao.fleet.plugins.module_utils.rollout_status import rollout_rows
 from rig.fleet_files import WrittenFleet
 
@@ -71,7 +70,7 @@ def model_boxes(fleet: Fleet, model: str) -> dict[str, str]:
 
 
 def healthy(fleet: Fleet, model: str, seen: ServerObservations) -> bool:
-    return all(str((seen.verdicts.get(server_key(server)) or {}).get("state")) ==
+    return all(str((seen.verdicts.get(server.id) or {}).get("state")) ==
                State.HEALTHY.value
                for server in fleet.servers() if server.model_name == model)
 

@@ -109,12 +109,6 @@ class Box:
     def url(self, listen_port: int) -> str:
         return f"http://127.0.0.1:{self.public_port(listen_port)}"
 
-    @property
-    def ip(self) -> str:
-        """The box's address on the engine's bridge."""
-        template = "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}"
-        return docker("inspect", "--format", template, self.container).stdout.decode().strip()
-
     def supervisorctl(self, *args: str, check: bool = False) -> subprocess.CompletedProcess[bytes]:
         return self.exec(["supervisorctl", *args], check=check)
 

@@ -27,9 +27,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ansible_collections.llmao.fleet.plugins.module_utils.intent import IntendedServer
+from ansible_collections.llmao.fleet.plugins.module_utils.intent import (
+    IntendedServer,
+    deployment_id,
+)
 from ansible_collections.llmao.fleet.plugins.module_utils.litellm_client import LiteLLM
-from ansible_collections.llmao.fleet.plugins.module_utils.litellm_routes import deployment_id
 from demo.boxes import INSTALL_SET, PROVISION, box_path, wait_supervisor, write_local_box
 from rig import real_vllm as real
 from rig.boxes import free_port

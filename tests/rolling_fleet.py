@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ansible_collections.llmao.fleet.plugins.module_utils.intent import deployment_id
 from ansible_collections.llmao.fleet.plugins.module_utils.litellm_client import LiteLLM
-from ansible_collections.llmao.fleet.plugins.module_utils.litellm_routes import deployment_id
 from rig import web
 from rig.boxes import Box, free_port, host_gateway_address, start_box
 from rig.chat_load import ChatLoad, Shape
@@ -125,7 +125,7 @@ class RollingFleet:
 
     def route_ids(self) -> dict[str, str]:
         """Box name -> the LiteLLM deployment id of its one intended server."""
-        return {server.box: deployment_id(server.box, server.listen_port, server.name)
+        return {server.box: server.id
                 for server in self.local.load().servers()}
 
     def intended(self) -> dict[str, str]:

@@ -43,13 +43,14 @@ from typing import Any, NoReturn
 from flask import Blueprint, Response, request
 
 from ansible_collections.llmao.fleet.plugins.module_utils.bearer import is_placeholder
-from ansible_collections.llmao.fleet.plugins.module_utils.fleet_load import read_load_document
 from ansible_collections.llmao.fleet.plugins.module_utils.hostnames import normalize_host
 from ansible_collections.llmao.fleet.plugins.module_utils.intent import BoxAssignment
+from ansible_collections.llmao.fleet.plugins.module_utils.json_values import is_integer, is_number
 from ansible_collections.llmao.fleet.plugins.module_utils.lifecycle import State
 from ansible_collections.llmao.fleet.plugins.module_utils.llmao_admin import (
     observations_document,
 )
+from ansible_collections.llmao.fleet.plugins.module_utils.server_load import read_load_document
 from ansible_collections.llmao.fleet.plugins.module_utils.vllm_metrics import (
     MetricsRecordError,
 )
@@ -360,12 +361,6 @@ def read_pass(doc: Any, now: float) -> ReconcilePass:
     return ReconcilePass(float(pass_at), verdicts, drift, now, models, boxes)
 
 
-def is_number(value: Any) -> bool:
-    """A finite int or float (JSON's true and false are not numbers)."""
-    return (isinstance(value, int | float) and not isinstance(value, bool)
-            and math.isfinite(value))
-
-
 def check_verdict(key: str, verdict: Any, now: float) -> None:
     where = f"verdicts[{key[:MAX_ID]!r}]"
     if not key or len(key) > MAX_ID:
@@ -386,8 +381,7 @@ def check_memory(memory: dict, where: str, now: float) -> None:
         bad(f"{where}.state must be empty or one of {', '.join(sorted(STATES))}")
     for counter in MEMORY_COUNTERS:
         value = memory.get(counter)
-        if value is not None and not (isinstance(value, int) and not isinstance(value, bool)
-                                      and 0 <= value <= MAX_COUNTER):
+        if value is not None and not (is_integer(value) and 0 <= value <= MAX_COUNTER):
             bad(f"{where}.{counter} must be an integer from 0 to {MAX_COUNTER}")
     healthy_at = memory.get("last_healthy_at")
     if healthy_at is not None and not (is_number(healthy_at)

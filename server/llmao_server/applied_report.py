@@ -14,6 +14,8 @@ from datetime import datetime
 from typing import Any, NoReturn
 
 from ansible_collections.llmao.fleet.plugins.module_utils.config_file import MAX_SERVERS_PER_BOX
+from ansible_collections.llmao.fleet.plugins.module_utils.json_values import is_integer
+from ansible_collections.llmao.fleet.plugins.module_utils.payload_rules import revision_problem
 
 from .api_errors import RequestRefused
 from .store import AppliedCard, AppliedReport, AppliedServer
@@ -31,7 +33,9 @@ def read_applied_report(doc: Any, box: str, now: float) -> AppliedReport:
     """The report in ``doc`` (decoded JSON, or None when the body was not JSON); 400 if bad."""
     if not isinstance(doc, dict):
         bad("the body must be a JSON object (Content-Type: application/json)")
-    revision = text_field(doc, "revision")
+    revision = doc.get("revision")
+    if problem := revision_problem(revision):
+        bad(f"revision {problem}")
     applied_at = text_field(doc, "applied_at")
     try:
         datetime.fromisoformat(applied_at)
@@ -92,7 +96,7 @@ def read_placement(value: Any, servers: set[str], indices: set[int]
 
 
 def bounded_int(value: Any, low: int, high: int, name: str) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+    if not is_integer(value) or not low <= value <= high:
         bad(f"{name} must be an integer from {low} to {high}")
     return value
 
@@ -102,7 +106,7 @@ def read_server(entry: Any, index: int) -> AppliedServer:
     if not isinstance(entry, dict):
         bad(f"{where} must be an object with name, port and served_model_name")
     port = entry.get("port")
-    if not isinstance(port, int) or isinstance(port, bool) or not 0 < port < 65536:
+    if not is_integer(port) or not 0 < port < 65536:
         bad(f"{where}.port must be a port number")
     return AppliedServer(text_field(entry, "name", where), port,
                          text_field(entry, "served_model_name", where))

@@ -26,8 +26,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from ansible_collections.llmao.fleet.plugins.module_utils.bearer import is_placeholder
-from ansible_collections.llmao.fleet.plugins.module_utils.fleet_load import read_load_document
 from ansible_collections.llmao.fleet.plugins.module_utils.lifecycle import Drift, State
+from ansible_collections.llmao.fleet.plugins.module_utils.server_load import read_load_document
 from ansible_collections.llmao.fleet.plugins.module_utils.vllm_metrics import (
     MetricsRecordError,
 )

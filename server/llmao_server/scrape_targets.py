@@ -25,7 +25,6 @@ from ansible_collections.llmao.fleet.plugins.module_utils.listings import (
     LOCAL_PROVIDER,
     index_listings,
 )
-from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_plan import server_key
 
 from .fleet_metrics import require_scraper
 from .state import ServerState, app_state
@@ -47,7 +46,7 @@ def target_groups(state: ServerState) -> Iterator[dict[str, Any]]:
     verdicts = last.verdicts if last else {}
     scheme = {} if state.fleet.settings.box_tls is None else {"__scheme__": "https"}
     for server in served_servers(state):
-        verdict = verdicts.get(server_key(server), {})
+        verdict = verdicts.get(server.id, {})
         address, provider = verdict.get("public"), verdict.get("provider")
         if not address:
             address, provider = local_address(state.fleet, server), LOCAL_PROVIDER

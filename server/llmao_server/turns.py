@@ -18,9 +18,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, NoReturn
 
 from ansible_collections.llmao.fleet.plugins.module_utils.fleet import Fleet
+from ansible_collections.llmao.fleet.plugins.module_utils.json_values import enum_member
 from ansible_collections.llmao.fleet.plugins.module_utils.payload_rules import (
     MAX_SERVERS,
     SERVER_NAME_RE,
+    revision_problem,
 )
 from ansible_collections.llmao.fleet.plugins.module_utils.rollout import (
     Phase,
@@ -40,7 +42,6 @@ from .state import ServerState
 MAX_NAMES = 2 * MAX_SERVERS
 MAX_TEXT = 300
 MAX_UPDATES = 10_000
-REVISION_LENGTH = 64
 # A box's asks: this many at once, then one per ASK_INTERVAL_S (per worker).
 ASK_BURST = 5
 ASK_INTERVAL_S = 0.5
@@ -57,9 +58,8 @@ def read_ask(doc: Any, with_box: bool) -> tuple[str | None, str, list[str]]:
     if with_box and not (isinstance(box, str) and 0 < len(box) <= MAX_TEXT):
         bad_turn(f"box must be a box name of 1 to {MAX_TEXT} characters")
     revision, names = doc.get("revision"), doc.get("servers")
-    if not isinstance(revision, str) or not 0 < len(revision) <= REVISION_LENGTH:
-        bad_turn(f"revision must be the revision being moved to (1 to {REVISION_LENGTH} "
-                 "characters)")
+    if problem := revision_problem(revision):
+        bad_turn(f"revision (the revision being moved to) {problem}")
     if not isinstance(names, list) or not 0 < len(names) <= MAX_NAMES or not all(
             isinstance(name, str) and SERVER_NAME_RE.match(name) for name in names):
         bad_turn(f"servers must be a list of 1 to {MAX_NAMES} server names (the programs "
@@ -217,9 +217,9 @@ def read_updates(doc: Any) -> list[tuple[str, str, Phase, str]]:
                    for text in (box, revision)) or not isinstance(why, str):
             bad_turn(f"{where}: box and revision must be texts of at most {MAX_TEXT} "
                      "characters, why a text")
-        if phase not in Phase._value2member_map_:
+        if (known := enum_member(Phase, phase)) is None:
             bad_turn(f"{where}.phase must be one of {', '.join(p.value for p in Phase)}")
-        read.append((box, revision, Phase(phase), why[:MAX_WHY]))
+        read.append((box, revision, known, why[:MAX_WHY]))
     return read
 
 

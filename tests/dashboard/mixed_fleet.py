@@ -15,11 +15,6 @@ from types import MappingProxyType
 from typing import Any
 
 from ansible_collections.llmao.fleet.plugins.module_utils.fleet import Fleet
-from ansible_collections.llmao.fleet.plugins.module_utils.fleet_load import (
-    BoxCost,
-    ServerLoad,
-    model_load,
-)
 from ansible_collections.llmao.fleet.plugins.module_utils.lifecycle import Models, Probe
 from ansible_collections.llmao.fleet.plugins.module_utils.listings import (
     ListedBox,
@@ -28,8 +23,12 @@ from ansible_collections.llmao.fleet.plugins.module_utils.listings import (
 )
 from ansible_collections.llmao.fleet.plugins.module_utils.litellm_routes import Route
 from ansible_collections.llmao.fleet.plugins.module_utils.llmao_admin import verdicts_document
-from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_plan import server_key
 from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_records import Observations
+from ansible_collections.llmao.fleet.plugins.module_utils.server_load import (
+    BoxCost,
+    ServerLoad,
+    model_load,
+)
 from ansible_collections.llmao.fleet.plugins.module_utils.vllm_metrics import ServerMetrics
 from ansible_collections.llmao.fleet.plugins.modules.fleet_plan import make_plan, plan_result
 from llmao_server.store import AppliedReport, ReconcilePass, StateStore, UnknownBox
@@ -91,12 +90,12 @@ def seed(store: StateStore, fleet: Fleet, now: float) -> None:
     probes = {}
     for box, (_, box_probes, _) in BOXES.items():
         for server, probe in zip(fleet.assignments[box].servers, box_probes, strict=True):
-            probes[server_key(server)] = probe
+            probes[server.id] = probe
     routes = [HAND_MADE_ROUTE]
     for server in fleet.servers():
-        if probes[server_key(server)] in (SERVING, REJECTING):
+        if probes[server.id] in (SERVING, REJECTING):
             endpoint = listed.endpoint(server.box, server.listen_port, None)
-            routes.append(Route(server_key(server), server.model_name, endpoint.base_url,
+            routes.append(Route(server.id, server.model_name, endpoint.base_url,
                                 endpoint.base_url))
     applied = {box: report.revision for box, report in store.applied_reports().items()}
     observations = Observations(now, fetches, applied, {}, listed, tuple(routes))
@@ -132,7 +131,7 @@ def busy(box: str, port: int, hours_ago: float) -> tuple[float, int, int, float]
 
 def loaded_pass(record: ReconcilePass, at: float, now: float) -> ReconcilePass:
     """``record``'s verdicts with each Healthy server's load at ``at``, and the model and
-    box figures the core computes from them (``fleet_load.model_load``)."""
+    box figures the core computes from them (``server_load.model_load``)."""
     verdicts, by_model = {}, {}
     for key, verdict in record.verdicts.items():
         place = (verdict["box"], verdict["listen_port"])

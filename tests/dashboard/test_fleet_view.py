@@ -8,7 +8,7 @@ import json
 import pytest
 
 from ansible_collections.llmao.fleet.plugins.module_utils.fleet import Fleet, load_fleet
-from ansible_collections.llmao.fleet.plugins.module_utils.litellm_routes import deployment_id
+from ansible_collections.llmao.fleet.plugins.module_utils.intent import deployment_id
 from llmao_server.dashboard.fleet_view import (
     PROBLEM_STATES,
     Observed,

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from ansible_collections.llmao.fleet.plugins.module_utils.fleet import Fleet, load_fleet
-from ansible_collections.llmao.fleet.plugins.module_utils.litellm_routes import deployment_id
+from ansible_collections.llmao.fleet.plugins.module_utils.intent import deployment_id
 from ansible_collections.llmao.fleet.plugins.module_utils.rollout import Phase, Turn
 from ansible_collections.llmao.fleet.plugins.module_utils.rollout_status import Stage
 from llmao_server.dashboard.fleet_view import Observed, build_page

@@ -11,11 +11,9 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
+from ansible_collections.llmao.fleet.plugins.module_utils.intent import deployment_id
 from ansible_collections.llmao.fleet.plugins.module_utils.litellm_client import LiteLLM
-from ansible_collections.llmao.fleet.plugins.module_utils.litellm_routes import (
-    PUBLIC_BASE_KEY,
-    deployment_id,
-)
+from ansible_collections.llmao.fleet.plugins.module_utils.litellm_routes import PUBLIC_BASE_KEY
 from rig.boxes import LocalStub
 from rig.chat_load import ChatLoad, Shape
 from rig.litellm_process import LiteLLMProcess

@@ -16,11 +16,9 @@ import pytest
 
 from ansible_collections.llmao.fleet.plugins.module_utils.audit_log import append_audit
 from ansible_collections.llmao.fleet.plugins.module_utils.fleet import Fleet
+from ansible_collections.llmao.fleet.plugins.module_utils.intent import deployment_id
 from ansible_collections.llmao.fleet.plugins.module_utils.litellm_client import LiteLLM
-from ansible_collections.llmao.fleet.plugins.module_utils.litellm_routes import (
-    PUBLIC_BASE_KEY,
-    deployment_id,
-)
+from ansible_collections.llmao.fleet.plugins.module_utils.litellm_routes import PUBLIC_BASE_KEY
 from ansible_collections.llmao.fleet.plugins.modules.litellm_deployment import (
     MASKED,
     ApplyError,

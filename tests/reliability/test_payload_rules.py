@@ -16,13 +16,14 @@ from hypothesis import strategies as st
 from ansible_collections.llmao.fleet.plugins.module_utils import payload_rules as core
 from ansible_collections.llmao.fleet.plugins.module_utils.config_file import MAX_SERVERS_PER_BOX
 from ansible_collections.llmao.fleet.plugins.module_utils.models_file import RECIPE_NUMBERS
+from ansible_collections.llmao.fleet.tests.unit.rollout_rule import rollout_problem
 from tests.unit.box_program.helpers import load_install_set
 
 BOX = load_install_set()
 PINNED = ["BOX_NAME_RE", "SERVER_NAME_RE", "API_KEY_RE", "UNSAFE_CHAR_RE", "MAX_TEXT",
           "MAX_ARGS", "MAX_ARG", "MAX_SERVERS", "API_KEY_FLAG", "NUMBER_LIMITS",
           "INTEGER_NUMBERS", "ROLLOUT_LIMITS", "FOLLOW_PROGRAM", "PARALLEL_FLAGS",
-          "PARALLEL_SIZE_RE"]
+          "PARALLEL_SIZE_RE", "MAX_REVISION"]
 # Characters that matter, mixed with any others: the edges of every rule.
 EDGES = "-_.=/ \t\n\x00\x1f\x7f\x85\x9f\xa0\u200b\u200f\u2028\u2029\u202e\u2066\ufeff\ud800\"'%;#"
 texts = st.text(st.one_of(st.sampled_from(EDGES), st.characters()), max_size=12) | \
@@ -80,6 +81,15 @@ def test_an_option_is_read_as_the_key_alike(value: str):
     assert core.names_api_key_flag(value) == BOX.names_api_key_flag(value)
 
 
+@settings(max_examples=300, deadline=None)
+@given(texts | st.sampled_from(["r" * 128, "r" * 129, "0" * 16, 16, ["r"]]))
+def test_a_revision_is_judged_alike(value):
+    """What the box applies is what llmao takes back in its report and its turn asks (an
+    absent revision, which llmao never sends, is the box's own affair)."""
+    doc = {"host": "box", "servers": [], "revision": value}
+    assert (core.revision_problem(value) is None) == box_accepts(BOX.validate_assignment, doc)
+
+
 # Around and on the bounds of rollout's numbers, of every JSON kind, and objects with a key
 # missing or one too many.
 rollout_numbers = st.one_of(
@@ -96,7 +106,7 @@ rollouts = st.one_of(
 @settings(max_examples=500, deadline=None)
 @given(rollouts)
 def test_a_rollout_object_is_judged_alike(value):
-    assert (core.rollout_problem(value) is None) == box_accepts(
+    assert (rollout_problem(value) is None) == box_accepts(
         BOX.validate_rollout, value, "rollout")
 
 

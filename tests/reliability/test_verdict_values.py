@@ -106,5 +106,5 @@ def refused(answer, state: ServerState) -> None:
 ], ids=lambda loads: json.dumps(loads))
 def test_the_loads_have_the_shape_docs_metrics_gives(client: FlaskClient, state: ServerState,
                                                      loads):
-    """What /metrics and the charts read back must be what fleet_load writes."""
+    """What /metrics and the charts read back must be what server_load writes."""
     refused(post(client, json.dumps({**json.loads(a_pass()), **loads})), state)

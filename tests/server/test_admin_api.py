@@ -153,6 +153,7 @@ def test_a_pass_is_recorded_then_replaced(client: FlaskClient, state: ServerStat
     (json.dumps([]).encode(), "a JSON object"),
     (json.dumps(a_pass(pass_at="now")).encode(), "pass_at must be a time"),
     (json.dumps(a_pass(pass_at=True)).encode(), "pass_at must be a time"),
+    (json.dumps(a_pass(pass_at=10**400)).encode(), "pass_at must be a time"),
     (json.dumps(a_pass(verdicts=[])).encode(), "verdicts must be an object"),
     (json.dumps(a_pass(drift={})).encode(), "drift must be a list"),
     (json.dumps(a_pass(drift=["x"])).encode(), "every drift item must be an object"),

@@ -80,6 +80,7 @@ def test_the_gate_and_the_box_name_are_those_of_the_config(
     report(revision=""),
     report(revision=7),
     report(revision="r" * 201),
+    report(revision="r" * 129),
     report(revision="bad\nrevision"),
     report(applied_at=None),
     report(applied_at="yesterday"),

@@ -235,6 +235,7 @@ def test_a_stale_revision_is_409(client: FlaskClient, state: ServerState) -> Non
 @pytest.mark.parametrize("body", [
     None, [], {"servers": ["gemma"]}, {"revision": 5, "servers": []},
     {"revision": "", "servers": []}, {"revision": "r" * 65, "servers": []},
+    {"revision": "r" * 129, "servers": ["gemma"]},
     {"revision": "r", "servers": "gemma"}, {"revision": "r", "servers": ["a b"]},
     {"revision": "r", "servers": [f"s{i}" for i in range(7)]},
 ])
@@ -268,6 +269,7 @@ def test_the_push_path_takes_a_turn_by_the_same_rule(client: FlaskClient,
 @pytest.mark.parametrize("body", [
     [], {"updates": {}}, {"updates": [5]}, {"updates": [{"box": KNOWN, "revision": "r"}]},
     {"updates": [{"box": KNOWN, "revision": "r", "phase": "paused"}]},
+    {"updates": [{"box": KNOWN, "revision": "r", "phase": ["done"]}]},
     {"updates": [{"box": 1, "revision": "r", "phase": "done"}]},
 ])
 def test_malformed_updates_are_400(client: FlaskClient, body) -> None:

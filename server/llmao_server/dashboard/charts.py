@@ -13,6 +13,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from ansible_collections.llmao.fleet.plugins.module_utils.json_values import is_number
+
 WIDTH, HEIGHT = 560.0, 150.0
 # Room for the value labels on the left and the time labels below.
 LEFT, RIGHT, TOP, BOTTOM = 40.0, 8.0, 8.0, 20.0
@@ -62,13 +64,7 @@ def nice_ceiling(value: float) -> float:
 
 def plotted(value: float | None) -> float | None:
     """``value`` as a float the chart can place, or None (unknown) when it has none."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    try:
-        number = float(value)
-    except OverflowError:
-        return None
-    return number if math.isfinite(number) else None
+    return float(value) if is_number(value) else None
 
 
 def short_number(value: float) -> str:

@@ -15,23 +15,23 @@ from typing import Any
 
 from ansible_collections.llmao.fleet.plugins.module_utils.config_file import LISTEN_PORTS
 from ansible_collections.llmao.fleet.plugins.module_utils.fleet import Fleet
-from ansible_collections.llmao.fleet.plugins.module_utils.fleet_load import (
-    ModelLoad,
-    ServerLoad,
-    read_load_document,
-)
 from ansible_collections.llmao.fleet.plugins.module_utils.intent import (
     BoxAssignment,
     IntendedServer,
 )
+from ansible_collections.llmao.fleet.plugins.module_utils.json_values import is_number
 from ansible_collections.llmao.fleet.plugins.module_utils.lifecycle import Drift, State
 from ansible_collections.llmao.fleet.plugins.module_utils.listings import provider_of
-from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_plan import server_key
 from ansible_collections.llmao.fleet.plugins.module_utils.rollout import Turn
 from ansible_collections.llmao.fleet.plugins.module_utils.rollout_status import (
     ModelRollout,
     Stage,
     rollout_rows,
+)
+from ansible_collections.llmao.fleet.plugins.module_utils.server_load import (
+    ModelLoad,
+    ServerLoad,
+    read_load_document,
 )
 from ansible_collections.llmao.fleet.plugins.module_utils.vllm_metrics import (
     MetricsRecordError,
@@ -309,7 +309,7 @@ def intended(fleet: Fleet, approvals: Iterable[Approval]) -> Served:
 def build_row(fleet: Fleet, server: IntendedServer, assignment: BoxAssignment,
               approval: Approval | None, observed: Observed, now: float,
               loads: Mapping[str, ServerLoad]) -> Row:
-    key = server_key(server)
+    key = server.id
     verdict = observed.verdicts.get(key)
     fetched_at = observed.fetch_times.get(server.box)
     if verdict:
@@ -336,7 +336,7 @@ def certificate_shown(not_after: Any, now: float, fleet: Fleet) -> tuple[str | N
     """The served certificate's time left, and ``hot`` a few days ahead of its expiry (never
     before the box's own renewal, at a third of its life: a quarter of it left)."""
     tls = fleet.settings.box_tls
-    if tls is None or not isinstance(not_after, int | float) or isinstance(not_after, bool):
+    if tls is None or not is_number(not_after):
         return None, ""
     left = not_after - now
     warn = min(WARN_BEFORE_S, tls.leaf_days * 86400 / 4)

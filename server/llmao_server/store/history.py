@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ansible_collections.llmao.fleet.plugins.module_utils.fleet_load import read_load_document
+from ansible_collections.llmao.fleet.plugins.module_utils.server_load import read_load_document
 from ansible_collections.llmao.fleet.plugins.module_utils.vllm_metrics import (
     MetricsRecordError,
 )

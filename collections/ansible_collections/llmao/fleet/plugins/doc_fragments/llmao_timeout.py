@@ -1,6 +1,10 @@
 # Copyright: llmao fleet contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The ``timeout`` option of a module that makes one call to llmao's admin API."""
+"""The ``timeout`` option of a module that makes one call to llmao's admin API.
+
+Its argument spec is ``module_utils/fleet_module.py``'s ``TIMEOUT_OPTION``, which a test
+holds to this text.
+"""
 
 from __future__ import annotations
 

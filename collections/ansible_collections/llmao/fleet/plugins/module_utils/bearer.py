@@ -15,6 +15,7 @@ import hashlib
 import hmac
 
 from .hostnames import normalize_host
+from .json_values import is_integer
 
 BEARER_PREFIX = "sk-vllm-"
 DERIVATION_CONTEXT = "llmao.vllm.api_key"
@@ -50,7 +51,7 @@ def derive_vllm_api_key(salt: str | None, host: str, listen_port: int) -> str:
         raise BearerError("salt missing or CHANGE_ME")
     if not isinstance(host, str) or not normalize_host(host):
         raise BearerError("host is empty")
-    if isinstance(listen_port, bool) or not isinstance(listen_port, int) or listen_port <= 0:
+    if not is_integer(listen_port) or listen_port <= 0:
         raise BearerError("listen_port must be a positive int")
     message = f"{DERIVATION_CONTEXT}\n{normalize_host(host)}\n{listen_port}"
     digest = hmac.new(salt.encode("utf-8"), message.encode("utf-8"), hashlib.sha256).digest()

@@ -10,7 +10,6 @@ in :mod:`fleet`, which is the only caller.
 from __future__ import annotations
 
 import ipaddress
-import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -22,6 +21,7 @@ from .box_tls import BoxTls, read_box_tls
 from .config_errors import Problems
 from .field_checks import Section, shown, type_name
 from .hostnames import normalize_host
+from .json_values import is_integer, is_number
 from .payload_rules import (
     BOX_NAME_RE,
     FOLLOW_PROGRAM,
@@ -388,8 +388,7 @@ def _read_costs(fleet: Section) -> Mapping[str, float]:
     for box, price in value.items():
         if not isinstance(box, str) or not normalize_host(box):
             fleet.problem(f"cost_per_hour.{box}", "a box name must be a non-empty string")
-        elif isinstance(price, bool) or not isinstance(price, int | float) \
-                or not math.isfinite(price) or price < 0:
+        elif not is_number(price) or price < 0:
             fleet.problem(f"cost_per_hour.{box}", f"must be a price per hour of 0 or more, "
                                                   f"not {price!r}")
         else:
@@ -496,7 +495,7 @@ def _read_row(fleet: Section, where: str, index: int, row: Any) -> HostRow | Non
 
 
 def _is_port(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and 0 < value < 65536
+    return is_integer(value) and 0 < value < 65536
 
 
 def _is_program_name(value: Any) -> bool:

@@ -9,12 +9,12 @@ and returns ``None``; the loader carries on so all problems surface together.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import Any
 
 from .bearer import is_placeholder
 from .config_errors import Problems, key_path
+from .json_values import is_integer, is_number
 from .secret_strength import MAKE_ONE, secret_weakness
 
 MISSING = object()
@@ -94,8 +94,7 @@ class Section:
         value = self.raw(key)
         if value is MISSING or value is None:
             return default
-        if isinstance(value, bool) or not isinstance(value, int) \
-                or not minimum <= value <= maximum:
+        if not is_integer(value) or not minimum <= value <= maximum:
             self.problem(key, f"must be an integer from {minimum} to {maximum}, "
                               f"not {shown(value)}")
             return default
@@ -108,8 +107,7 @@ class Section:
         value = self.raw(key)
         if value is MISSING or value is None:
             return default
-        if isinstance(value, bool) or not isinstance(value, (int, float)) \
-                or not math.isfinite(value) or value > maximum \
+        if not is_number(value) or value > maximum \
                 or not (value > 0 if minimum is None else value >= minimum):
             low = "above 0" if minimum is None else f"from {minimum:g}"
             self.problem(key, f"must be a finite number {low} and at most {maximum}, "

@@ -19,6 +19,13 @@ from typing import Any
 from .models_file import RECIPE_NUMBERS, ModelEntry
 
 REVISION_LENGTH = 16
+# The mark of llmao's own LiteLLM deployments: every ``model_info.id`` it registers starts so.
+ID_PREFIX = "llmao:"
+
+
+def deployment_id(box: str, listen_port: int, name: str) -> str:
+    """The ``model_info.id`` of a server's deployment: stable across runs and restarts."""
+    return f"{ID_PREFIX}{box}:{listen_port}:{name}"
 
 
 @dataclass(frozen=True)
@@ -33,6 +40,11 @@ class IntendedServer:
     api_key: str = field(repr=False)
     legacy: bool = False
     seed_public_port: int | None = None
+
+    @property
+    def id(self) -> str:
+        """This server's id everywhere: its LiteLLM deployment, its verdict, its probe."""
+        return deployment_id(self.box, self.listen_port, self.name)
 
     @property
     def served_model_name(self) -> str:

@@ -17,6 +17,7 @@ from enum import StrEnum
 from typing import Any
 
 from .config_file import Lifecycle
+from .json_values import enum_member, is_number
 from .vllm_latency import Cumulative
 from .vllm_metrics import ServerMetrics
 
@@ -114,7 +115,7 @@ class Probe:
 class Memory:
     """What the previous pass left behind (stored by the server between runs).
 
-    The last four are the load's (:mod:`fleet_load`): passes in a row with
+    The last four are the load's (:mod:`server_load`): passes in a row with
     requests waiting, the generation counter with the time it was read, and the
     latency histograms as last scraped (:meth:`Cumulative.record`), whose deltas
     the next pass reads.
@@ -138,8 +139,7 @@ class Memory:
         """A stored memory back; an unknown state is forgotten rather than trusted."""
         if not record:
             return cls()
-        state = record.get("state")
-        return cls(State(state) if state in State._value2member_map_ else None,
+        return cls(enum_member(State, record.get("state")),
                    int(record.get("consecutive_failures") or 0),
                    int(record.get("rejected_passes") or 0), record.get("last_healthy_at"),
                    int(record.get("waiting_passes") or 0),
@@ -151,7 +151,7 @@ class Memory:
 
 def _remembered(value: Any) -> Any:
     """A number the load remembers, or None: a stored value of another type is forgotten."""
-    return value if isinstance(value, int | float) and not isinstance(value, bool) else None
+    return value if is_number(value) else None
 
 
 @dataclass(frozen=True)

@@ -16,12 +16,11 @@ waiting as long as the provider asks within a bounded budget.
 from __future__ import annotations
 
 import json
-import math
 import subprocess
 import time
 import urllib.parse
 from collections import defaultdict
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -29,6 +28,7 @@ from typing import Any
 from .config_file import Provider
 from .hostnames import is_ip_address, normalize_host
 from .http_json import HttpCallError, call_json
+from .json_values import is_integer, is_number
 from .lifecycle import Listed
 
 # Vast's instance list as its OpenAPI document describes it (GET /api/v1/instances/, pages of
@@ -305,8 +305,7 @@ def _price(value: Any, what: str) -> float | None:
     """A price per hour as the listing gives it: a finite number >= 0, or absent (None)."""
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) \
-            or value < 0:
+    if not is_number(value) or value < 0:
         raise ListingError(f"{what}: {str(value)[:40]!r} is not a price per hour")
     return float(value)
 
@@ -316,15 +315,14 @@ def _gpu_count(value: Any) -> int | None:
 
     A count that cannot be read costs nothing else: the entry stands without it.
     """
-    if isinstance(value, bool) or not isinstance(value, int) \
-            or not 0 <= value <= MAX_LISTED_GPUS:
+    if not is_integer(value) or not 0 <= value <= MAX_LISTED_GPUS:
         return None
     return value
 
 
 def _instance_id(value: Any, what: str) -> str:
     """Vast's instance id (an integer) as the ``fleet.hosts`` key that may name it."""
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+    if not is_integer(value) or value <= 0:
         raise ListingError(f"{what} has no instance id")
     return str(value)
 
@@ -369,7 +367,7 @@ def _known_names(*values: Any) -> tuple[str, ...]:
     """The names a skipped entry may still be known by (strings and positive integers)."""
     names = []
     for value in values:
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        if is_integer(value) and value > 0:
             names.append(str(value))
         elif isinstance(value, str) and value.strip():
             names.append(normalize_host(value)[:253])
@@ -558,10 +556,10 @@ class _Read:
         self.problems += parsed[1]
 
 
-def fetch_vast(api_key: str, url: str | None, timeout: float) -> _Read:
+def fetch_vast(provider: Provider, timeout: float) -> _Read:
     """Every page of Vast's instance list; a cursor seen twice or too many pages is an error."""
-    base = f"{(url or VAST_DEFAULT_URL).rstrip('/')}/instances/"
-    caller = _Caller(api_key, timeout)
+    base = f"{(provider.url or VAST_DEFAULT_URL).rstrip('/')}/instances/"
+    caller = _Caller(provider.api_key, timeout)
     read = _Read()
     token: str | None = None
     seen: set[str] = set()
@@ -578,16 +576,21 @@ def fetch_vast(api_key: str, url: str | None, timeout: float) -> _Read:
     raise ListingError(f"vast: the instance list has more than {VAST_MAX_PAGES} pages")
 
 
-def fetch_runpod(api_key: str, url: str | None, timeout: float) -> _Read:
+def fetch_runpod(provider: Provider, timeout: float) -> _Read:
     """Every pod, those of Instant Clusters included (RunPod leaves them out unless asked)."""
     read = _Read()
-    read.add(parse_runpod(_Caller(api_key, timeout).get(
-        f"{(url or RUNPOD_DEFAULT_URL).rstrip('/')}/pods?includeClusterPods=true")))
+    read.add(parse_runpod(_Caller(provider.api_key, timeout).get(
+        f"{(provider.url or RUNPOD_DEFAULT_URL).rstrip('/')}/pods?includeClusterPods=true")))
     return read
 
 
-def fetch_docker(label: str, timeout: float) -> list[ListedBox]:
-    """Containers of the local engine carrying ``label``, as the tests and the demo run them."""
+def fetch_docker(provider: Provider, timeout: float) -> _Read:
+    """Containers of the local engine carrying the provider's label, as the tests and the demo
+    run them."""
+    return _Read(_docker_containers(provider.label, timeout))
+
+
+def _docker_containers(label: str, timeout: float) -> list[ListedBox]:
     try:
         ids = subprocess.run(["docker", "ps", "-q", "--filter", f"label={label}"],
                              capture_output=True, text=True, timeout=timeout, check=True)
@@ -614,6 +617,11 @@ def _inspected_containers(inspected: subprocess.CompletedProcess) -> list:
     return json.loads(inspected.stdout or "[]")
 
 
+# How each kind of provider ``config.yaml`` can name is listed.
+FETCHERS: Mapping[str, Callable[[Provider, float], _Read]] = MappingProxyType({
+    "vast": fetch_vast, "runpod": fetch_runpod, "docker": fetch_docker})
+
+
 def read_listings(providers: Mapping[str, Provider], timeout: float) -> Listings:
     """Read every configured listing; a failed one is remembered, never taken as empty,
     and an entry that could not be read is remembered with the rest of its listing."""
@@ -621,12 +629,7 @@ def read_listings(providers: Mapping[str, Provider], timeout: float) -> Listings
     failed: dict[str, str] = {}
     for kind, provider in providers.items():
         try:
-            if kind == "vast":
-                one = fetch_vast(provider.api_key, provider.url, timeout)
-            elif kind == "runpod":
-                one = fetch_runpod(provider.api_key, provider.url, timeout)
-            else:
-                one = _Read(fetch_docker(provider.label, timeout))
+            one = FETCHERS[kind](provider, timeout)
         except ListingError as exc:
             failed[kind] = str(exc)
             continue

@@ -13,16 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .intent import IntendedServer
+from .intent import ID_PREFIX, IntendedServer
 from .listings import Endpoint
 
-ID_PREFIX = "llmao:"
 PUBLIC_BASE_KEY = "llmao_public_base"
-
-
-def deployment_id(box: str, listen_port: int, name: str) -> str:
-    """The ``model_info.id`` of a server's deployment: stable across runs and restarts."""
-    return f"{ID_PREFIX}{box}:{listen_port}:{name}"
 
 
 def deployment_body(server: IntendedServer, endpoint: Endpoint,
@@ -39,7 +33,7 @@ def deployment_body(server: IntendedServer, endpoint: Endpoint,
         params["ssl_verify"] = ca_path
     info = dict(server.entry.model_info)
     info.update({
-        "id": deployment_id(server.box, server.listen_port, server.name),
+        "id": server.id,
         PUBLIC_BASE_KEY: endpoint.base_url,
         "llmao_box": server.box,
         "llmao_listen_port": server.listen_port,

@@ -18,6 +18,7 @@ from urllib.parse import quote
 from .bearer import is_placeholder
 from .config_file import Settings
 from .http_json import HttpCallError, JsonService
+from .json_values import is_integer, is_number
 from .lifecycle import Change, Memory
 from .reconcile_records import RecordError, turns_from_record
 from .rollout import Turn
@@ -196,7 +197,7 @@ def parse_observations(document: Any) -> ServerObservations:
     now = document.get("now")
     boxes = document.get("boxes")
     verdicts = document.get("verdicts")
-    if isinstance(now, bool) or not isinstance(now, int | float):
+    if not is_number(now):
         raise LlmaoAdminError("llmao's observations have no 'now' time")
     if not isinstance(boxes, Mapping) or not isinstance(verdicts, Mapping):
         raise LlmaoAdminError("llmao's observations lack the 'boxes' or 'verdicts' object")
@@ -207,7 +208,7 @@ def parse_observations(document: Any) -> ServerObservations:
         if not isinstance(seen, Mapping):
             raise LlmaoAdminError(f"llmao's observations: boxes[{box!r}] is not an object")
         fetched = seen.get("last_fetch")
-        last_fetches[box] = float(fetched) if isinstance(fetched, int | float) else None
+        last_fetches[box] = float(fetched) if is_number(fetched) else None
         applied[box] = _applied_revision(seen.get("applied"))
         count = _applied_cards(seen.get("applied"))
         if count is not None:
@@ -215,7 +216,7 @@ def parse_observations(document: Any) -> ServerObservations:
     pass_at = document.get("pass_at")
     return ServerObservations(float(now), last_fetches, applied,
                               {str(k): v for k, v in verdicts.items() if isinstance(v, Mapping)},
-                              float(pass_at) if isinstance(pass_at, int | float) else None,
+                              float(pass_at) if is_number(pass_at) else None,
                               _approved(document.get("approved", {})),
                               _turns(document.get("turns", [])),
                               _bindings(document.get("bindings", {})), cards)
@@ -226,10 +227,10 @@ def parse_pass_lease(document: Any) -> PassLeaseState:
     if not isinstance(document, Mapping) or not isinstance(document.get("granted"), bool):
         raise LlmaoAdminError("llmao's pass lease answer has no 'granted' flag")
     now, holder, expires = document.get("now"), document.get("holder"), document.get("expires_at")
-    if isinstance(now, bool) or not isinstance(now, int | float):
+    if not is_number(now):
         raise LlmaoAdminError("llmao's pass lease answer has no 'now' time")
     return PassLeaseState(document["granted"], holder if isinstance(holder, str) else None,
-                          float(expires) if isinstance(expires, int | float) else None,
+                          float(expires) if is_number(expires) else None,
                           float(now))
 
 
@@ -239,7 +240,7 @@ def parse_turn_answer(document: Any) -> TurnAnswer:
             isinstance(document.get(key), bool) for key in ("granted", "apply")):
         raise LlmaoAdminError("llmao's turn answer has no 'granted' and 'apply' flags")
     phase, drain_s, why = document.get("phase"), document.get("drain_s"), document.get("why")
-    if isinstance(drain_s, bool) or not isinstance(drain_s, int | float):
+    if not is_number(drain_s):
         raise LlmaoAdminError("llmao's turn answer has no 'drain_s'")
     return TurnAnswer(document["granted"], phase if isinstance(phase, str) else None,
                       document["apply"], float(drain_s), why if isinstance(why, str) else "")
@@ -278,7 +279,7 @@ def _turns(turns: Any) -> tuple[Turn, ...]:
 def _applied_cards(report: Any) -> int | None:
     """The number of cards a box reported; None when it did not say (or said nonsense)."""
     count = report.get("cards") if isinstance(report, Mapping) else None
-    if isinstance(count, int) and not isinstance(count, bool) and count >= 0:
+    if is_integer(count) and count >= 0:
         return count
     return None
 

@@ -17,7 +17,6 @@ as UTF-8), a value vLLM would read as an option, and unbounded sizes.
 
 from __future__ import annotations
 
-import math
 import re
 
 # Box names are addresses or provider ids: printable ASCII, sent as the X-LLMAO-Host header.
@@ -47,6 +46,9 @@ PARALLEL_FLAGS = {"--tensor-parallel-size": "tensor", "-tp": "tensor",
 PARALLEL_SIZE_RE = re.compile(r"[0-9]{1,2}\Z")
 # The payload's ``rollout`` object (sent only when boxes follow): its keys and their bounds.
 ROLLOUT_LIMITS = {"follow_s": (1, 86400), "drain_s": (0, 3600)}
+# A revision names an assignment. llmao makes them short (``intent.REVISION_LENGTH``); a box
+# applies one of up to this many characters, and reports and asks turns with what it applied.
+MAX_REVISION = 128
 # The Supervisor program a following box runs to follow llmao; a server's program is
 # ``llmao-<name>``, so while boxes follow, no server may be named so that they clash.
 FOLLOW_PROGRAM = "llmao-follow"
@@ -67,6 +69,15 @@ def text_problem(value: str) -> str | None:
         return "must not start or end with whitespace"
     if value.startswith("-"):
         return "must not start with '-': vLLM would read it as an option"
+    return None
+
+
+def revision_problem(value: object) -> str | None:
+    """Why ``value`` is not a revision a box applies (nor one it may report or ask a turn
+    for), or None."""
+    if not isinstance(value, str) or not 0 < len(value) <= MAX_REVISION \
+            or UNSAFE_CHAR_RE.search(value):
+        return f"must be a string of 1 to {MAX_REVISION} characters without control characters"
     return None
 
 
@@ -102,22 +113,6 @@ def args_problem(args: list[str] | tuple[str, ...]) -> str | None:
         if names_api_key_flag(arg):
             return (f"{arg.split('=', 1)[0][:40]!r} would put a bearer on the command line; "
                     "the program passes it as VLLM_API_KEY")
-    return None
-
-
-def rollout_problem(value: object) -> str | None:
-    """Why a payload's ``rollout`` object cannot be followed as given, or None.
-
-    Exactly ``follow_s`` and ``drain_s``, each a finite number within its bounds:
-    a box sleeps these many seconds, so anything else would make it spin or hang.
-    """
-    if not isinstance(value, dict) or set(value) != set(ROLLOUT_LIMITS):
-        return f"must be an object with exactly {' and '.join(ROLLOUT_LIMITS)}"
-    for key, (low, high) in ROLLOUT_LIMITS.items():
-        number = value[key]
-        if isinstance(number, bool) or not isinstance(number, int | float) \
-                or not math.isfinite(number) or not low <= number <= high:
-            return f"{key} must be a finite number from {low} to {high}"
     return None
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
@@ -164,8 +164,3 @@ def _read_value(name: str, text: str) -> float:
     if not NUMBER.fullmatch(text):
         raise ExpositionError(f"{name}: the value {text[:MAX_NUMBER_CHARS]!r} is not a number")
     return float(text)
-
-
-def samples_named(samples: list[Sample], name: str) -> Iterator[Sample]:
-    """The samples of one metric name, in order."""
-    return (sample for sample in samples if sample.name == name)

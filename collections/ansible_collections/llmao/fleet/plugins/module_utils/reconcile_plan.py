@@ -15,7 +15,16 @@ from typing import Any
 
 from .box_tls import box_context
 from .fleet import Fleet
-from .fleet_load import (
+from .intent import IntendedServer
+from .lifecycle import Action, Change, Drift, Memory, Probe, State, Verdict, classify
+from .listings import Endpoint, Listings, provider_of
+from .litellm_routes import Route, route_differs
+from .probe import Target
+from .reconcile_records import Observations
+from .reconcile_turns import TurnUpdate, holding_turns, turn_updates
+from .rollout import Phase, Turn
+from .rollout_status import ModelRollout, rollout_rows
+from .server_load import (
     BoxCost,
     ModelLoad,
     ServerLoad,
@@ -28,15 +37,6 @@ from .fleet_load import (
     server_load,
     with_latency,
 )
-from .intent import IntendedServer
-from .lifecycle import Action, Change, Drift, Memory, Probe, State, Verdict, classify
-from .listings import Endpoint, Listings, provider_of
-from .litellm_routes import Route, deployment_id, route_differs
-from .probe import Target
-from .reconcile_records import Observations
-from .reconcile_turns import TurnUpdate, holding_turns, turn_updates
-from .rollout import Phase, Turn
-from .rollout_status import ModelRollout, rollout_rows
 from .vllm_latency import Scrapes
 
 
@@ -55,7 +55,7 @@ class ServerPlan:
 
     @property
     def id(self) -> str:
-        return deployment_id(self.server.box, self.server.listen_port, self.server.name)
+        return self.server.id
 
     def summary(self) -> dict[str, Any]:
         """The pass as the plan, the dashboard and the audit log show it (no secret)."""
@@ -89,10 +89,6 @@ class Plan:
         return [row.line() for row in self.rollout] + [u.line() for u in self.turn_updates]
 
 
-def server_key(server: IntendedServer) -> str:
-    return deployment_id(server.box, server.listen_port, server.name)
-
-
 def probe_targets(fleet: Fleet, listings: Listings,
                   applied: Mapping[str, str | None] | None = None,
                   ca_path: str | None = None) -> list[Target]:
@@ -109,8 +105,7 @@ def probe_targets(fleet: Fleet, listings: Listings,
     for s in fleet.servers():
         behind = applied is not None and applied.get(s.box) != fleet.assignment(s.box).revision
         targets.append(Target(
-            server_key(s), dialled(fleet, listings.endpoint(s.box, s.listen_port,
-                                                            s.seed_public_port)),
+            s.id, dialled(fleet, listings.endpoint(s.box, s.listen_port, s.seed_public_port)),
             s.served_model_name, s.api_key, context, context is not None and behind))
     return targets
 
@@ -133,7 +128,7 @@ def plan_pass(fleet: Fleet, observations: Observations, probes: Mapping[str, Pro
                                                   listings.gpus(box)))}
     plans = []
     for server in fleet.servers():
-        key = server_key(server)
+        key = server.id
         endpoint = dialled(fleet, listings.endpoint(server.box, server.listen_port,
                                                     server.seed_public_port),
                            probes[key].plain_http)

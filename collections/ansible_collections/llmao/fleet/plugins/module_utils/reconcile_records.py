@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from .json_values import is_integer, is_number
 from .lifecycle import Memory, Models, Probe
 from .listings import EntryProblem, ListedBox, Listings, index_listings
 from .litellm_routes import Route
@@ -43,13 +44,13 @@ def _sequence(value: Any, what: str) -> list[Any]:
 def _number(value: Any, what: str, optional: bool = False) -> float | None:
     if value is None and optional:
         return None
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    if not is_number(value):
         raise RecordError(f"{what} must be a number")
     return float(value)
 
 
 def _count(value: Any, what: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+    if not is_integer(value) or value < 0:
         raise RecordError(f"{what} must be a whole number")
     return value
 

@@ -22,8 +22,8 @@ from typing import Any
 from .config_file import Rollout
 from .fleet import Fleet
 from .intent import BoxAssignment
+from .json_values import enum_member, is_number
 from .lifecycle import State
-from .litellm_routes import deployment_id
 
 # The settings live with the other config.yaml sections; the rules that use them, here.
 __all__ = ["ACTIVE", "NEXT_PHASES", "Phase", "Rollout", "Turn", "TurnError", "decide_turn",
@@ -86,19 +86,19 @@ class Turn:
             raise TurnError("a turn must be an object")
         texts = [record.get(key) for key in ("box", "revision", "why")]
         servers = record.get("servers")
-        phase = record.get("phase")
+        phase = enum_member(Phase, record.get("phase"))
         times = [record.get(key) for key in ("granted_at", "expires_at")]
         ends = [record.get(key) for key in ("drained_at", "ended_at")]
         if not all(isinstance(text, str) for text in texts) \
                 or not isinstance(servers, list) \
                 or not all(isinstance(server, str) for server in servers) \
-                or phase not in Phase._value2member_map_ \
-                or not all(_is_time(value) for value in times) \
-                or not all(value is None or _is_time(value) for value in ends):
+                or phase is None \
+                or not all(is_number(value) for value in times) \
+                or not all(value is None or is_number(value) for value in ends):
             raise TurnError("a turn must have box, revision, why (text), servers (a list of "
                             "deployment ids), a known phase and times in seconds")
         box, revision, why = texts
-        return cls(box, revision, tuple(servers), Phase(phase), *times, *ends, why)
+        return cls(box, revision, tuple(servers), phase, *times, *ends, why)
 
     def moved(self, phase: Phase, why: str, now: float) -> Turn:
         """This turn in ``phase`` from ``now``; :class:`TurnError` when it may not move so."""
@@ -108,10 +108,6 @@ class Turn:
         if phase is Phase.DRAINED:
             return replace(self, phase=phase, drained_at=now, why=why)
         return replace(self, phase=phase, ended_at=now, why=why)
-
-
-def _is_time(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def turn_deadline(granted_at: float, rollout: Rollout, health_grace_s: float) -> float:
@@ -134,7 +130,7 @@ def healthy_by_model(fleet: Fleet, states: Mapping[str, Any]) -> dict[str, froze
     that deciding a turn never walks every server."""
     healthy: dict[str, set[str]] = {}
     for server in fleet.servers():
-        server_id = deployment_id(server.box, server.listen_port, server.name)
+        server_id = server.id
         if states.get(server_id) == State.HEALTHY:
             healthy.setdefault(server.model_name, set()).add(server_id)
     return {model: frozenset(ids) for model, ids in healthy.items()}
@@ -145,7 +141,7 @@ def box_server_models(assignment: BoxAssignment | None,
     """Deployment id → model name of one box's intended servers (those named, if ``names``)."""
     if assignment is None:
         return {}
-    return {deployment_id(server.box, server.listen_port, server.name): server.model_name
+    return {server.id: server.model_name
             for server in assignment.servers if names is None or server.name in names}
 
 

@@ -18,7 +18,6 @@ from typing import Any
 from .fleet import Fleet
 from .intent import BoxAssignment
 from .lifecycle import State
-from .litellm_routes import deployment_id
 from .rollout import ACTIVE, Phase, Turn, paused_models
 
 
@@ -75,8 +74,7 @@ def box_stage(assignment: BoxAssignment, model: str, turn: Turn | None,
               applied: str | None, states: Mapping[str, str]) -> Stage | None:
     """The stage of ``model`` on this box; None when the box is not part of a rollout (it never
     reported a revision) or its failed turn is what pauses the model (the pause names it)."""
-    ids = {deployment_id(s.box, s.listen_port, s.name)
-           for s in assignment.servers if s.model_name == model}
+    ids = {s.id for s in assignment.servers if s.model_name == model}
     current = turn is not None and turn.revision == assignment.revision \
         and bool(ids & set(turn.servers))
     if current and turn.phase is Phase.DRAINING:

@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass, field, fields
 from types import MappingProxyType
 from typing import Any, Optional
 
+from .json_values import is_number
 from .prometheus_text import ExpositionError, Sample, parse_exposition
 from .vllm_metrics import MetricsRecordError
 
@@ -122,9 +123,7 @@ class Latency:
         values = {}
         for item in fields(cls):
             value = record.get(item.name)
-            if value is not None and (isinstance(value, bool)
-                                      or not isinstance(value, int | float)
-                                      or not 0 <= value <= MAX_COUNT):
+            if value is not None and not (is_number(value) and 0 <= value <= MAX_COUNT):
                 raise LatencyRecordError(f"latency.{item.name} must be a number or null")
             values[item.name] = value
         if values["preemptions"] is not None:
@@ -213,8 +212,7 @@ def _bound_text(bound: float) -> float | str:
 
 
 def _is_count(value: Any) -> bool:
-    return not isinstance(value, bool) and isinstance(value, int | float) \
-        and math.isfinite(value) and 0 <= value <= MAX_COUNT
+    return is_number(value) and 0 <= value <= MAX_COUNT
 
 
 # A module-level alias is evaluated at import: ansible-test's pylint refuses `X | None` there.

@@ -28,6 +28,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
+from .json_values import is_number
 from .prometheus_text import ExpositionError, Sample, parse_exposition
 
 CACHE_CONFIG_INFO = "vllm:cache_config_info"
@@ -102,11 +103,7 @@ class ServerMetrics:
 
 def is_figure(value: Any) -> bool:
     """A number (not a bool) that is finite and within ±``MAX_FIGURE``; never raises."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return False
-    if isinstance(value, int):
-        return -MAX_FIGURE <= value <= MAX_FIGURE
-    return math.isfinite(value) and -MAX_FIGURE <= value <= MAX_FIGURE
+    return is_number(value) and -MAX_FIGURE <= value <= MAX_FIGURE
 
 
 def read_metrics(exposition: str | None, models_body: bytes | None, served_model_name: str,

@@ -150,14 +150,15 @@ from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.llmao.fleet.plugins.module_utils.fleet_files import module_args
+from ansible_collections.llmao.fleet.plugins.module_utils.fleet_module import (
+    TIMEOUT_OPTION,
+    load_reconcile_fleet,
+    module_args,
+)
 from ansible_collections.llmao.fleet.plugins.module_utils.llmao_admin import (
     LlmaoAdmin,
     LlmaoAdminError,
     TurnAnswer,
-)
-from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_module import (
-    load_reconcile_fleet,
 )
 from ansible_collections.llmao.fleet.plugins.module_utils.rollout import Phase, Turn
 
@@ -168,14 +169,18 @@ OPTIONS: dict[str, dict[str, Any]] = {
     "applied": {"type": "dict"},
     "wait_timeout": {"type": "float", "default": 600.0},
     "poll_interval": {"type": "float", "default": 2.0},
-    "timeout": {"type": "float", "default": 15.0},
+    **TIMEOUT_OPTION,
 }
 RULES = {"required_if": [("state", "done", ("applied",))]}
 STALL_HINT = "is reconcile running? It moves turns on (playbooks/reconcile.yml)"
 
 
-class TurnError(RuntimeError):
-    """The turn cannot be seen through; ``phase`` and ``why`` are the turn's as llmao says."""
+class TurnUnfinished(RuntimeError):
+    """The turn cannot be seen through; ``phase`` and ``why`` are the turn's as llmao says.
+
+    Not the core's ``rollout.TurnError`` (a turn that may not move so): this one is the
+    module's, a turn that failed, stalled, or whose push did not apply.
+    """
 
     def __init__(self, message: str, phase: str | None = None, why: str = "") -> None:
         super().__init__(message)
@@ -194,12 +199,12 @@ class Waiting:
 
 
 def still_waiting(box: str, revision: str, phase: str | None, why: str,
-                  waiting: Waiting) -> TurnError:
+                  waiting: Waiting) -> TurnUnfinished:
     """The timeout's error: where the turn stands and llmao's own reason."""
     where = f"still {phase}" if phase else "not granted"
-    return TurnError(f"{box}'s turn for revision {revision} is {where} after "
-                     f"{waiting.timeout_s:.0f} s: {why or 'llmao gave no reason'}; "
-                     f"{STALL_HINT}", phase, why)
+    return TurnUnfinished(f"{box}'s turn for revision {revision} is {where} after "
+                          f"{waiting.timeout_s:.0f} s: {why or 'llmao gave no reason'}; "
+                          f"{STALL_HINT}", phase, why)
 
 
 def wait_drained(admin: LlmaoAdmin, box: str, revision: str, servers: Sequence[str],
@@ -212,8 +217,8 @@ def wait_drained(admin: LlmaoAdmin, box: str, revision: str, servers: Sequence[s
         if answer.apply:
             return answer, waited
         if answer.phase == Phase.FAILED:
-            raise TurnError(f"{box}'s turn for revision {revision} failed: {answer.why}",
-                            answer.phase, answer.why)
+            raise TurnUnfinished(f"{box}'s turn for revision {revision} failed: {answer.why}",
+                                 answer.phase, answer.why)
         if waited >= waiting.timeout_s:
             raise still_waiting(box, revision, answer.phase, answer.why, waiting)
         waiting.pause(waiting.poll_s)
@@ -235,8 +240,8 @@ def wait_done(admin: LlmaoAdmin, box: str, revision: str,
         if turn is None or turn.phase is Phase.DONE:
             return turn, waited
         if turn.phase is Phase.FAILED:
-            raise TurnError(f"{box}'s turn for revision {revision} failed: {turn.why}",
-                            turn.phase.value, turn.why)
+            raise TurnUnfinished(f"{box}'s turn for revision {revision} failed: {turn.why}",
+                                 turn.phase.value, turn.why)
         if waited >= waiting.timeout_s:
             raise still_waiting(box, revision, turn.phase.value, turn.why, waiting)
         waiting.pause(waiting.poll_s)
@@ -252,8 +257,8 @@ def report_applied(admin: LlmaoAdmin, box: str, revision: str,
     record's cards and placement go along, as a pull box reports them.
     """
     if record.get("revision") != revision:
-        raise TurnError(f"{box} records revision {record.get('revision') or 'none'}, llmao "
-                        f"intends {revision}: the push did not apply it")
+        raise TurnUnfinished(f"{box} records revision {record.get('revision') or 'none'}, "
+                             f"llmao intends {revision}: the push did not apply it")
     report = {"revision": revision, "applied_at": record.get("applied_at"),
               "servers": [{key: server.get(key) for key in ("name", "port",
                                                             "served_model_name")}
@@ -317,7 +322,7 @@ def main() -> None:
             result = take(module, admin, assignment.box, assignment.revision, waiting)
         else:
             result = see_through(module, admin, assignment.box, assignment.revision, waiting)
-    except TurnError as exc:
+    except TurnUnfinished as exc:
         module.fail_json(msg=str(exc), box=assignment.box, revision=assignment.revision,
                          phase=exc.phase, why=exc.why)
     except LlmaoAdminError as exc:

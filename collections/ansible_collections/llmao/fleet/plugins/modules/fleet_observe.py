@@ -144,7 +144,11 @@ from ansible_collections.llmao.fleet.plugins.module_utils.binding_rules import (
     replaced_bindings,
 )
 from ansible_collections.llmao.fleet.plugins.module_utils.fleet import Fleet
-from ansible_collections.llmao.fleet.plugins.module_utils.fleet_files import module_args
+from ansible_collections.llmao.fleet.plugins.module_utils.fleet_module import (
+    TIMEOUT_OPTION,
+    load_reconcile_fleet,
+    module_args,
+)
 from ansible_collections.llmao.fleet.plugins.module_utils.listings import read_listings
 from ansible_collections.llmao.fleet.plugins.module_utils.litellm_client import (
     LiteLLM,
@@ -153,9 +157,6 @@ from ansible_collections.llmao.fleet.plugins.module_utils.litellm_client import 
 from ansible_collections.llmao.fleet.plugins.module_utils.llmao_admin import (
     LlmaoAdmin,
     LlmaoAdminError,
-)
-from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_module import (
-    load_reconcile_fleet,
 )
 from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_records import Observations
 
@@ -216,7 +217,7 @@ def observe_result(observations: Observations) -> dict[str, Any]:
 
 
 def main() -> None:
-    module = AnsibleModule(**module_args({"timeout": {"type": "float", "default": 15.0}}))
+    module = AnsibleModule(**module_args(TIMEOUT_OPTION))
     fleet = load_reconcile_fleet(module)
     try:
         observations, replaced = observe(fleet, module.params["timeout"])

@@ -211,24 +211,23 @@ from typing import Any
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.llmao.fleet.plugins.module_utils.fleet import Fleet
-from ansible_collections.llmao.fleet.plugins.module_utils.fleet_files import module_args
-from ansible_collections.llmao.fleet.plugins.module_utils.fleet_load import ModelLoad
+from ansible_collections.llmao.fleet.plugins.module_utils.fleet_module import (
+    load_reconcile_fleet,
+    module_args,
+)
 from ansible_collections.llmao.fleet.plugins.module_utils.lifecycle import Change, Drift, Probe
 from ansible_collections.llmao.fleet.plugins.module_utils.listings import provider_of
-from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_module import (
-    load_reconcile_fleet,
-)
 from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_plan import (
     Plan,
     ServerPlan,
     plan_pass,
-    server_key,
 )
 from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_records import (
     Observations,
     RecordError,
     probes_from_record,
 )
+from ansible_collections.llmao.fleet.plugins.module_utils.server_load import ModelLoad
 
 DEPLOYMENT_KEYS = ("state", "box", "listen_port", "name", "public_host", "public_port",
                    "public_scheme")
@@ -239,7 +238,7 @@ class PlanError(ValueError):
 
 
 def make_plan(fleet: Fleet, observations: Observations, probes: dict[str, Probe]) -> Plan:
-    missing = [key for key in map(server_key, fleet.servers()) if key not in probes]
+    missing = [server.id for server in fleet.servers() if server.id not in probes]
     if missing:
         shown = ", ".join(missing[:5]) + (" ..." if len(missing) > 5 else "")
         raise PlanError(f"{len(missing)} intended server(s) were not probed ({shown}): "

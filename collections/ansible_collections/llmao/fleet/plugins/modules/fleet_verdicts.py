@@ -82,14 +82,15 @@ from ansible_collections.llmao.fleet.plugins.module_utils.audit_log import (
     stamped,
 )
 from ansible_collections.llmao.fleet.plugins.module_utils.fleet import Fleet
-from ansible_collections.llmao.fleet.plugins.module_utils.fleet_files import module_args
+from ansible_collections.llmao.fleet.plugins.module_utils.fleet_module import (
+    TIMEOUT_OPTION,
+    load_reconcile_fleet,
+    module_args,
+)
 from ansible_collections.llmao.fleet.plugins.module_utils.llmao_admin import (
     LlmaoAdmin,
     LlmaoAdminError,
     verdicts_document,
-)
-from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_module import (
-    load_reconcile_fleet,
 )
 from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_turns import TurnUpdate
 
@@ -147,7 +148,7 @@ def record_pass(fleet: Fleet, params: Mapping[str, Any], document: dict[str, Any
 def main() -> None:
     module = AnsibleModule(**module_args({
         "plan": {"type": "dict", "required": True},
-        "timeout": {"type": "float", "default": 15.0},
+        **TIMEOUT_OPTION,
         **AUDIT_LOG_OPTION,
     }))
     fleet = load_reconcile_fleet(module)

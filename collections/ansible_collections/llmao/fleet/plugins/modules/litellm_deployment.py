@@ -200,9 +200,17 @@ from ansible_collections.llmao.fleet.plugins.module_utils.audit_log import (
     stamped,
 )
 from ansible_collections.llmao.fleet.plugins.module_utils.fleet import Fleet
-from ansible_collections.llmao.fleet.plugins.module_utils.fleet_files import module_args
+from ansible_collections.llmao.fleet.plugins.module_utils.fleet_module import (
+    TIMEOUT_OPTION,
+    load_reconcile_fleet,
+    module_args,
+)
 from ansible_collections.llmao.fleet.plugins.module_utils.hostnames import normalize_host
-from ansible_collections.llmao.fleet.plugins.module_utils.intent import IntendedServer
+from ansible_collections.llmao.fleet.plugins.module_utils.intent import (
+    ID_PREFIX,
+    IntendedServer,
+    deployment_id,
+)
 from ansible_collections.llmao.fleet.plugins.module_utils.lifecycle import Change
 from ansible_collections.llmao.fleet.plugins.module_utils.listings import (
     Endpoint,
@@ -214,15 +222,10 @@ from ansible_collections.llmao.fleet.plugins.module_utils.litellm_client import 
     LiteLLMError,
 )
 from ansible_collections.llmao.fleet.plugins.module_utils.litellm_routes import (
-    ID_PREFIX,
     PUBLIC_BASE_KEY,
     Route,
     deployment_body,
-    deployment_id,
     route_differs,
-)
-from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_module import (
-    load_reconcile_fleet,
 )
 
 DEPLOYMENT_OPTIONS: dict[str, dict[str, Any]] = {
@@ -249,7 +252,7 @@ OPTIONS: dict[str, dict[str, Any]] = {
     "deployments": {"type": "list", "elements": "dict", "options": DEPLOYMENT_OPTIONS,
                     **DEPLOYMENT_RULES},
     **AUDIT_LOG_OPTION,
-    "timeout": {"type": "float", "default": 15.0},
+    **TIMEOUT_OPTION,
 }
 ARGUMENT_RULES: dict[str, Any] = {
     "mutually_exclusive": [("id", "box"), *(("deployments", name) for name in SINGLE_ONLY)],

@@ -121,14 +121,15 @@ from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.llmao.fleet.plugins.module_utils.fleet_files import module_args
+from ansible_collections.llmao.fleet.plugins.module_utils.fleet_module import (
+    TIMEOUT_OPTION,
+    load_reconcile_fleet,
+    module_args,
+)
 from ansible_collections.llmao.fleet.plugins.module_utils.llmao_admin import (
     LlmaoAdmin,
     LlmaoAdminError,
     PassLeaseState,
-)
-from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_module import (
-    load_reconcile_fleet,
 )
 
 OPTIONS: dict[str, dict[str, Any]] = {
@@ -136,7 +137,7 @@ OPTIONS: dict[str, dict[str, Any]] = {
     "lease_id": {"type": "str"},
     "ttl": {"type": "float", "default": 600.0},
     "holder": {"type": "str"},
-    "timeout": {"type": "float", "default": 15.0},
+    **TIMEOUT_OPTION,
 }
 RULES = {"required_if": [("state", "renewed", ("lease_id",)),
                          ("state", "released", ("lease_id",))]}

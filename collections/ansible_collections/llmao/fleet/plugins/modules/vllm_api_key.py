@@ -107,7 +107,7 @@ from ansible_collections.llmao.fleet.plugins.module_utils.bearer import (
     derive_vllm_api_key,
 )
 from ansible_collections.llmao.fleet.plugins.module_utils.fleet import Fleet
-from ansible_collections.llmao.fleet.plugins.module_utils.fleet_files import (
+from ansible_collections.llmao.fleet.plugins.module_utils.fleet_module import (
     load_module_fleet,
     module_args,
 )

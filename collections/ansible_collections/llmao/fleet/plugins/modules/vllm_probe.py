@@ -169,14 +169,14 @@ from typing import Any
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.llmao.fleet.plugins.module_utils.fleet import Fleet
-from ansible_collections.llmao.fleet.plugins.module_utils.fleet_files import module_args
+from ansible_collections.llmao.fleet.plugins.module_utils.fleet_module import (
+    load_reconcile_fleet,
+    module_args,
+)
 from ansible_collections.llmao.fleet.plugins.module_utils.listings import Listings, read_listings
 from ansible_collections.llmao.fleet.plugins.module_utils.probe import (
     DEFAULT_CONCURRENCY,
     probe_many,
-)
-from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_module import (
-    load_reconcile_fleet,
 )
 from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_plan import probe_targets
 from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_records import (

@@ -18,6 +18,7 @@ from rig.fleet_files import FleetSecrets, fleet_section, recipe, route, strong_s
 KEYS = FleetSecrets()
 SALT, FLEET_KEY, SHARED_BEARER = KEYS.salt, KEYS.fleet_key, KEYS.shared_bearer
 LEGACY = ("198.51.100.7", 8000)
+KNOWN, OTHER_KNOWN, LEGACY_BOX = "203.0.113.10", "203.0.113.11", LEGACY[0]
 
 CORE_CONFIG: dict[str, Any] = {"fleet": fleet_section(KEYS, {
     "203.0.113.10": [["gemma", 8001], ["qwen", 8002]],
@@ -31,6 +32,14 @@ CORE_MODELS: dict[str, Any] = {"models": [
            args="--tool-call-parser 'hermes x'"),
     route("gpt", "openai/gpt-4o-mini"),
 ]}
+
+# The core's fleet with qwen on a second box: a model on more than one box, as a rollout
+# crosses them (the turns' and the rollout rows' tests).
+ROLLOUT_CONFIG: dict[str, Any] = {"fleet": fleet_section(KEYS, {
+    KNOWN: [["gemma", 8001], ["qwen", 8002]],
+    OTHER_KNOWN: [["qwen", 8001]],
+    LEGACY_BOX: [["gemma", 8000]],
+}, legacy=[LEGACY])}
 
 PLUGIN_SECRETS = {"fleet_key": FLEET_KEY, "salt": SALT, "selfhost": SHARED_BEARER,
                   "master_key": KEYS.master_key, "admin_token": KEYS.admin_token,
@@ -74,3 +83,8 @@ def base_config() -> dict[str, Any]:
 
 def base_models() -> dict[str, Any]:
     return copy.deepcopy(CORE_MODELS)
+
+
+def rollout_pair(folder: Path) -> tuple[str, str]:
+    """Write :data:`ROLLOUT_CONFIG`'s pair (the core's models) and return their paths."""
+    return write_pair(folder, ROLLOUT_CONFIG)

@@ -6,10 +6,9 @@ import json
 
 import pytest
 
-from ansible_collections.llmao.fleet.plugins.module_utils import payload_rules
 from ansible_collections.llmao.fleet.plugins.module_utils.bearer import derive_vllm_api_key
 from ansible_collections.llmao.fleet.plugins.module_utils.fleet import ApprovalError, load_fleet
-from ansible_collections.llmao.fleet.plugins.module_utils.intent import revision_of
+from ansible_collections.llmao.fleet.plugins.module_utils.intent import deployment_id, revision_of
 from ansible_collections.llmao.fleet.tests.unit.fleets import (
     SALT,
     SHARED_BEARER,
@@ -17,6 +16,7 @@ from ansible_collections.llmao.fleet.tests.unit.fleets import (
     base_models,
     write_pair,
 )
+from ansible_collections.llmao.fleet.tests.unit.rollout_rule import rollout_problem
 from rig.fleet_files import recipe
 
 
@@ -74,6 +74,14 @@ def test_public_view_has_no_bearer(fleet):
 def test_servers_in_file_and_row_order(fleet):
     assert [(s.box, s.listen_port) for s in fleet.servers()] == [
         ("203.0.113.10", 8001), ("203.0.113.10", 8002), ("198.51.100.7", 8000)]
+
+
+def test_a_server_id_is_its_box_listen_port_and_name(fleet):
+    """The one id a server goes by: its LiteLLM deployment, its verdict and its probe."""
+    assert [s.id for s in fleet.servers()] == [
+        "llmao:203.0.113.10:8001:gemma", "llmao:203.0.113.10:8002:qwen",
+        "llmao:198.51.100.7:8000:gemma"]
+    assert all(s.id == deployment_id(s.box, s.listen_port, s.name) for s in fleet.servers())
 
 
 def test_repr_hides_secrets(fleet):
@@ -204,7 +212,7 @@ def test_a_following_fleet_sends_rollout_and_its_revision_covers_it(tmp_path):
     assert payload["revision"] != plain.revision
     slower = load_fleet(*write_pair(tmp_path, config=following(follow_s=60, drain_s=5)))
     assert slower.assignment("203.0.113.10").revision != payload["revision"]
-    assert payload_rules.rollout_problem(payload["rollout"]) is None
+    assert rollout_problem(payload["rollout"]) is None
 
 
 def test_an_approved_box_of_a_following_fleet_follows_too(tmp_path):
@@ -233,4 +241,4 @@ ROLLOUT_RULE_CASES = [
 
 @pytest.mark.parametrize(("value", "accepted"), ROLLOUT_RULE_CASES)
 def test_the_rollout_rule(value, accepted):
-    assert (payload_rules.rollout_problem(value) is None) == accepted
+    assert (rollout_problem(value) is None) == accepted

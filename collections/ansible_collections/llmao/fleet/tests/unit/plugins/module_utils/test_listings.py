@@ -10,9 +10,11 @@ import pytest
 
 from ansible_collections.llmao.fleet.plugins.module_utils import listings as listings_module
 from ansible_collections.llmao.fleet.plugins.module_utils.config_file import Provider
+from ansible_collections.llmao.fleet.plugins.module_utils.fleet import load_fleet
 from ansible_collections.llmao.fleet.plugins.module_utils.http_json import retry_after
 from ansible_collections.llmao.fleet.plugins.module_utils.lifecycle import Listed
 from ansible_collections.llmao.fleet.plugins.module_utils.listings import (
+    FETCHERS,
     RUNPOD_DEFAULT_URL,
     VAST_DEFAULT_URL,
     ListingError,
@@ -23,6 +25,7 @@ from ansible_collections.llmao.fleet.plugins.module_utils.listings import (
     provider_of,
     read_listings,
 )
+from ansible_collections.llmao.fleet.tests.unit.fleets import base_config, write_pair
 from rig.provider_api import runpod_pod, serve_provider_api, vast_instance
 
 # Vast's instance list (docs.vast.ai OpenAPI, GET /api/v1/instances/): one page.
@@ -300,6 +303,14 @@ def providers(api):
     """Both providers, each with a base URL on the fake (what ``url`` in config.yaml sets)."""
     return {"vast": Provider("vast", api_key="vast-key", url=f"{api.url}/vast"),
             "runpod": Provider("runpod", api_key="runpod-key", url=f"{api.url}/runpod")}
+
+
+def test_every_provider_config_yaml_can_name_has_its_reader(tmp_path):
+    config = base_config()
+    config["providers"] = {"vast": {"api_key": "Vk3-9qzL-r7Tw"}, "runpod": {"api_key": "Rp8x2Mv5"},
+                           "docker": {"label": "llmao.test"}}
+    fleet = load_fleet(*write_pair(tmp_path, config=config))
+    assert set(fleet.settings.providers) == set(FETCHERS)
 
 
 def test_read_listings_against_fakes(provider_api):

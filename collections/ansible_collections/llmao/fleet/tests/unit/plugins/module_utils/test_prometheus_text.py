@@ -3,17 +3,23 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from ansible_collections.llmao.fleet.plugins.module_utils.prometheus_text import (
     ExpositionError,
+    Sample,
     parse_exposition,
-    samples_named,
 )
 
 DATA = Path(__file__).parent / "data"
+
+
+def samples_named(samples: list[Sample], name: str) -> Iterator[Sample]:
+    """The samples of one metric name, in order."""
+    return (sample for sample in samples if sample.name == name)
 
 
 def test_vllm_v1_exposition_reads_every_sample():

@@ -5,7 +5,10 @@ from __future__ import annotations
 import pytest
 
 from ansible_collections.llmao.fleet.plugins.module_utils.fleet import load_fleet
-from ansible_collections.llmao.fleet.plugins.module_utils.intent import IntendedServer
+from ansible_collections.llmao.fleet.plugins.module_utils.intent import (
+    IntendedServer,
+    deployment_id,
+)
 from ansible_collections.llmao.fleet.plugins.module_utils.lifecycle import (
     Memory,
     Models,
@@ -20,7 +23,6 @@ from ansible_collections.llmao.fleet.plugins.module_utils.listings import (
 from ansible_collections.llmao.fleet.plugins.module_utils.litellm_routes import (
     Route,
     deployment_body,
-    deployment_id,
     parse_model_info,
 )
 from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_plan import (

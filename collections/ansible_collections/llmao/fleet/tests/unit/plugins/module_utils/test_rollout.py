@@ -12,8 +12,8 @@ from tempfile import TemporaryDirectory
 import pytest
 
 from ansible_collections.llmao.fleet.plugins.module_utils.fleet import Fleet, load_fleet
+from ansible_collections.llmao.fleet.plugins.module_utils.intent import deployment_id
 from ansible_collections.llmao.fleet.plugins.module_utils.lifecycle import State
-from ansible_collections.llmao.fleet.plugins.module_utils.litellm_routes import deployment_id
 from ansible_collections.llmao.fleet.plugins.module_utils.rollout import (
     ACTIVE,
     Phase,

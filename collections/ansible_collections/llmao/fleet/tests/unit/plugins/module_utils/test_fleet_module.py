@@ -1,13 +1,19 @@
-"""Loading the fleet in a reconcile module: approved boxes join it, their bearers are censored."""
+"""A module's shared options; loading the fleet in a reconcile module: approved boxes join it,
+their bearers are censored."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
 
+from ansible.module_utils.common.yaml import yaml_load
+
+from ansible_collections.llmao.fleet.plugins.doc_fragments import llmao_timeout
 from ansible_collections.llmao.fleet.plugins.module_utils.bearer import derive_vllm_api_key
-from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_module import (
+from ansible_collections.llmao.fleet.plugins.module_utils.fleet_module import (
+    TIMEOUT_OPTION,
     load_reconcile_fleet,
+    module_args,
 )
 from ansible_collections.llmao.fleet.tests.unit.fleets import SALT, write_pair
 
@@ -53,3 +59,9 @@ def test_a_refused_approval_is_a_warning_and_the_rest_loads(tmp_path):
     assert fleet.assignment(APPROVED) is None
     assert module.warnings == [f"approval of {APPROVED} ignored: 'nope' is not in models.yaml"]
     assert derive_vllm_api_key(SALT, "203.0.113.10", 8001) in module.no_log_values
+
+
+def test_the_timeout_option_is_what_its_fragment_documents():
+    documented = yaml_load(llmao_timeout.ModuleDocFragment.DOCUMENTATION)["options"]["timeout"]
+    spec = module_args(TIMEOUT_OPTION)["argument_spec"]["timeout"]
+    assert (spec["type"], spec["default"]) == (documented["type"], documented["default"])

@@ -8,7 +8,8 @@ import math
 import pytest
 
 from ansible_collections.llmao.fleet.plugins.module_utils.config_file import LoadKnobs
-from ansible_collections.llmao.fleet.plugins.module_utils.fleet_load import (
+from ansible_collections.llmao.fleet.plugins.module_utils.lifecycle import Memory
+from ansible_collections.llmao.fleet.plugins.module_utils.server_load import (
     BoxCost,
     ModelLoad,
     ServerLoad,
@@ -22,7 +23,6 @@ from ansible_collections.llmao.fleet.plugins.module_utils.fleet_load import (
     server_load,
     with_latency,
 )
-from ansible_collections.llmao.fleet.plugins.module_utils.lifecycle import Memory
 from ansible_collections.llmao.fleet.plugins.module_utils.vllm_latency import Cumulative
 from ansible_collections.llmao.fleet.plugins.module_utils.vllm_metrics import (
     MAX_FIGURE,

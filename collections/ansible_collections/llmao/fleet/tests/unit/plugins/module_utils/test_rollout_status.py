@@ -7,26 +7,31 @@ from pathlib import Path
 import pytest
 
 from ansible_collections.llmao.fleet.plugins.module_utils.fleet import Fleet, load_fleet
-from ansible_collections.llmao.fleet.plugins.module_utils.litellm_routes import deployment_id
+from ansible_collections.llmao.fleet.plugins.module_utils.intent import deployment_id
 from ansible_collections.llmao.fleet.plugins.module_utils.rollout import Phase, Turn
 from ansible_collections.llmao.fleet.plugins.module_utils.rollout_status import (
     Stage,
     rollout_rows,
 )
-from tests.server.fleet_pair import KNOWN, LEGACY, OTHER_KNOWN, write_pair
+from ansible_collections.llmao.fleet.tests.unit.fleets import (
+    KNOWN,
+    LEGACY_BOX,
+    OTHER_KNOWN,
+    rollout_pair,
+)
 
-NOW = 1_800_000_000.0
 OLD = "old-revision"
+NOW = 1_800_000_000.0
 QWEN_K = deployment_id(KNOWN, 8002, "qwen")
 GEMMA_K = deployment_id(KNOWN, 8001, "gemma")
 QWEN_O = deployment_id(OTHER_KNOWN, 8001, "qwen")
-GEMMA_L = deployment_id(LEGACY, 8000, "gemma")
+GEMMA_L = deployment_id(LEGACY_BOX, 8000, "gemma")
 ALL = (QWEN_K, GEMMA_K, QWEN_O, GEMMA_L)
 
 
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Fleet:
-    return load_fleet(*write_pair(Path(tmp_path_factory.mktemp("fleet"))))
+    return load_fleet(*rollout_pair(Path(tmp_path_factory.mktemp("fleet"))))
 
 
 def current(fleet: Fleet, behind: dict[str, str] | None = None) -> dict[str, str | None]:
@@ -68,7 +73,7 @@ def test_a_turn_puts_its_box_in_its_phase_for_the_models_it_names(fleet, phase,
                                                                   qwen_on_known) -> None:
     turn = a_turn(fleet, KNOWN, phase, (QWEN_K,))
     assert stages(fleet, [turn], current(fleet, {KNOWN: OLD})) == {
-        "gemma": {"waiting": (KNOWN,), "healthy": (LEGACY,)},
+        "gemma": {"waiting": (KNOWN,), "healthy": (LEGACY_BOX,)},
         "qwen": {qwen_on_known: (KNOWN,), "healthy": (OTHER_KNOWN,)},
     }
 

@@ -12,15 +12,12 @@ from pathlib import Path
 import pytest
 
 from ansible_collections.llmao.fleet.plugins.module_utils.fleet import Fleet, load_fleet
+from ansible_collections.llmao.fleet.plugins.module_utils.intent import deployment_id
 from ansible_collections.llmao.fleet.plugins.module_utils.lifecycle import Models, Probe
-from ansible_collections.llmao.fleet.plugins.module_utils.litellm_routes import (
-    Route,
-    deployment_id,
-)
+from ansible_collections.llmao.fleet.plugins.module_utils.litellm_routes import Route
 from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_plan import (
     Plan,
     plan_pass,
-    server_key,
 )
 from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_records import (
     Observations,
@@ -28,7 +25,12 @@ from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_records impo
 )
 from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_turns import TurnUpdate
 from ansible_collections.llmao.fleet.plugins.module_utils.rollout import Phase, Turn
-from tests.server.fleet_pair import KNOWN, LEGACY, OTHER_KNOWN, write_pair
+from ansible_collections.llmao.fleet.tests.unit.fleets import (
+    KNOWN,
+    LEGACY_BOX,
+    OTHER_KNOWN,
+    rollout_pair,
+)
 
 NOW = 1_800_000_000.0
 SERVING = Probe(True, Models.LISTS)
@@ -40,7 +42,7 @@ OLD = "old-revision"
 
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Fleet:
-    return load_fleet(*write_pair(Path(tmp_path_factory.mktemp("fleet"))))
+    return load_fleet(*rollout_pair(Path(tmp_path_factory.mktemp("fleet"))))
 
 
 def route(server_id: str, model: str) -> Route:
@@ -58,7 +60,7 @@ def one_pass(fleet: Fleet, turns: tuple[Turn, ...], applied: str | None, routed:
              qwen_probe: Probe = SERVING, fetched_ago: float = 3600.0) -> Plan:
     """A pass where every server serves except the turn's (``qwen_probe``); ``applied`` is
     KNOWN's revision (None: the intended one), ``routed`` the servers LiteLLM has."""
-    models = {server_key(s): s.model_name for s in fleet.servers()}
+    models = {s.id: s.model_name for s in fleet.servers()}
     revisions = {box: a.revision for box, a in fleet.assignments.items()}
     revisions[KNOWN] = applied or revisions[KNOWN]
     observations = Observations(
@@ -151,7 +153,7 @@ def test_a_draining_turn_is_not_drained_while_another_of_its_routes_stays(fleet)
     unowned = Route(stray, "qwen", "http://203.0.113.10:8003/v1", None)  # not llmao's: kept
     observations = Observations(NOW, {}, {KNOWN: OLD},
                                 routes=(route(GEMMA, "gemma"), unowned), turns=(other,))
-    probes = {server_key(s): SERVING for s in fleet.servers()}
+    probes = {s.id: SERVING for s in fleet.servers()}
     assert plan_pass(fleet, observations, probes).turn_updates == ()
 
 
@@ -166,7 +168,7 @@ def test_a_turn_for_another_box_holds_nothing_here(fleet) -> None:
 def test_the_rollout_lines_say_where_each_model_stands(fleet) -> None:
     plan = one_pass(fleet, (turn(fleet, Phase.DRAINING),), OLD, (GEMMA, QWEN))
     assert plan.rollout_lines == [
-        f"gemma: waiting {KNOWN}; healthy on the new revision {LEGACY}",
+        f"gemma: waiting {KNOWN}; healthy on the new revision {LEGACY_BOX}",
         f"qwen: restarting {KNOWN}; healthy on the new revision {OTHER_KNOWN}",
         f"turn of {KNOWN} (rev {fleet.assignment(KNOWN).revision}): drained",
     ]
@@ -190,7 +192,7 @@ def test_turns_travel_between_tasks_and_a_bad_one_fails(fleet) -> None:
 def test_a_turn_whose_box_applied_first_ends_done_and_pauses_nothing(fleet) -> None:
     """Pass after pass, a turn held by a box that had applied already runs out as done."""
     current = turn(fleet, Phase.DRAINING, expires_in=-1)
-    for _ in range(3):
+    for _pass in range(3):
         plan = one_pass(fleet, (current,), None, (GEMMA, QWEN), SERVING, 3600)
         if not plan.turn_updates:
             break
