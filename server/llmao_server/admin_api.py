@@ -131,10 +131,10 @@ def observations() -> Response:
         last.verdicts if last else {},
         last.drift if last else (),
         last.pass_at if last else None,
+        state.store.turns(),
+        {binding.box: binding_record(binding)
+         for binding in state.store.bindings_since(0) if binding.bound},
     )
-    document["turns"] = [turn.record() for turn in state.store.turns()]
-    document["bindings"] = {binding.box: binding_record(binding)
-                            for binding in state.store.bindings_since(0) if binding.bound}
     return json_answer(document)
 
 

@@ -15,6 +15,7 @@ import math
 import time
 import weakref
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any, ClassVar, NoReturn
 
 from ansible_collections.llmao.fleet.plugins.module_utils.fleet import Fleet
@@ -22,8 +23,8 @@ from ansible_collections.llmao.fleet.plugins.module_utils.payload_rules import (
     MAX_SERVERS,
     SERVER_NAME_RE,
 )
+from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_turns import TurnUpdate
 from ansible_collections.llmao.fleet.plugins.module_utils.rollout import (
-    Phase,
     Turn,
     TurnError,
     decide_turn,
@@ -200,41 +201,36 @@ class AskViews:
         self._asks[box] = (tokens - 1, now)
 
 
-def read_updates(doc: Any) -> list[tuple[str, str, Phase, str]]:
-    """``{"updates": [{"box", "revision", "phase", "why"}]}``; 400 otherwise."""
+def read_updates(doc: Any) -> list[TurnUpdate]:
+    """``{"updates": [{"box", "revision", "phase", "why"}]}``, each read as the core reads
+    fleet_plan's (:meth:`TurnUpdate.from_record`); 400 otherwise."""
     updates = doc.get("updates") if isinstance(doc, dict) else None
     if not isinstance(updates, list) or len(updates) > MAX_UPDATES:
         bad_turn(f"the body must be {{\"updates\": [...]}} with at most {MAX_UPDATES} updates")
     read = []
-    for index, update in enumerate(updates):
-        where = f"updates[{index}]"
-        if not isinstance(update, dict):
-            bad_turn(f"{where} must be an object with box, revision, phase and why")
-        box, revision, phase, why = (update.get(key) for key in
-                                     ("box", "revision", "phase", "why"))
-        why = "" if why is None else why
-        if not all(isinstance(text, str) and len(text) <= MAX_TEXT
-                   for text in (box, revision)) or not isinstance(why, str):
-            bad_turn(f"{where}: box and revision must be texts of at most {MAX_TEXT} "
-                     "characters, why a text")
-        if phase not in Phase._value2member_map_:
-            bad_turn(f"{where}.phase must be one of {', '.join(p.value for p in Phase)}")
-        read.append((box, revision, Phase(phase), why[:MAX_WHY]))
+    for index, record in enumerate(updates):
+        try:
+            update = TurnUpdate.from_record(record)
+        except ValueError as exc:
+            bad_turn(f"updates[{index}]: {exc}")
+        if len(update.box) > MAX_TEXT or len(update.revision) > MAX_TEXT:
+            bad_turn(f"updates[{index}]: box and revision must be at most {MAX_TEXT} characters")
+        read.append(replace(update, why=update.why[:MAX_WHY]))
     return read
 
 
-def apply_updates(state: ServerState, updates: list[tuple[str, str, Phase, str]],
+def apply_updates(state: ServerState, updates: list[TurnUpdate],
                   who: str, peer: str | None) -> dict[str, Any]:
     """Move each turn as asked; a move the turn may not make is refused and listed, the
     others still happen (reconcile's view may be a pass behind a box's new ask)."""
     now = time.time()
     refused = []
-    for box, revision, phase, why in updates:
+    for update in updates:
+        box, revision, phase, why = update.box, update.revision, update.phase, update.why
         try:
             state.store.update_turn(box, revision, phase, why, now)
         except TurnError as exc:
-            refused.append({"box": box, "revision": revision, "phase": phase.value,
-                            "why": str(exc)})
+            refused.append({**update.record(), "why": str(exc)})
             audit(state.redact, "turn-update", "refused", who, peer, box=box,
                   revision=revision, phase=phase.value, why=str(exc))
             continue

@@ -18,7 +18,7 @@ from urllib.parse import quote
 from .bearer import is_placeholder
 from .config_file import Settings
 from .http_json import HttpCallError, JsonService
-from .lifecycle import Change, Memory
+from .lifecycle import Memory, routed_after
 from .reconcile_records import RecordError, turns_from_record
 from .rollout import Turn
 
@@ -171,12 +171,15 @@ def observations_document(now: float, last_fetches: Mapping[str, float | None],
                           approved: Mapping[str, Sequence[str]],
                           verdicts: Mapping[str, Mapping[str, Any]],
                           drift: Sequence[Mapping[str, Any]],
-                          pass_at: float | None) -> dict[str, Any]:
+                          pass_at: float | None, turns: Sequence[Turn] = (),
+                          bindings: Mapping[str, Mapping[str, Any]] | None = None,
+                          ) -> dict[str, Any]:
     """What ``GET /admin/api/observations`` answers; :func:`parse_observations` reads it.
 
     ``last_fetches`` names every box llmao serves; ``applied`` holds, per box, the
     report it last made (``revision``, ``applied_at``, ``reported_at``, and ``cards``, the
-    number of cards it reported, when it did) if any.
+    number of cards it reported, when it did) if any. ``turns`` are the latest rollout
+    turn of each box; ``bindings`` each bound box's binding (its ``instance`` id read).
     """
     return {
         "now": now,
@@ -186,6 +189,8 @@ def observations_document(now: float, last_fetches: Mapping[str, float | None],
         "verdicts": dict(verdicts),
         "drift": list(drift),
         "pass_at": pass_at,
+        "turns": [turn.record() for turn in turns],
+        "bindings": {box: dict(binding) for box, binding in (bindings or {}).items()},
     }
 
 
@@ -302,12 +307,7 @@ def verdicts_document(now: float, servers: list[Mapping[str, Any]],
     """
     verdicts = {}
     for server in servers:
-        change = server.get("change")
-        in_litellm = bool(server.get("in_litellm"))
-        if change in (Change.REGISTER, Change.REPLACE):
-            in_litellm = True
-        elif change == Change.DELETE:
-            in_litellm = False
+        in_litellm = routed_after(bool(server.get("in_litellm")), server.get("change"))
         verdicts[server["id"]] = {**server, "in_litellm": in_litellm,
                                   "memory": dict(memories.get(server["id"]) or {})}
     return {"pass_at": now, "verdicts": verdicts, "drift": [dict(item) for item in drift],

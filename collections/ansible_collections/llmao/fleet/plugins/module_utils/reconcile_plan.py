@@ -29,7 +29,17 @@ from .fleet_load import (
     with_latency,
 )
 from .intent import IntendedServer
-from .lifecycle import Action, Change, Drift, Memory, Probe, State, Verdict, classify
+from .lifecycle import (
+    Action,
+    Change,
+    Drift,
+    Memory,
+    Probe,
+    State,
+    Verdict,
+    classify,
+    routed_after,
+)
 from .listings import Endpoint, Listings, provider_of
 from .litellm_routes import Route, deployment_id, route_differs
 from .probe import Target
@@ -168,12 +178,8 @@ def _routed_after(plans: list[ServerPlan], routes: tuple[Route, ...],
                   orphans: tuple[Route, ...]) -> set[str]:
     """The route ids LiteLLM holds once this pass's changes are made."""
     routed = {route.id for route in routes} - {route.id for route in orphans}
-    for plan in plans:
-        if plan.change is Change.DELETE:
-            routed.discard(plan.id)
-        elif plan.change is not None:
-            routed.add(plan.id)
-    return routed
+    return (routed - {plan.id for plan in plans}) | {
+        plan.id for plan in plans if routed_after(plan.id in routed, plan.change)}
 
 
 def _after(turns: tuple[Turn, ...], updates: tuple[TurnUpdate, ...]) -> list[Turn]:

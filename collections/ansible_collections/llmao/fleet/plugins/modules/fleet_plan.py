@@ -212,7 +212,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.llmao.fleet.plugins.module_utils.fleet import Fleet
 from ansible_collections.llmao.fleet.plugins.module_utils.fleet_files import module_args
-from ansible_collections.llmao.fleet.plugins.module_utils.fleet_load import ModelLoad
+from ansible_collections.llmao.fleet.plugins.module_utils.fleet_load import ModelLoad, load_document
 from ansible_collections.llmao.fleet.plugins.module_utils.lifecycle import Change, Drift, Probe
 from ansible_collections.llmao.fleet.plugins.module_utils.listings import provider_of
 from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_module import (
@@ -361,8 +361,7 @@ def plan_result(plan: Plan, observations: Observations) -> dict[str, Any]:
         "drift_lines": [drift_line(item) for item in drift],
         "turn_updates": [update.record() for update in plan.turn_updates],
         "rollout_lines": plan.rollout_lines,
-        "models": {name: load.record() for name, load in plan.models.items()},
-        "boxes": {box: cost.record() for box, cost in plan.boxes.items()},
+        **load_document(plan.models, plan.boxes),
         "load_lines": [oversized_line(entry) for entry in servers if entry["oversized"]]
         + [model_line(name, load) for name, load in plan.models.items()],
         "counts": {**counts, "changes": len(changes)},

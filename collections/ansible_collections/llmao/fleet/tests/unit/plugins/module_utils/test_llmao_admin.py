@@ -9,9 +9,11 @@ from ansible_collections.llmao.fleet.plugins.module_utils.lifecycle import Memor
 from ansible_collections.llmao.fleet.plugins.module_utils.llmao_admin import (
     LlmaoAdmin,
     LlmaoAdminError,
+    observations_document,
     parse_observations,
     verdicts_document,
 )
+from ansible_collections.llmao.fleet.plugins.module_utils.rollout import Phase, Turn
 from rig.boxes import free_port
 
 ANSWER = {
@@ -35,6 +37,18 @@ def test_observations_are_read():
     assert seen.memories == {
         "llmao:203.0.113.10:8001:gemma": Memory(State.HEALTHY, 1, 0, 1900.0)}
     assert seen.approved == {}
+
+
+def test_the_document_written_is_the_one_read_turns_and_bindings_included():
+    turn = Turn("box-b", "r2", ("llmao:box-b:8001:gemma",), Phase.DRAINING, 1990.0, 2500.0)
+    document = observations_document(
+        2000.0, {"box-b": 1995.0}, {"box-b": {"revision": "r1", "cards": 2}},
+        {"box-b": ["gemma"]}, {}, [], None, [turn],
+        {"box-b": {"state": "confirmed", "instance": "i-7"}})
+    seen = parse_observations(document)
+    assert (seen.turns, seen.bindings) == ((turn,), {"box-b": "i-7"})
+    assert (seen.last_fetches, seen.applied, seen.cards, seen.approved) == (
+        {"box-b": 1995.0}, {"box-b": "r1"}, {"box-b": 2}, {"box-b": ("gemma",)})
 
 
 def test_the_cards_a_box_reported_are_read_and_nonsense_is_unknown():
