@@ -60,7 +60,7 @@ from .applied_report import read_applied_report
 from .bearer_header import presented_bearer
 from .bindings import binding_record, release_binding
 from .redaction import clipped
-from .state import ServerState, app_state
+from .state import ServerState, app_state, approvals_in_force
 from .store import AppliedReport, PassLease, ReconcilePass
 from .turns import apply_updates, ask_turn, read_ask, read_updates
 
@@ -120,7 +120,8 @@ def observations() -> Response:
     state = app_state()
     fetches = state.store.fetch_times()
     reports = state.store.applied_reports()
-    approved = approvals_in_force(state)
+    approvals = state.store.approvals()
+    approved = approvals_in_force(state.fleet, approvals)
     served = [*state.fleet.assignments, *approved]
     last = state.store.last_pass()
     document = observations_document(
@@ -145,12 +146,6 @@ def applied_record(report: AppliedReport) -> dict[str, Any]:
     if report.cards:
         record["cards"] = len(report.cards)
     return record
-
-
-def approvals_in_force(state: ServerState) -> dict[str, list[str]]:
-    """Approved box to its model names in port order; a box now in fleet.hosts is not one."""
-    return {approval.box: list(approval.models) for approval in state.store.approvals()
-            if approval.box not in state.fleet.assignments}
 
 
 @bp.post("/verdicts")

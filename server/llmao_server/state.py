@@ -7,7 +7,7 @@ applies (what a box is served, what an approval may hold) are the core's.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from flask import Flask, current_app
 
@@ -19,7 +19,7 @@ from .binding_cache import BindingCache
 from .box_api_stats import BoxApiStats
 from .recorder import FetchRecorder
 from .redaction import Redactor
-from .store import Approval, StateStore
+from .store import Approval, StateStore, UnknownBox
 
 EXTENSION = "llmao"
 
@@ -35,6 +35,28 @@ def app_state(app: Flask | None = None) -> ServerState:
 
 def attach_state(app: Flask, state: ServerState) -> None:
     app.extensions[EXTENSION] = state
+
+
+def approvals_in_force(fleet: Fleet, approvals: Iterable[Approval]) -> dict[str, list[str]]:
+    """Approved box to its model names in port order; a box now in ``fleet.hosts`` is not one
+    (its rows decide). What reconcile reads, and adds to the fleet it loads."""
+    return {approval.box: list(approval.models) for approval in approvals
+            if approval.box not in fleet.assignments}
+
+
+def fleet_in_force(fleet: Fleet, approvals: Iterable[Approval]) -> Fleet:
+    """The fleet llmao serves: ``fleet.hosts`` plus the approvals in force that the core's
+    ``with_approvals`` honours (the rule reconcile follows with the same approvals)."""
+    approved = approvals_in_force(fleet, approvals)
+    return fleet.with_approvals(approved) if approved else fleet
+
+
+def waiting_unknowns(fleet: Fleet, unknown: Iterable[UnknownBox],
+                     approvals: Iterable[Approval]) -> list[UnknownBox]:
+    """Unknown names still waiting for a decision: neither in ``fleet.hosts`` nor approved."""
+    approved = {approval.box for approval in approvals}
+    return [box for box in unknown if box.name not in approved
+            and box.name not in fleet.assignments]
 
 
 class ServerState:
@@ -55,6 +77,19 @@ class ServerState:
         self.fleet_key: bytes | None = (
             (fleet.settings.fleet_key or "").encode("utf-8") if fleet.fleet_key_configured
             else None)
+        self._in_force: tuple[tuple[tuple[str, tuple[str, ...]], ...], Fleet] | None = None
+
+    def fleet_in_force(self, approvals: Sequence[Approval] | None = None) -> Fleet:
+        """:func:`fleet_in_force` of this app's fleet and ``approvals`` (by default the
+        store's now), made again only when the approvals change (per worker): every box's
+        turn ask, ``/metrics`` and the admin API's observations read it."""
+        if approvals is None:
+            approvals = self.store.approvals()
+        key = tuple((approval.box, approval.models) for approval in approvals)
+        kept = self._in_force
+        if kept is None or kept[0] != key:
+            kept = self._in_force = (key, fleet_in_force(self.fleet, approvals))
+        return kept[1]
 
     def served_assignment(self, box: str) -> BoxAssignment | None:
         """What ``box`` is served: its ``fleet.hosts`` rows, else its approval, else None."""

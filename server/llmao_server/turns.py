@@ -74,7 +74,8 @@ def ask_turn(state: ServerState, box: str, intended: str, revision: str,
 
     What the rules read besides the turns is read before the store's lock and
     cheaply: the fleet in force and the last pass's Healthy servers per model are
-    made once per approval set and per stored pass in each worker (:class:`AskViews`),
+    made once per approval set (:meth:`ServerState.fleet_in_force`) and per stored pass
+    (:class:`AskViews`) in each worker,
     the box's applied revision is one row. Inside the lock only the turns that are
     not done are read, and only the boxes of those turns are looked at.
     """
@@ -83,7 +84,7 @@ def ask_turn(state: ServerState, box: str, intended: str, revision: str,
                              f"revision {clipped(revision)!r} is not what {box} is meant to run "
                              "now; fetch GET /vllm/config again")
     views = AskViews.of(state)
-    fleet = views.fleet_in_force()
+    fleet = state.fleet_in_force()
     healthy = views.healthy(fleet)
     applied = state.store.applied_revision(box)
     now = time.time()
@@ -130,9 +131,8 @@ def nothing_to_turn(fleet: Fleet, box: str, revision: str) -> dict[str, Any]:
 class AskViews:
     """What deciding a turn reads besides the turns, kept per worker and per app.
 
-    The fleet in force is rebuilt only when the approvals change, and the last
-    pass's Healthy servers per model (:func:`rollout.healthy_by_model`) only when a
-    new pass is stored (one cheap read says which is stored): a box's ask never
+    The last pass's Healthy servers per model (:func:`rollout.healthy_by_model`) are made
+    again only when a new pass is stored (one cheap read says which is stored): a box's ask never
     decodes the whole pass or walks every server. Asks of ``POST /vllm/turn`` are
     rate-limited per box here too (:meth:`take_ask`).
     """
@@ -142,7 +142,6 @@ class AskViews:
 
     def __init__(self, state: ServerState):
         self.state = state
-        self._fleet: tuple[tuple[tuple[str, tuple[str, ...]], ...], Fleet] | None = None
         self._healthy: tuple[Fleet, tuple[float, float], Mapping[str, frozenset[str]]] | None \
             = None
         self._asks: dict[str, tuple[float, float]] = {}
@@ -153,15 +152,6 @@ class AskViews:
         if views is None:
             views = cls._views[state] = cls(state)
         return views
-
-    def fleet_in_force(self) -> Fleet:
-        """The fleet with the approved boxes added, as they are served and reconciled."""
-        approvals = tuple((a.box, a.models) for a in self.state.store.approvals())
-        if self._fleet is None or self._fleet[0] != approvals:
-            fleet = (self.state.fleet.with_approvals(dict(approvals)) if approvals
-                     else self.state.fleet)
-            self._fleet = (approvals, fleet)
-        return self._fleet[1]
 
     def healthy(self, fleet: Fleet) -> Mapping[str, frozenset[str]]:
         """Model name → its servers the last stored pass called Healthy."""

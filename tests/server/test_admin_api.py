@@ -127,6 +127,20 @@ def test_observations_carry_the_approvals_in_force(client: FlaskClient, state: S
     assert document["boxes"][UNKNOWN] == {"last_fetch": 1002.0, "applied": None}
 
 
+def test_the_fleet_in_force_is_made_once_per_approval_set(state: ServerState):
+    # Read by a box's turn ask, /metrics and the scrape targets: one rule, made again only
+    # when the approvals change.
+    assert state.fleet_in_force() is state.fleet_in_force() is state.fleet
+    state.store.approve(Approval(OTHER_KNOWN, ("gemma",), "admin", 1001.0))
+    assert state.fleet_in_force() is state.fleet
+    state.approve(UNKNOWN, ["qwen", "gemma"], "admin", 1000.0)
+    in_force = state.fleet_in_force()
+    assert in_force is state.fleet_in_force()
+    assert list(in_force.assignments) == [*state.fleet.assignments, UNKNOWN]
+    assert in_force.assignments[OTHER_KNOWN] == state.fleet.assignments[OTHER_KNOWN]
+
+
+
 # --- verdicts ----------------------------------------------------------------------------------
 
 
