@@ -11,8 +11,9 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from ansible_collections.llmao.fleet.plugins.module_utils.llmao_admin import parse_observations
-from llmao_server.admin_api import MAX_VERDICTS, VERDICTS_MAX_BYTES
 from llmao_server.admin_attempts import peer_scope
+from llmao_server.json_body import BODY_MAX_BYTES
+from llmao_server.reconcile_pass import MAX_VERDICTS
 from llmao_server.state import ServerState
 from llmao_server.store import AppliedCard, AppliedReport, AppliedServer, Approval
 from tests.server.fleet_pair import ADMIN_TOKEN, KNOWN, LEGACY, OTHER_KNOWN, UNKNOWN, config
@@ -192,7 +193,7 @@ def test_the_pass_is_bounded(client: FlaskClient, state: ServerState):
     answer = client.post(VERDICTS, headers=admin(), json=a_pass(verdicts=too_many))
     assert answer.status_code == 400
     huge = b'{"pass_at": 1, "verdicts": {}, "drift": [], "pad": "' + \
-        b"x" * VERDICTS_MAX_BYTES + b'"}'
+        b"x" * BODY_MAX_BYTES + b'"}'
     answer = client.post(VERDICTS, headers={**admin(), "Content-Type": "application/json"},
                          data=huge)
     assert answer.status_code == 413
