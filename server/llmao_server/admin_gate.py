@@ -22,7 +22,7 @@ from .state import app_state
 def require_admin_token() -> None:
     """503 without a configured token, 401 without a bearer, 403 with the wrong one;
     429 or 503 from the attempt limit before the token is compared."""
-    token = app_state().fleet.settings.admin_token
+    token = app_state().fleet.settings.admin.token
     if is_placeholder(token):
         raise RequestRefused(503, "admin_token_not_configured",
                              "this server has no admin token (admin.token in config.yaml is "

@@ -83,7 +83,7 @@ MODEL_GAUGES = (
 
 @bp.get("/metrics")
 def metrics() -> Response:
-    require_scraper(app_state().fleet.settings.metrics_token)
+    require_scraper(app_state().fleet.settings.metrics.token)
     registry = CollectorRegistry(auto_describe=False)
     registry.register(FleetCollector(app_state(), time.time()))
     ProcessCollector(registry=registry)  # this worker's CPU, memory and open files

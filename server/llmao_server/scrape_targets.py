@@ -36,7 +36,7 @@ bp = Blueprint("scrape_targets", __name__)
 @bp.get("/metrics/targets")
 def targets() -> Response:
     state = app_state()
-    require_scraper(state.fleet.settings.metrics_token)
+    require_scraper(state.fleet.settings.metrics.token)
     return Response(json.dumps(list(target_groups(state))), 200,
                     content_type="application/json", headers={"Cache-Control": "no-store"})
 

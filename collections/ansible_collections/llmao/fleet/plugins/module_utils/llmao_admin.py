@@ -87,13 +87,13 @@ class LlmaoAdmin(JsonService):
     @classmethod
     def from_settings(cls, settings: Settings, timeout: float = 15.0) -> LlmaoAdmin:
         """The admin API ``config.yaml`` names; both ``server.url`` and ``admin.token`` needed."""
-        if not settings.server_url:
+        if not settings.server.url:
             raise LlmaoAdminError("config.yaml: server.url is not set; reconcile reads fetch "
                                   "times and records verdicts through llmao's admin API")
-        if is_placeholder(settings.admin_token):
+        if is_placeholder(settings.admin.token):
             raise LlmaoAdminError("config.yaml: admin.token is missing or CHANGE_ME; reconcile "
                                   "uses it on llmao's admin API")
-        return cls(settings.server_url, settings.admin_token or "", timeout)
+        return cls(settings.server.url, settings.admin.token or "", timeout)
 
     def observations(self) -> ServerObservations:
         return parse_observations(self._call("GET", OBSERVATIONS_PATH, None))

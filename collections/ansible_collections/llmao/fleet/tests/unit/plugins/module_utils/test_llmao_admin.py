@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.llmao.fleet.plugins.module_utils.config_file import Settings
+from ansible_collections.llmao.fleet.plugins.module_utils.config_file import (
+    Admin,
+    LlmaoServer,
+    Settings,
+)
 from ansible_collections.llmao.fleet.plugins.module_utils.lifecycle import Memory, State
 from ansible_collections.llmao.fleet.plugins.module_utils.llmao_admin import (
     LlmaoAdmin,
@@ -77,12 +81,10 @@ def test_a_misread_answer_fails(answer):
         parse_observations(answer)
 
 
-def settings(**changes):
-    base = dict(fleet_key="k" * 12, vllm_api_salt="s" * 12, selfhost_api_key=None,
-                legacy_servers=frozenset(), hosts={}, lifecycle=None, providers={},
-                litellm_url=None, litellm_master_key=None, server_url="http://127.0.0.1:9",
-                server_state="x", admin_token="an-admin-token-1234")
-    return Settings(**{**base, **changes})
+def settings(server_url="http://127.0.0.1:9", admin_token="an-admin-token-1234"):
+    return Settings(fleet_key="k" * 12, vllm_api_salt="s" * 12, selfhost_api_key=None,
+                    legacy_servers=frozenset(), hosts={}, lifecycle=None, providers={},
+                    server=LlmaoServer(server_url, "x"), admin=Admin(admin_token))
 
 
 @pytest.mark.parametrize(("changes", "text"), [
