@@ -7,7 +7,9 @@ applies (what a box is served, what an approval may hold) are the core's.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterable, Sequence
+from typing import Any, ClassVar, Self
 
 from flask import Flask, current_app
 
@@ -127,3 +129,23 @@ class ServerState:
         self.recorder.close()
         self.bindings.close()
         self.store.close()
+
+
+class StateView:
+    """What a worker keeps of one app's state between requests (a view made from the store,
+    kept until what it was made from changes): made on first use with :meth:`of`, dropped
+    with the state."""
+
+    _views: ClassVar[weakref.WeakKeyDictionary[ServerState, dict[type, Any]]] = \
+        weakref.WeakKeyDictionary()
+
+    def __init__(self, state: ServerState):
+        self.state = state
+
+    @classmethod
+    def of(cls, state: ServerState) -> Self:
+        views = StateView._views.setdefault(state, {})
+        view = views.get(cls)
+        if view is None:
+            view = views[cls] = cls(state)
+        return view

@@ -13,10 +13,9 @@ from __future__ import annotations
 
 import math
 import time
-import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import Any, ClassVar, NoReturn
+from typing import Any, NoReturn
 
 from ansible_collections.llmao.fleet.plugins.module_utils.fleet import Fleet
 from ansible_collections.llmao.fleet.plugins.module_utils.payload_rules import (
@@ -35,7 +34,7 @@ from ansible_collections.llmao.fleet.plugins.module_utils.rollout import (
 from .api_errors import RequestRefused
 from .audit import audit
 from .redaction import clipped
-from .state import ServerState
+from .state import ServerState, StateView
 
 # A box names at most the servers it runs now plus those it is told to run.
 MAX_NAMES = 2 * MAX_SERVERS
@@ -128,7 +127,7 @@ def nothing_to_turn(fleet: Fleet, box: str, revision: str) -> dict[str, Any]:
             "why": "none of the servers named is one this box is meant to run: nothing to drain"}
 
 
-class AskViews:
+class AskViews(StateView):
     """What deciding a turn reads besides the turns, kept per worker and per app.
 
     The last pass's Healthy servers per model (:func:`rollout.healthy_by_model`) are made
@@ -137,21 +136,11 @@ class AskViews:
     rate-limited per box here too (:meth:`take_ask`).
     """
 
-    _views: ClassVar[weakref.WeakKeyDictionary[ServerState, AskViews]] = \
-        weakref.WeakKeyDictionary()
-
     def __init__(self, state: ServerState):
-        self.state = state
+        super().__init__(state)
         self._healthy: tuple[Fleet, tuple[float, float], Mapping[str, frozenset[str]]] | None \
             = None
         self._asks: dict[str, tuple[float, float]] = {}
-
-    @classmethod
-    def of(cls, state: ServerState) -> AskViews:
-        views = cls._views.get(state)
-        if views is None:
-            views = cls._views[state] = cls(state)
-        return views
 
     def healthy(self, fleet: Fleet) -> Mapping[str, frozenset[str]]:
         """Model name → its servers the last stored pass called Healthy."""
