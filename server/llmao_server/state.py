@@ -71,13 +71,13 @@ class ServerState:
         self.recorder = FetchRecorder(store, redact=self.redact)
         self.bindings = BindingCache(store)
         # Decided once: every box call asks it (fleet.binding, docs/box-identity.md).
-        self.binds_boxes = fleet.settings.binds_boxes
+        self.binds_boxes = fleet.settings.fleet.binds_boxes
         # Made here, in the arbiter that preloads the app, so every worker forked shares it.
         self.box_api_stats = BoxApiStats()
         # Decided and encoded once: the gate checks it on every request. None: no usable
         # key is configured (missing, empty or a placeholder), so every fetch answers 503.
         self.fleet_key: bytes | None = (
-            (fleet.settings.fleet_key or "").encode("utf-8") if fleet.fleet_key_configured
+            (fleet.settings.fleet.key or "").encode("utf-8") if fleet.fleet_key_configured
             else None)
         self._in_force: tuple[tuple[tuple[str, tuple[str, ...]], ...], Fleet] | None = None
 

@@ -141,7 +141,7 @@ class Provider:
 
 
 @dataclass(frozen=True)
-class LiteLLM:
+class LiteLLMSection:
     """``litellm:``: the proxy reconcile writes routes to, and its master key."""
 
     url: str | None = None
@@ -149,7 +149,7 @@ class LiteLLM:
 
 
 @dataclass(frozen=True)
-class LlmaoServer:
+class ServerSection:
     """``server:``: where reconcile finds llmao's admin API, and the state store it keeps
     (a database URL, or a SQLite file made absolute against the config file's folder)."""
 
@@ -158,7 +158,7 @@ class LlmaoServer:
 
 
 @dataclass(frozen=True)
-class Admin:
+class AdminSection:
     """``admin:``: the token of the dashboard and the admin API, how long a login lasts,
     and the one limit on presenting the token."""
 
@@ -168,7 +168,7 @@ class Admin:
 
 
 @dataclass(frozen=True)
-class Metrics:
+class MetricsSection:
     """``metrics:``: the bearer of llmao-server's ``GET /metrics``; unset, it answers
     loopback peers only."""
 
@@ -176,30 +176,20 @@ class Metrics:
 
 
 @dataclass(frozen=True)
-class Settings:
-    """Everything ``config.yaml`` says, checked key by key: the ``fleet:`` section's keys,
-    then one record per other section, each read by its own reader."""
+class FleetSection:
+    """``fleet:``: the secrets boxes and bearers are made from, the hosts, and the knobs of
+    the lifecycle, the load and the binding."""
 
-    fleet_key: str | None = field(repr=False)
-    vllm_api_salt: str | None = field(repr=False)
-    selfhost_api_key: str | None = field(repr=False)
-    legacy_servers: frozenset[tuple[str, int]]
-    hosts: dict[str, tuple[HostRow, ...]]
-    lifecycle: Lifecycle
-    providers: dict[str, Provider]
-    litellm: LiteLLM = LiteLLM()
-    server: LlmaoServer = LlmaoServer()
-    admin: Admin = Admin()
-    metrics: Metrics = Metrics()
-    # (key path, why) for fleet.key and fleet.vllm_api_salt when weak: loaded, but warned about.
-    weak_secrets: tuple[tuple[str, str], ...] = ()
+    key: str | None = field(default=None, repr=False)
+    vllm_api_salt: str | None = field(default=None, repr=False)
+    selfhost_api_key: str | None = field(default=None, repr=False)
+    legacy_servers: frozenset[tuple[str, int]] = frozenset()
+    hosts: dict[str, tuple[HostRow, ...]] = field(default_factory=dict)
+    lifecycle: Lifecycle = Lifecycle()
     load: LoadKnobs = LoadKnobs()
     cost_per_hour: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
-    rollout: Rollout = Rollout()
     # fleet.binding: BINDING_FIRST_FETCH (the default) or BINDING_OFF.
     binding: str = BINDING_FIRST_FETCH
-    # box_tls: the fleet CA, when boxes serve HTTPS (docs/box-tls.md); None: plain HTTP.
-    box_tls: BoxTls | None = None
 
     @property
     def binds_boxes(self) -> bool:
@@ -210,12 +200,30 @@ class Settings:
         """A pair that predates the salt and serves ``selfhost_api_key`` (box normalised)."""
         return (normalize_host(box), listen_port) in self.legacy_servers
 
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything ``config.yaml`` says, checked key by key: one record per section, each
+    read by its own reader."""
+
+    fleet: FleetSection
+    providers: dict[str, Provider] = field(default_factory=dict)
+    litellm: LiteLLMSection = LiteLLMSection()
+    server: ServerSection = ServerSection()
+    admin: AdminSection = AdminSection()
+    metrics: MetricsSection = MetricsSection()
+    rollout: Rollout = Rollout()
+    # box_tls: the fleet CA, when boxes serve HTTPS (docs/box-tls.md); None: plain HTTP.
+    box_tls: BoxTls | None = None
+    # (key path, why) for fleet.key and fleet.vllm_api_salt when weak: loaded, but warned about.
+    weak_secrets: tuple[tuple[str, str], ...] = ()
+
     def secret_paths(self) -> dict[str, str | None]:
         """Every secret this file holds by its key path, as written (unset and placeholder
         values included): the one list. Log redaction and Ansible's censoring start from
         it (:meth:`secrets`), and the tokens must differ from every other one of it."""
-        return {"fleet.key": self.fleet_key, "fleet.vllm_api_salt": self.vllm_api_salt,
-                "fleet.selfhost_api_key": self.selfhost_api_key,
+        return {"fleet.key": self.fleet.key, "fleet.vllm_api_salt": self.fleet.vllm_api_salt,
+                "fleet.selfhost_api_key": self.fleet.selfhost_api_key,
                 "litellm.master_key": self.litellm.master_key,
                 "admin.token": self.admin.token, "metrics.token": self.metrics.token,
                 **{f"providers.{kind}.api_key": provider.api_key
@@ -237,7 +245,7 @@ def load_settings(path: str, problems: Problems, warnings: list[str],
     top = Section(problems, path, (), read_yaml(path), required=True)
     fleet = top.sub("fleet", required=True)
     settings = Settings(
-        **_read_fleet(fleet, warnings),
+        _read_fleet(fleet, warnings),
         providers=_read_providers(top.sub("providers")),
         litellm=_read_litellm(top.sub("litellm")),
         server=_read_server(top.sub("server"), path),
@@ -252,10 +260,10 @@ def load_settings(path: str, problems: Problems, warnings: list[str],
                         f"boots, and its certificate expires after {settings.box_tls.leaf_days} "
                         f"days (docs/box-tls.md)")
     if settings.rollout.following:
-        _check_follow_names(fleet, settings.hosts)
+        _check_follow_names(fleet, settings.fleet.hosts)
     check_distinct(top, settings.secret_paths())
-    weak = weak_secrets({"fleet.key": settings.fleet_key,
-                         "fleet.vllm_api_salt": settings.vllm_api_salt})
+    weak = weak_secrets({"fleet.key": settings.fleet.key,
+                         "fleet.vllm_api_salt": settings.fleet.vllm_api_salt})
     warnings.extend(f"{path}: {key}: {why}. It loads, but a weak {key} is easier to guess; "
                     f"changing it means re-provisioning every box (docs/rotating-secrets.md). "
                     f"Make a strong one with: {MAKE_ONE}" for key, why in weak)
@@ -263,20 +271,20 @@ def load_settings(path: str, problems: Problems, warnings: list[str],
     return replace(settings, weak_secrets=weak)
 
 
-def _read_fleet(fleet: Section, warnings: list[str]) -> dict[str, Any]:
-    """``fleet:``: its keys as the :class:`Settings` fields they fill. The section is closed
-    (unknown keys refused) before the next one is read, so problems come in file order."""
-    fleet_key = fleet.text("key")
-    if not is_placeholder(fleet_key) and (why := unpresentable(fleet_key)):
+def _read_fleet(fleet: Section, warnings: list[str]) -> FleetSection:
+    """``fleet:``, closed (unknown keys refused) before the next section is read, so that
+    problems come in file order."""
+    key = fleet.text("key")
+    if not is_placeholder(key) and (why := unpresentable(key)):
         fleet.problem("key", f"{why}: every box would be refused (403). Make one with: "
                              f"{MAKE_ONE}")
-    keys = {"fleet_key": fleet_key, "vllm_api_salt": fleet.text("vllm_api_salt"),
-            "selfhost_api_key": fleet.text("selfhost_api_key"),
-            "legacy_servers": _read_legacy(fleet), "hosts": _read_hosts(fleet, warnings),
-            "lifecycle": _read_lifecycle(fleet), "load": _read_load(fleet),
-            "cost_per_hour": _read_costs(fleet), "binding": _read_binding(fleet)}
+    section = FleetSection(
+        key=key, vllm_api_salt=fleet.text("vllm_api_salt"),
+        selfhost_api_key=fleet.text("selfhost_api_key"), legacy_servers=_read_legacy(fleet),
+        hosts=_read_hosts(fleet, warnings), lifecycle=_read_lifecycle(fleet),
+        load=_read_load(fleet), cost_per_hour=_read_costs(fleet), binding=_read_binding(fleet))
     fleet.close()
-    return keys
+    return section
 
 
 def _read_lifecycle(fleet: Section) -> Lifecycle:
@@ -306,21 +314,21 @@ def _read_load(fleet: Section) -> LoadKnobs:
     )
 
 
-def _read_litellm(section: Section) -> LiteLLM:
-    litellm = LiteLLM(section.text("url"), section.text("master_key"))
+def _read_litellm(section: Section) -> LiteLLMSection:
+    litellm = LiteLLMSection(section.text("url"), section.text("master_key"))
     section.close()
     return litellm
 
 
-def _read_server(section: Section, config_path: str) -> LlmaoServer:
-    server = LlmaoServer(section.text("url"),
+def _read_server(section: Section, config_path: str) -> ServerSection:
+    server = ServerSection(section.text("url"),
                          _state_location(config_path, section.text("state", DEFAULT_STATE_FILE)))
     section.close()
     return server
 
 
-def _read_admin(section: Section) -> Admin:
-    admin = Admin(token=section.token("token"),
+def _read_admin(section: Section) -> AdminSection:
+    admin = AdminSection(token=section.token("token"),
                   session_lifetime_s=section.number("session_lifetime_s",
                                                     DEFAULT_SESSION_LIFETIME_S,
                                                     maximum=MAX_SESSION_LIFETIME_S),
@@ -329,8 +337,8 @@ def _read_admin(section: Section) -> Admin:
     return admin
 
 
-def _read_metrics(section: Section) -> Metrics:
-    metrics = Metrics(section.token("token"))
+def _read_metrics(section: Section) -> MetricsSection:
+    metrics = MetricsSection(section.token("token"))
     section.close()
     return metrics
 

@@ -149,7 +149,7 @@ def plan_pass(fleet: Fleet, observations: Observations, probes: Mapping[str, Pro
                            probes[key].plain_http)
         verdict = classify(observations.now, observations.last_fetches.get(server.box),
                            probes[key], listings.listed(server.box),
-                           observations.memories.get(key, Memory()), fleet.settings.lifecycle)
+                           observations.memories.get(key, Memory()), fleet.settings.fleet.lifecycle)
         if server.box in short:
             plan = _short_of_cards(server, endpoint, verdict, by_id.get(key), short[server.box])
         else:
@@ -194,7 +194,7 @@ def _box_cost(fleet: Fleet, listings: Listings, box: str) -> BoxCost:
     listed = listings.box(box)
     return box_cost(provider_of(listings.configured, listings.named_by(box)),
                     listed.price_per_hour if listed else None,
-                    fleet.settings.cost_per_hour.get(box))
+                    fleet.settings.fleet.cost_per_hour.get(box))
 
 
 def _loads(fleet: Fleet, plans: list[ServerPlan], probes: Mapping[str, Probe],
@@ -209,7 +209,7 @@ def _loads(fleet: Fleet, plans: list[ServerPlan], probes: Mapping[str, Probe],
         load = server_load(probes[plan.id].metrics,
                            plan.server.entry.vllm.numbers.get("max_model_len"),
                            plan.verdict.state is State.HEALTHY, previous, share,
-                           fleet.settings.load)
+                           fleet.settings.fleet.load)
         loads[plan.id] = with_latency(load, _scrapes(previous, probes[plan.id]))
         remembered[plan.id] = remember_latency(
             remember_load(plan.verdict.memory, previous, load), previous,

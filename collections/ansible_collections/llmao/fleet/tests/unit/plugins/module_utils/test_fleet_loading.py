@@ -332,15 +332,15 @@ def test_state_defaults_beside_the_config(tmp_path):
 
 
 def test_load_knobs_and_costs_default_and_read(tmp_path):
-    defaults = load_fleet(*write_pair(tmp_path)).settings
+    defaults = load_fleet(*write_pair(tmp_path)).settings.fleet
     assert (defaults.load.saturated_passes, defaults.load.saturated_kv_usage) == (3, 0.9)
     assert dict(defaults.cost_per_hour) == {}
     config = base_config()
     config["fleet"].update(saturated_passes=5, saturated_kv_usage=0.8,
                            cost_per_hour={"203.0.113.10": 0, "::ffff:198.51.100.7": 1.25})
-    settings = load_fleet(*write_pair(tmp_path, config)).settings
-    assert (settings.load.saturated_passes, settings.load.saturated_kv_usage) == (5, 0.8)
-    assert dict(settings.cost_per_hour) == {"203.0.113.10": 0.0, "198.51.100.7": 1.25}
+    section = load_fleet(*write_pair(tmp_path, config)).settings.fleet
+    assert (section.load.saturated_passes, section.load.saturated_kv_usage) == (5, 0.8)
+    assert dict(section.cost_per_hour) == {"203.0.113.10": 0.0, "198.51.100.7": 1.25}
 
 
 def test_rollout_defaults_to_not_following(tmp_path):

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from ansible_collections.llmao.fleet.plugins.module_utils.config_file import (
-    Admin,
-    LlmaoServer,
+    AdminSection,
+    FleetSection,
+    ServerSection,
     Settings,
 )
 from ansible_collections.llmao.fleet.plugins.module_utils.lifecycle import Memory, State
@@ -82,9 +83,8 @@ def test_a_misread_answer_fails(answer):
 
 
 def settings(server_url="http://127.0.0.1:9", admin_token="an-admin-token-1234"):
-    return Settings(fleet_key="k" * 12, vllm_api_salt="s" * 12, selfhost_api_key=None,
-                    legacy_servers=frozenset(), hosts={}, lifecycle=None, providers={},
-                    server=LlmaoServer(server_url, "x"), admin=Admin(admin_token))
+    return Settings(FleetSection("k" * 12, "s" * 12), server=ServerSection(server_url, "x"),
+                    admin=AdminSection(admin_token))
 
 
 @pytest.mark.parametrize(("changes", "text"), [
