@@ -321,18 +321,18 @@ def _read_litellm(section: Section) -> LiteLLMSection:
 
 
 def _read_server(section: Section, config_path: str) -> ServerSection:
-    server = ServerSection(section.text("url"),
-                         _state_location(config_path, section.text("state", DEFAULT_STATE_FILE)))
+    state = section.text("state", DEFAULT_STATE_FILE)
+    server = ServerSection(section.text("url"), _state_location(config_path, state))
     section.close()
     return server
 
 
 def _read_admin(section: Section) -> AdminSection:
-    admin = AdminSection(token=section.token("token"),
-                  session_lifetime_s=section.number("session_lifetime_s",
-                                                    DEFAULT_SESSION_LIFETIME_S,
-                                                    maximum=MAX_SESSION_LIFETIME_S),
-                  attempts=_read_attempts(section.sub("attempts")))
+    admin = AdminSection(
+        token=section.token("token"),
+        session_lifetime_s=section.number("session_lifetime_s", DEFAULT_SESSION_LIFETIME_S,
+                                          maximum=MAX_SESSION_LIFETIME_S),
+        attempts=_read_attempts(section.sub("attempts")))
     section.close()
     return admin
 
