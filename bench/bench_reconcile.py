@@ -86,7 +86,7 @@ def probe_phase(fleet: Fleet) -> None:
 def module_chain(fleet: Fleet, scrape: bool = True) -> int:
     """One pass through the modules' own logic, in-process; returns how many changes."""
     observations, _ = observe(fleet, 15.0)  # (and the bindings it released: none here)
-    knobs = fleet.settings.lifecycle
+    knobs = fleet.settings.fleet.lifecycle
     probes = probe_fleet(fleet, observations.listings, None, knobs.probe_connect_timeout_s,
                          knobs.probe_timeout_s, scrape=scrape)
     plan = make_plan(fleet, observations, probes_from_record(probes))

@@ -72,7 +72,7 @@ class LocalFleet(FleetFolder):
         fleet = self.load()
         found = [self.salt, self.fleet_key, self.admin_token]
         found += [server.api_key for server in fleet.servers()]
-        master = fleet.settings.litellm_master_key
+        master = fleet.settings.litellm.master_key
         return found + ([master] if master else [])
 
 

@@ -1,5 +1,6 @@
-"""Session fixtures shared by every test: the container engine, the box image, box factories,
-the real vLLM.
+"""Fixtures shared by every test: where a fresh store lives (`location`, once over SQLite and
+once over PostgreSQL), and the session's container engine, box image, box factories and real
+vLLM.
 
 Docker tests (`@pytest.mark.docker`) ask for `box_factory`. Without dockerd installed they skip
 with the reason, except in CI (`CI=true`), which installs it: there a missing engine fails.
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
@@ -20,6 +22,15 @@ from rig import real_vllm as real
 from rig.box_image import ensure_box_image
 from rig.boxes import Box, LocalStub, start_box, start_local_stub
 from rig.fleet_files import strong_secret
+from rig.postgres import session_cluster
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def location(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Where a fresh, empty store lives: a SQLite file, or a new PostgreSQL database."""
+    if request.param == "sqlite":
+        return str(tmp_path / "state.sqlite3")
+    return session_cluster(request.config).new_database()
 
 
 @pytest.fixture(scope="session")

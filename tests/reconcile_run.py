@@ -10,6 +10,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from ansible_collections.llmao.fleet.plugins.module_utils.fleet import Fleet
+from ansible_collections.llmao.fleet.plugins.module_utils.litellm_client import LiteLLM
+
 REPO = Path(__file__).resolve().parent.parent
 PLAYBOOK = REPO / "playbooks" / "reconcile.yml"
 ANSIBLE_PLAYBOOK = Path(sys.executable).with_name("ansible-playbook")
@@ -50,3 +53,13 @@ def run_reconcile(inventory: Path, *flags: str, env: Mapping[str, str] | None = 
                           cwd=REPO, env=environment, capture_output=True, text=True,
                           timeout=timeout)
     return PlaybookRun(done.returncode, done.stdout + done.stderr)
+
+
+def forget_routes(fleet: Fleet) -> None:
+    """The session's LiteLLM (the fake or the proxy) is shared: a test's deployments go with
+    it, the other tests' stay."""
+    client = LiteLLM.from_settings(fleet.settings)
+    ours = tuple(f"llmao:{box}:" for box in fleet.assignments)
+    for route in client.routes():
+        if route.id.startswith(ours):
+            client.delete(route.id)

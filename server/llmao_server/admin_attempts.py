@@ -74,9 +74,9 @@ def admin_token_matches(state: ServerState, presented: str, peer: str | None, ac
     A peer over its own limit is not counted overall: one caller alone never locks
     everybody out.
     """
-    counted_overall = not state.fleet.settings.attempts.trusts(peer)
+    counted_overall = not state.fleet.settings.admin.attempts.trusts(peer)
     scope = claim_attempts(state, peer, action, who)
-    expected = (state.fleet.settings.admin_token or "").encode("utf-8")
+    expected = (state.fleet.settings.admin.token or "").encode("utf-8")
     if hmac.compare_digest(presented.encode("utf-8"), expected):
         state.store.release_attempt(scope, give_back_overall=counted_overall)
         return True
@@ -90,7 +90,7 @@ def claim_attempts(state: ServerState, peer: str | None, action: str, who: str =
     before the credential is looked at; the peer's scope, for
     :meth:`~.store.StateStore.release_attempt` when it was right. Raises
     :class:`AttemptRefused` over a limit or when the store cannot count."""
-    limits = state.fleet.settings.attempts
+    limits = state.fleet.settings.admin.attempts
     scope = peer_scope(peer)
     scopes = [(scope, limits.per_peer, "this address")]
     if overall and not limits.trusts(peer):

@@ -41,7 +41,7 @@ def create_app(test_config: Mapping[str, Any] | None = None) -> Flask:
     for key in SETTINGS_FROM_ENVIRONMENT:
         app.config.setdefault(key, os.environ.get(key))
     fleet = app.config.get("LLMAO_FLEET") or fleet_from_files(app.config)
-    store = open_store(app.config["LLMAO_STATE"] or fleet.settings.server_state)
+    store = open_store(app.config["LLMAO_STATE"] or fleet.settings.server.state)
     state = ServerState(fleet, store)
     state.forget_joined_unknowns()
     attach_state(app, state)

@@ -11,8 +11,8 @@ handed over in the environ, and where it came from, and nothing else a caller se
 This is a plain WSGI layer in front of the Flask app rather than a blueprint:
 a boot storm hits ``GET /vllm/config`` and nothing else, and Flask's request
 machinery alone costs more than the rest of the answer (a minimal Flask route
-under the same gunicorn reached 0.6-0.7 of a bare WSGI app, below DESIGN's
-0.8). Every other path goes on to Flask.
+under the same gunicorn reached 0.6-0.7 of a bare WSGI app, below P1's
+0.8 in bench/README.md). Every other path goes on to Flask.
 """
 
 from __future__ import annotations

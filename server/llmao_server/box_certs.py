@@ -14,9 +14,8 @@ import ipaddress
 import json
 import re
 import time
-import weakref
 from collections.abc import Mapping
-from typing import Any, ClassVar, NoReturn
+from typing import Any, NoReturn
 
 from ansible_collections.llmao.fleet.plugins.module_utils.hostnames import is_ip_address
 
@@ -24,7 +23,7 @@ from .api_errors import RequestRefused
 from .audit import audit
 from .bindings import TOKEN_ENVIRON, TOKEN_HEADER, matches
 from .fleet_ca import CsrRefused, read_csr, requested_names, sign_leaf
-from .state import ServerState
+from .state import ServerState, StateView
 from .store.base import StoreError
 
 # A P-256 or RSA-4096 request in PEM is 0.5 to 2 KiB; anything much larger is not a request.
@@ -40,25 +39,15 @@ DNS_NAME_RE = re.compile(r"^(?=.{1,253}$)([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)+
                          r"[a-z]([a-z0-9-]{0,61}[a-z0-9])?$")
 
 
-class ListedAddresses:
+class ListedAddresses(StateView):
     """Box → the public addresses the last stored pass dialled it at, kept per worker and
     per app until another pass is stored (one cheap read says which is stored), as
     :class:`.turns.AskViews` keeps its Healthy servers: a request, refused or not, never
     decodes the whole pass."""
 
-    _views: ClassVar[weakref.WeakKeyDictionary[ServerState, ListedAddresses]] = \
-        weakref.WeakKeyDictionary()
-
     def __init__(self, state: ServerState):
-        self.state = state
+        super().__init__(state)
         self._kept: tuple[tuple[float, float], dict[str, list[str]]] | None = None
-
-    @classmethod
-    def of(cls, state: ServerState) -> ListedAddresses:
-        views = cls._views.get(state)
-        if views is None:
-            views = cls._views[state] = cls(state)
-        return views
 
     def of_box(self, box: str) -> list[str]:
         stamp = self.state.store.pass_stamp()

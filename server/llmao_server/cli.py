@@ -166,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
             raise Refused("--read-timeout must be at least 1 second")
         fleet = load_checked_fleet(args)
         check_transport(args)
-        location = args.state or fleet.settings.server_state
+        location = args.state or fleet.settings.server.state
         versions = prepare_state(location)
     except Refused as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)

@@ -37,8 +37,7 @@ from .api_errors import RequestRefused
 from .bearer_header import presented_bearer
 from .build_info import package_version
 from .cert_expiry import certificate_expiries
-from .dashboard.fleet_view import Observed, strangers
-from .state import ServerState, app_state
+from .state import ServerState, app_state, waiting_unknowns
 from .store import ReconcilePass
 
 bp = Blueprint("fleet_metrics", __name__)
@@ -84,7 +83,7 @@ MODEL_GAUGES = (
 
 @bp.get("/metrics")
 def metrics() -> Response:
-    require_scraper(app_state().fleet.settings.metrics_token)
+    require_scraper(app_state().fleet.settings.metrics.token)
     registry = CollectorRegistry(auto_describe=False)
     registry.register(FleetCollector(app_state(), time.time()))
     ProcessCollector(registry=registry)  # this worker's CPU, memory and open files
@@ -123,13 +122,12 @@ class FleetCollector:
         yield from self.state.box_api_stats.metrics()
         last = self.state.store.last_pass()
         approvals = self.state.store.approvals()
-        unknown = strangers(self.state.fleet, Observed(unknown=self.state.store.unknown_boxes(),
-                                                       approvals=approvals), self.now)
+        unknown = waiting_unknowns(self.state.fleet, self.state.store.unknown_boxes(), approvals)
         yield GaugeMetricFamily("llmao_unknown_boxes",
                                 "Names presenting the fleet key that are not in fleet.hosts "
                                 "nor approved.", value=len(unknown))
         yield from binding_metrics(self.state)
-        served = set(self.state.fleet.assignments) | {approval.box for approval in approvals}
+        served = set(self.state.fleet_in_force(approvals).assignments)
         yield from box_checkins(served, self.state.store.fetch_times(),
                                 self.state.store.check_times(),
                                 self.state.store.applied_reports())

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from typing import Any
-
-from .box_api import WsgiApp
+from wsgiref.types import WSGIApplication
 
 HSTS_HEADER = ("Strict-Transport-Security", "max-age=31536000")
 
@@ -18,7 +17,7 @@ HSTS_HEADER = ("Strict-Transport-Security", "max-age=31536000")
 class StrictTransport:
     """Adds :data:`HSTS_HEADER` to every answer the wrapped app gives over HTTPS."""
 
-    def __init__(self, app: WsgiApp):
+    def __init__(self, app: WSGIApplication):
         self.app = app
 
     def __call__(self, environ: dict[str, Any],

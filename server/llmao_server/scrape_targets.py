@@ -35,7 +35,7 @@ bp = Blueprint("scrape_targets", __name__)
 @bp.get("/metrics/targets")
 def targets() -> Response:
     state = app_state()
-    require_scraper(state.fleet.settings.metrics_token)
+    require_scraper(state.fleet.settings.metrics.token)
     return Response(json.dumps(list(target_groups(state))), 200,
                     content_type="application/json", headers={"Cache-Control": "no-store"})
 
@@ -59,11 +59,7 @@ def target_groups(state: ServerState) -> Iterator[dict[str, Any]]:
 
 def served_servers(state: ServerState) -> Iterator[IntendedServer]:
     """The servers of ``fleet.hosts``, then those of boxes approved on the dashboard."""
-    yield from state.fleet.servers()
-    for approval in state.store.approvals():
-        assignment = state.served_assignment(approval.box)
-        if assignment is not None and approval.box not in state.fleet.assignments:
-            yield from assignment.servers
+    yield from state.fleet_in_force().servers()
 
 
 def local_address(fleet: Fleet, server: IntendedServer) -> str | None:

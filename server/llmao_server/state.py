@@ -7,7 +7,9 @@ applies (what a box is served, what an approval may hold) are the core's.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import weakref
+from collections.abc import Iterable, Sequence
+from typing import Any, ClassVar, Self
 
 from flask import Flask, current_app
 
@@ -19,7 +21,7 @@ from .binding_cache import BindingCache
 from .box_api_stats import BoxApiStats
 from .recorder import FetchRecorder
 from .redaction import Redactor
-from .store import Approval, StateStore
+from .store import Approval, StateStore, UnknownBox
 
 EXTENSION = "llmao"
 
@@ -37,6 +39,28 @@ def attach_state(app: Flask, state: ServerState) -> None:
     app.extensions[EXTENSION] = state
 
 
+def approvals_in_force(fleet: Fleet, approvals: Iterable[Approval]) -> dict[str, list[str]]:
+    """Approved box to its model names in port order; a box now in ``fleet.hosts`` is not one
+    (its rows decide). What reconcile reads, and adds to the fleet it loads."""
+    return {approval.box: list(approval.models) for approval in approvals
+            if approval.box not in fleet.assignments}
+
+
+def fleet_in_force(fleet: Fleet, approvals: Iterable[Approval]) -> Fleet:
+    """The fleet llmao serves: ``fleet.hosts`` plus the approvals in force that the core's
+    ``with_approvals`` honours (the rule reconcile follows with the same approvals)."""
+    approved = approvals_in_force(fleet, approvals)
+    return fleet.with_approvals(approved) if approved else fleet
+
+
+def waiting_unknowns(fleet: Fleet, unknown: Iterable[UnknownBox],
+                     approvals: Iterable[Approval]) -> list[UnknownBox]:
+    """Unknown names still waiting for a decision: neither in ``fleet.hosts`` nor approved."""
+    approved = {approval.box for approval in approvals}
+    return [box for box in unknown if box.name not in approved
+            and box.name not in fleet.assignments]
+
+
 class ServerState:
     """The fleet, the shared store and the redactor of one app."""
 
@@ -47,14 +71,27 @@ class ServerState:
         self.recorder = FetchRecorder(store, redact=self.redact)
         self.bindings = BindingCache(store)
         # Decided once: every box call asks it (fleet.binding, docs/box-identity.md).
-        self.binds_boxes = fleet.settings.binds_boxes
+        self.binds_boxes = fleet.settings.fleet.binds_boxes
         # Made here, in the arbiter that preloads the app, so every worker forked shares it.
         self.box_api_stats = BoxApiStats()
         # Decided and encoded once: the gate checks it on every request. None: no usable
         # key is configured (missing, empty or a placeholder), so every fetch answers 503.
         self.fleet_key: bytes | None = (
-            (fleet.settings.fleet_key or "").encode("utf-8") if fleet.fleet_key_configured
+            (fleet.settings.fleet.key or "").encode("utf-8") if fleet.fleet_key_configured
             else None)
+        self._in_force: tuple[tuple[tuple[str, tuple[str, ...]], ...], Fleet] | None = None
+
+    def fleet_in_force(self, approvals: Sequence[Approval] | None = None) -> Fleet:
+        """:func:`fleet_in_force` of this app's fleet and ``approvals`` (by default the
+        store's now), made again only when the approvals change (per worker): every box's
+        turn ask, ``/metrics`` and the admin API's observations read it."""
+        if approvals is None:
+            approvals = self.store.approvals()
+        key = tuple((approval.box, approval.models) for approval in approvals)
+        kept = self._in_force
+        if kept is None or kept[0] != key:
+            kept = self._in_force = (key, fleet_in_force(self.fleet, approvals))
+        return kept[1]
 
     def served_assignment(self, box: str) -> BoxAssignment | None:
         """What ``box`` is served: its ``fleet.hosts`` rows, else its approval, else None."""
@@ -92,3 +129,23 @@ class ServerState:
         self.recorder.close()
         self.bindings.close()
         self.store.close()
+
+
+class StateView:
+    """What a worker keeps of one app's state between requests (a view made from the store,
+    kept until what it was made from changes): made on first use with :meth:`of`, dropped
+    with the state."""
+
+    _views: ClassVar[weakref.WeakKeyDictionary[ServerState, dict[type, Any]]] = \
+        weakref.WeakKeyDictionary()
+
+    def __init__(self, state: ServerState):
+        self.state = state
+
+    @classmethod
+    def of(cls, state: ServerState) -> Self:
+        views = StateView._views.setdefault(state, {})
+        view = views.get(cls)
+        if view is None:
+            view = views[cls] = cls(state)
+        return view

@@ -13,19 +13,18 @@ from __future__ import annotations
 
 import math
 import time
-import weakref
 from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar, NoReturn
+from dataclasses import replace
+from typing import Any, NoReturn
 
 from ansible_collections.llmao.fleet.plugins.module_utils.fleet import Fleet
-from ansible_collections.llmao.fleet.plugins.module_utils.json_values import enum_member
 from ansible_collections.llmao.fleet.plugins.module_utils.payload_rules import (
     MAX_SERVERS,
     SERVER_NAME_RE,
     revision_problem,
 )
+from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_turns import TurnUpdate
 from ansible_collections.llmao.fleet.plugins.module_utils.rollout import (
-    Phase,
     Turn,
     TurnError,
     decide_turn,
@@ -36,7 +35,7 @@ from ansible_collections.llmao.fleet.plugins.module_utils.rollout import (
 from .api_errors import RequestRefused
 from .audit import audit
 from .redaction import clipped
-from .state import ServerState
+from .state import ServerState, StateView
 
 # A box names at most the servers it runs now plus those it is told to run.
 MAX_NAMES = 2 * MAX_SERVERS
@@ -73,7 +72,8 @@ def ask_turn(state: ServerState, box: str, intended: str, revision: str,
 
     What the rules read besides the turns is read before the store's lock and
     cheaply: the fleet in force and the last pass's Healthy servers per model are
-    made once per approval set and per stored pass in each worker (:class:`AskViews`),
+    made once per approval set (:meth:`ServerState.fleet_in_force`) and per stored pass
+    (:class:`AskViews`) in each worker,
     the box's applied revision is one row. Inside the lock only the turns that are
     not done are read, and only the boxes of those turns are looked at.
     """
@@ -82,7 +82,7 @@ def ask_turn(state: ServerState, box: str, intended: str, revision: str,
                              f"revision {clipped(revision)!r} is not what {box} is meant to run "
                              "now; fetch GET /vllm/config again")
     views = AskViews.of(state)
-    fleet = views.fleet_in_force()
+    fleet = state.fleet_in_force()
     healthy = views.healthy(fleet)
     applied = state.store.applied_revision(box)
     now = time.time()
@@ -126,41 +126,20 @@ def nothing_to_turn(fleet: Fleet, box: str, revision: str) -> dict[str, Any]:
             "why": "none of the servers named is one this box is meant to run: nothing to drain"}
 
 
-class AskViews:
+class AskViews(StateView):
     """What deciding a turn reads besides the turns, kept per worker and per app.
 
-    The fleet in force is rebuilt only when the approvals change, and the last
-    pass's Healthy servers per model (:func:`rollout.healthy_by_model`) only when a
-    new pass is stored (one cheap read says which is stored): a box's ask never
+    The last pass's Healthy servers per model (:func:`rollout.healthy_by_model`) are made
+    again only when a new pass is stored (one cheap read says which is stored): a box's ask never
     decodes the whole pass or walks every server. Asks of ``POST /vllm/turn`` are
     rate-limited per box here too (:meth:`take_ask`).
     """
 
-    _views: ClassVar[weakref.WeakKeyDictionary[ServerState, AskViews]] = \
-        weakref.WeakKeyDictionary()
-
     def __init__(self, state: ServerState):
-        self.state = state
-        self._fleet: tuple[tuple[tuple[str, tuple[str, ...]], ...], Fleet] | None = None
+        super().__init__(state)
         self._healthy: tuple[Fleet, tuple[float, float], Mapping[str, frozenset[str]]] | None \
             = None
         self._asks: dict[str, tuple[float, float]] = {}
-
-    @classmethod
-    def of(cls, state: ServerState) -> AskViews:
-        views = cls._views.get(state)
-        if views is None:
-            views = cls._views[state] = cls(state)
-        return views
-
-    def fleet_in_force(self) -> Fleet:
-        """The fleet with the approved boxes added, as they are served and reconciled."""
-        approvals = tuple((a.box, a.models) for a in self.state.store.approvals())
-        if self._fleet is None or self._fleet[0] != approvals:
-            fleet = (self.state.fleet.with_approvals(dict(approvals)) if approvals
-                     else self.state.fleet)
-            self._fleet = (approvals, fleet)
-        return self._fleet[1]
 
     def healthy(self, fleet: Fleet) -> Mapping[str, frozenset[str]]:
         """Model name → its servers the last stored pass called Healthy."""
@@ -200,41 +179,36 @@ class AskViews:
         self._asks[box] = (tokens - 1, now)
 
 
-def read_updates(doc: Any) -> list[tuple[str, str, Phase, str]]:
-    """``{"updates": [{"box", "revision", "phase", "why"}]}``; 400 otherwise."""
+def read_updates(doc: Any) -> list[TurnUpdate]:
+    """``{"updates": [{"box", "revision", "phase", "why"}]}``, each read as the core reads
+    fleet_plan's (:meth:`TurnUpdate.from_record`); 400 otherwise."""
     updates = doc.get("updates") if isinstance(doc, dict) else None
     if not isinstance(updates, list) or len(updates) > MAX_UPDATES:
         bad_turn(f"the body must be {{\"updates\": [...]}} with at most {MAX_UPDATES} updates")
     read = []
-    for index, update in enumerate(updates):
-        where = f"updates[{index}]"
-        if not isinstance(update, dict):
-            bad_turn(f"{where} must be an object with box, revision, phase and why")
-        box, revision, phase, why = (update.get(key) for key in
-                                     ("box", "revision", "phase", "why"))
-        why = "" if why is None else why
-        if not all(isinstance(text, str) and len(text) <= MAX_TEXT
-                   for text in (box, revision)) or not isinstance(why, str):
-            bad_turn(f"{where}: box and revision must be texts of at most {MAX_TEXT} "
-                     "characters, why a text")
-        if (known := enum_member(Phase, phase)) is None:
-            bad_turn(f"{where}.phase must be one of {', '.join(p.value for p in Phase)}")
-        read.append((box, revision, known, why[:MAX_WHY]))
+    for index, record in enumerate(updates):
+        try:
+            update = TurnUpdate.from_record(record)
+        except ValueError as exc:
+            bad_turn(f"updates[{index}]: {exc}")
+        if len(update.box) > MAX_TEXT or len(update.revision) > MAX_TEXT:
+            bad_turn(f"updates[{index}]: box and revision must be at most {MAX_TEXT} characters")
+        read.append(replace(update, why=update.why[:MAX_WHY]))
     return read
 
 
-def apply_updates(state: ServerState, updates: list[tuple[str, str, Phase, str]],
+def apply_updates(state: ServerState, updates: list[TurnUpdate],
                   who: str, peer: str | None) -> dict[str, Any]:
     """Move each turn as asked; a move the turn may not make is refused and listed, the
     others still happen (reconcile's view may be a pass behind a box's new ask)."""
     now = time.time()
     refused = []
-    for box, revision, phase, why in updates:
+    for update in updates:
+        box, revision, phase, why = update.box, update.revision, update.phase, update.why
         try:
             state.store.update_turn(box, revision, phase, why, now)
         except TurnError as exc:
-            refused.append({"box": box, "revision": revision, "phase": phase.value,
-                            "why": str(exc)})
+            refused.append({**update.record(), "why": str(exc)})
             audit(state.redact, "turn-update", "refused", who, peer, box=box,
                   revision=revision, phase=phase.value, why=str(exc))
             continue

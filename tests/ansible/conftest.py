@@ -51,8 +51,8 @@ def example_fleet() -> Fleet:
 def example_secrets(example_fleet: Fleet) -> set[str]:
     """Every secret the example's files hold or derive: none may show in any output."""
     settings = example_fleet.settings
-    found = {settings.fleet_key, settings.vllm_api_salt, settings.selfhost_api_key,
-             settings.litellm_master_key, settings.admin_token}
+    found = {settings.fleet.key, settings.fleet.vllm_api_salt, settings.fleet.selfhost_api_key,
+             settings.litellm.master_key, settings.admin.token}
     found.update(provider.api_key for provider in settings.providers.values())
     found.update(server.api_key for server in example_fleet.servers())
     return {secret for secret in found if secret}

@@ -41,7 +41,7 @@ def test_each_key_is_the_one_the_config_server_serves(played, example_fleet: Fle
 def test_legacy_pair_gets_the_shared_bearer(played, example_fleet: Fleet) -> None:
     keys_dir, _ = played
     kept = json.loads((keys_dir / "198.51.100.7.json").read_text())
-    assert kept["keys"] == [example_fleet.settings.selfhost_api_key]
+    assert kept["keys"] == [example_fleet.settings.fleet.selfhost_api_key]
 
 
 def test_no_secret_in_verbose_output(played, assert_no_secret) -> None:

@@ -31,7 +31,7 @@ class FleetFiles:
 
     def secrets(self) -> list[str]:
         settings = self.fleet.settings
-        return [settings.fleet_key, settings.vllm_api_salt,
+        return [settings.fleet.key, settings.fleet.vllm_api_salt,
                 *(server.api_key for server in self.fleet.servers())]
 
 

@@ -52,7 +52,7 @@ class Following:
             .stdout.decode()
 
     def applied(self) -> str | None:
-        store = open_store(self.fleet.fleet.settings.server_state)
+        store = open_store(self.fleet.fleet.settings.server.state)
         try:
             report = store.applied_reports().get(BOX)
         finally:

@@ -30,7 +30,7 @@ pytestmark = [pytest.mark.docker, pytest.mark.slow]
 def fleet_secrets() -> list[str]:
     fleet = load_fleet(str(FLEET_DIR / "config.yaml"), str(FLEET_DIR / "models.yaml"))
     bearers = [server.api_key for server in fleet.servers()]
-    return [fleet.settings.fleet_key, fleet.settings.vllm_api_salt, *bearers]
+    return [fleet.settings.fleet.key, fleet.settings.fleet.vllm_api_salt, *bearers]
 
 
 def run_scenario(name: str) -> str:

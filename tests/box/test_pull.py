@@ -147,7 +147,7 @@ def test_no_bearer_on_any_command_line_of_a_pulled_box(pulled, box):
 
 
 def test_the_server_knows_each_boxs_applied_revision(pulled):
-    store = open_store(pulled.fleet.fleet.settings.server_state)
+    store = open_store(pulled.fleet.fleet.settings.server.state)
     try:
         reports = store.applied_reports()
     finally:
@@ -174,7 +174,7 @@ def test_each_box_keeps_its_box_token_and_is_bound_to_it(pulled, box):
     mode = target.exec(["stat", "-c", "%a", TOKEN_FILE]).stdout.decode().strip()
     assert mode == "600"
     token = target.read_file(TOKEN_FILE).decode().strip()
-    store = open_store(pulled.fleet.fleet.settings.server_state)
+    store = open_store(pulled.fleet.fleet.settings.server.state)
     try:
         bindings = {binding.box: binding for binding in store.bindings_since(0)}
     finally:

@@ -23,7 +23,6 @@ from ansible_collections.llmao.fleet.plugins.module_utils.llmao_admin import Llm
 from ansible_collections.llmao.fleet.plugins.modules.fleet_observe import release_replaced
 from llmao_server.store import open_store
 from rig.boxes import free_port
-from rig.postgres import session_cluster
 from tests.llmao_process import LlmaoServer, start_llmao_server
 from tests.reliability.box_runs import Ending, run_box
 from tests.server.fleet_pair import (
@@ -114,16 +113,9 @@ def token_of(box: Box) -> str | None:
     return path.read_text().strip() if path.exists() else None
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def state(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return str(tmp_path / "state.sqlite3")
-    return session_cluster(request.config).new_database()
-
-
 @pytest.fixture
-def fleet(tmp_path: Path, state: str) -> Iterator[Fleet]:
-    served = Fleet(tmp_path, state)
+def fleet(tmp_path: Path, location: str) -> Iterator[Fleet]:
+    served = Fleet(tmp_path, location)
     try:
         yield served
     finally:

@@ -25,7 +25,7 @@ from rig.boxes import free_port
 from rig.hostile_vllm import hostile_vllm
 from rig.local_fleet import LocalFleet, loopback_boxes, one_model_hosts, start_stubs, stop_stubs
 from tests.llmao_process import start_llmao_server
-from tests.reconcile_run import run_reconcile
+from tests.reconcile_run import forget_routes, run_reconcile
 from tests.reliability.admin_http import login, request
 
 pytestmark = pytest.mark.slow
@@ -43,15 +43,6 @@ PASSES = [
     ({"/metrics": "overflow"}, "figures unknown: vllm:num_requests_running is out of bounds"),
     ({"/health": "status_line"}, "not answering (BadStatusLine: "),
 ]
-
-
-def forget_routes(fleet) -> None:
-    """The session's LiteLLM fake is shared: this test's deployments go with it."""
-    client = LiteLLM.from_settings(fleet.settings)
-    ours = tuple(f"llmao:{box}:" for box in fleet.assignments)
-    for route in client.routes():
-        if route.id.startswith(ours):
-            client.delete(route.id)
 
 
 def timed_pass(local: LocalFleet) -> float:

@@ -20,7 +20,7 @@ from ansible_collections.llmao.fleet.plugins.module_utils.llmao_admin import Llm
 from rig.boxes import free_port
 from rig.local_fleet import LocalFleet, loopback_boxes, start_stubs, stop_stubs
 from tests.llmao_process import start_llmao_server
-from tests.reconcile_run import run_reconcile
+from tests.reconcile_run import forget_routes, run_reconcile
 from tests.reliability.admin_http import login, request
 
 pytestmark = [pytest.mark.slow, pytest.mark.litellm]
@@ -42,15 +42,6 @@ def ask(box: str, port: int, key: str, words: int) -> None:
     with contextlib.suppress(OSError), urllib.request.urlopen(
             request, timeout=HOLD_S + 5) as answer:
         answer.read()
-
-
-def forget_routes(fleet) -> None:
-    """The session's LiteLLM proxy is shared: this test's deployments go with it."""
-    client = LiteLLM.from_settings(fleet.settings)
-    ours = tuple(f"llmao:{box}:" for box in fleet.assignments)
-    for route in client.routes():
-        if route.id.startswith(ours):
-            client.delete(route.id)
 
 
 def test_oversized_saturated_and_healthy_in_one_pass(tmp_path: Path, real_litellm,

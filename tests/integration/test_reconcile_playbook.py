@@ -58,7 +58,7 @@ def serving(local: LocalFleet) -> Iterator[list[LocalStub]]:
 
 def start_server(local: LocalFleet, log_dir: Path) -> LlmaoServer:
     """llmao-server on the address config.yaml gives it (so a restart keeps that address)."""
-    port = int(local.load().settings.server_url.rsplit(":", 1)[1])
+    port = int(local.load().settings.server.url.rsplit(":", 1)[1])
     return start_llmao_server(local.config_path, local.models_path, log_dir, port=port,
                               workers=1)
 
@@ -188,7 +188,7 @@ def test_an_approved_box_is_registered_until_llmao_restarts(local, approved_box,
                                                              tmp_path):
     route_id = f"llmao:{approved_box}:8001:{MODEL}"
     with start_server(local, tmp_path):
-        SqliteStore(local.load().settings.server_state).approve(
+        SqliteStore(local.load().settings.server.state).approve(
             Approval(approved_box, (MODEL,), "admin", time.time()))
         approved = reconcile(local)
         assert approved.returncode == 0, approved.output

@@ -210,7 +210,7 @@ def check_pair(pair, approved_box: str, approved_models: list[str]) -> None:
         event("refused at load" if fleet is None else "loaded")
         if fleet is None:
             return
-        lifecycle = fleet.settings.lifecycle
+        lifecycle = fleet.settings.fleet.lifecycle
         assert all(math.isfinite(value) for value in vars(lifecycle).values())
         for index, assignment in enumerate(fleet.assignments.values()):
             assert_box_accepts(folder, f"box{index}", assignment.body)

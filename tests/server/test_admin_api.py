@@ -11,8 +11,9 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from ansible_collections.llmao.fleet.plugins.module_utils.llmao_admin import parse_observations
-from llmao_server.admin_api import MAX_VERDICTS, VERDICTS_MAX_BYTES
 from llmao_server.admin_attempts import peer_scope
+from llmao_server.json_body import BODY_MAX_BYTES
+from llmao_server.reconcile_pass import MAX_VERDICTS
 from llmao_server.state import ServerState
 from llmao_server.store import AppliedCard, AppliedReport, AppliedServer, Approval
 from tests.server.fleet_pair import ADMIN_TOKEN, KNOWN, LEGACY, OTHER_KNOWN, UNKNOWN, config
@@ -127,6 +128,20 @@ def test_observations_carry_the_approvals_in_force(client: FlaskClient, state: S
     assert document["boxes"][UNKNOWN] == {"last_fetch": 1002.0, "applied": None}
 
 
+def test_the_fleet_in_force_is_made_once_per_approval_set(state: ServerState):
+    # Read by a box's turn ask, /metrics and the scrape targets: one rule, made again only
+    # when the approvals change.
+    assert state.fleet_in_force() is state.fleet_in_force() is state.fleet
+    state.store.approve(Approval(OTHER_KNOWN, ("gemma",), "admin", 1001.0))
+    assert state.fleet_in_force() is state.fleet
+    state.approve(UNKNOWN, ["qwen", "gemma"], "admin", 1000.0)
+    in_force = state.fleet_in_force()
+    assert in_force is state.fleet_in_force()
+    assert list(in_force.assignments) == [*state.fleet.assignments, UNKNOWN]
+    assert in_force.assignments[OTHER_KNOWN] == state.fleet.assignments[OTHER_KNOWN]
+
+
+
 # --- verdicts ----------------------------------------------------------------------------------
 
 
@@ -179,7 +194,7 @@ def test_the_pass_is_bounded(client: FlaskClient, state: ServerState):
     answer = client.post(VERDICTS, headers=admin(), json=a_pass(verdicts=too_many))
     assert answer.status_code == 400
     huge = b'{"pass_at": 1, "verdicts": {}, "drift": [], "pad": "' + \
-        b"x" * VERDICTS_MAX_BYTES + b'"}'
+        b"x" * BODY_MAX_BYTES + b'"}'
     answer = client.post(VERDICTS, headers={**admin(), "Content-Type": "application/json"},
                          data=huge)
     assert answer.status_code == 413

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import copy
 import secrets
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 
@@ -235,3 +237,11 @@ def test_the_box_api_counts_its_requests_and_their_latency(client: FlaskClient) 
     assert 0 < grew("llmao_box_api_request_duration_seconds_sum", (config_path,)) < 5
     assert not [key for key in seen if dict(key[1]).get("path") == "/vllm/nowhere"], \
         "only the box API's own paths: the labels stay bounded"
+
+
+def test_metrics_read_the_server_state_not_the_dashboard_view() -> None:
+    # /metrics answers from what sits next to the server state; the dashboard's page code
+    # is not loaded to count the unknown boxes.
+    code = ("import sys; import llmao_server.fleet_metrics; "
+            "sys.exit('llmao_server.dashboard.fleet_view' in sys.modules)")
+    assert subprocess.run([sys.executable, "-c", code], timeout=60).returncode == 0

@@ -15,6 +15,6 @@ def test_a_generated_fleet_loads_with_every_box_and_fresh_secrets(tmp_path: Path
     assert list(fleet.assignments) == list(first.boxes)
     assert len(set(first.boxes)) == 25
     assert {len(a.servers) for a in fleet.assignments.values()} == {1, 2, 3}
-    assert fleet.settings.fleet_key == first.fleet_key
+    assert fleet.settings.fleet.key == first.fleet_key
     assert fleet.warnings == ()
     assert first.fleet_key != second.fleet_key

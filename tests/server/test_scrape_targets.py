@@ -92,6 +92,15 @@ def test_an_approved_box_is_a_target_too(client: FlaskClient, state: ServerState
         "box": UNKNOWN, "server": "gemma", "model": "gemma", "provider": "local"}
 
 
+def test_an_approval_no_longer_honoured_is_no_target(client: FlaskClient,
+                                                     state: ServerState) -> None:
+    # Its model left models.yaml: the box is not served, so it is not scraped either (the
+    # fleet in force leaves it out, as reconcile does), and the other targets still answer.
+    state.store.approve(Approval(UNKNOWN, ("gone",), "admin", time.time()))
+    seen = groups(client.get("/metrics/targets"))
+    assert seen and not any(labels["box"] == UNKNOWN for labels in seen.values())
+
+
 def test_without_a_token_only_loopback_peers_are_answered(client: FlaskClient) -> None:
     refused = client.get("/metrics/targets", environ_base=REMOTE)
     assert refused.status_code == 403

@@ -29,16 +29,7 @@ from llmao_server.store import (
     open_store,
 )
 from llmao_server.store.history import fullest
-from rig.postgres import session_cluster
 from rig.processes import run_forked
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def location(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """Where a fresh, empty store lives: a SQLite file, or a new PostgreSQL database."""
-    if request.param == "sqlite":
-        return str(tmp_path / "state.sqlite3")
-    return session_cluster(request.config).new_database()
 
 
 @pytest.fixture

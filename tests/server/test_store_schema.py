@@ -26,7 +26,6 @@ from llmao_server.store import (
     open_store,
     schema,
 )
-from rig.postgres import session_cluster
 
 RELEASE_0_1_0 = Path(__file__).with_name("data") / "store-0.1.0.sql"
 LATEST = len(schema.MIGRATIONS)
@@ -41,14 +40,6 @@ def run_sql(location: str, script: str) -> None:
         with sqlite3.connect(location) as connection:
             connection.executescript(script)
         connection.close()
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def location(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """Where a fresh, empty store lives: a SQLite file, or a new PostgreSQL database."""
-    if request.param == "sqlite":
-        return str(tmp_path / "state.sqlite3")
-    return session_cluster(request.config).new_database()
 
 
 @pytest.fixture

@@ -79,14 +79,14 @@ def configure_sessions(app: Flask, state: ServerState) -> None:
     """Sign cookies with the store's shared key, made now if this is the first server."""
     app.secret_key = bytes.fromhex(state.store.server_secret(SIGNING_KEY_NAME,
                                                              secrets.token_hex(32)))
-    admin_token = state.fleet.settings.admin_token
+    admin_token = state.fleet.settings.admin.token
     if not is_placeholder(admin_token):
         state.store.note_token_in_force(token_check_of(app.secret_key, admin_token))
     app.config.update(
         SESSION_COOKIE_NAME=SESSION_COOKIE,
         SESSION_COOKIE_HTTPONLY=True,
         SESSION_COOKIE_SAMESITE="Lax",
-        PERMANENT_SESSION_LIFETIME=timedelta(seconds=state.fleet.settings.session_lifetime_s),
+        PERMANENT_SESSION_LIFETIME=timedelta(seconds=state.fleet.settings.admin.session_lifetime_s),
         # The gate calls the check itself, after the login check (see the module's doc).
         WTF_CSRF_CHECK_DEFAULT=False,
         # A page left open overnight keeps working; the session's lifetime bounds the token.
@@ -98,7 +98,7 @@ def configure_sessions(app: Flask, state: ServerState) -> None:
 
 def token_check() -> str:
     """What ties a session to the admin token in force, without storing the token."""
-    return token_check_of(current_app.secret_key, app_state().fleet.settings.admin_token)
+    return token_check_of(current_app.secret_key, app_state().fleet.settings.admin.token)
 
 
 def token_check_of(signing_key: bytes, admin_token: str | None) -> str:
@@ -145,7 +145,7 @@ def gate() -> Response | None:
 
 
 def token_configured() -> bool:
-    return not is_placeholder(app_state().fleet.settings.admin_token)
+    return not is_placeholder(app_state().fleet.settings.admin.token)
 
 
 def display_name(raw: str) -> str:
@@ -177,7 +177,7 @@ def login() -> Response | str | tuple[str, int] | tuple[str, int, dict[str, str]
     session.permanent = True
     session_id, now = secrets.token_urlsafe(32), time.time()
     app_state().store.open_session(session_id, token_check(), now,
-                               now + app_state().fleet.settings.session_lifetime_s)
+                               now + app_state().fleet.settings.admin.session_lifetime_s)
     session["sid"], session["admin"], g.admin = session_id, name, name
     audit("login", "ok")
     return redirect(url_for("dashboard.fleet"))

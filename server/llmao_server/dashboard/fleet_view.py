@@ -38,6 +38,7 @@ from ansible_collections.llmao.fleet.plugins.module_utils.vllm_metrics import (
 )
 
 from ..cert_expiry import WARN_BEFORE_S
+from ..state import fleet_in_force, waiting_unknowns
 from ..store import AppliedReport, Approval, BindingConflict, BoxBinding, LoadSample, UnknownBox
 from .charts import Chart, line_chart, percent
 
@@ -291,17 +292,11 @@ def unprobed_state(fetched_at: float | None, now: float, approval: Approval | No
 Served = list[tuple[BoxAssignment, Approval | None]]
 
 
-def served_fleet(fleet: Fleet, approvals: Iterable[Approval]) -> Fleet:
-    """The fleet llmao serves: the core's ``with_approvals`` decides which approvals are
-    served (the same rule reconcile follows)."""
-    return fleet.with_approvals({approval.box: approval.models for approval in approvals})
-
-
 def intended(fleet: Fleet, approvals: Iterable[Approval]) -> Served:
     """Every box llmao serves: ``fleet.hosts`` first, then boxes an admin approved, each
     approved box with its approval for the tag."""
     by_box = {approval.box: approval for approval in approvals}
-    served = served_fleet(fleet, by_box.values())
+    served = fleet_in_force(fleet, by_box.values())
     return [(assignment, None if box in fleet.assignments else by_box.get(box))
             for box, assignment in served.assignments.items()]
 
@@ -557,7 +552,7 @@ def rollout(fleet: Fleet, observed: Observed) -> tuple[ModelRollout, ...]:
     """Each model under way, from the stored turns, the applied revisions and the last pass's
     states: the rows reconcile prints too."""
     states = {key: str(verdict.get("state")) for key, verdict in observed.verdicts.items()}
-    return rollout_rows(served_fleet(fleet, observed.approvals), observed.turns,
+    return rollout_rows(fleet_in_force(fleet, observed.approvals), observed.turns,
                         observed.applied, states)
 
 
@@ -597,10 +592,8 @@ def secrets_problem(fleet: Fleet) -> Problem | None:
 
 def strangers(fleet: Fleet, observed: Observed, now: float) -> tuple[Stranger, ...]:
     """Unknown names still waiting for a decision (approved ones are in the table)."""
-    approved = {approval.box for approval in observed.approvals}
     return tuple(Stranger(u.name, u.count, age(now, u.first_seen), age(now, u.last_seen))
-                 for u in observed.unknown
-                 if u.name not in approved and u.name not in fleet.assignments)
+                 for u in waiting_unknowns(fleet, observed.unknown, observed.approvals))
 
 
 def matches(row: Row, query: str) -> bool:

@@ -36,11 +36,11 @@ def server_bearer(settings, box: str, listen_port: int) -> str:
 
     ``settings`` is the loaded ``config.yaml`` (:class:`config_file.Settings`).
     """
-    if settings.is_legacy(box, listen_port):
-        if is_placeholder(settings.selfhost_api_key):
+    if settings.fleet.is_legacy(box, listen_port):
+        if is_placeholder(settings.fleet.selfhost_api_key):
             raise BearerError("fleet.selfhost_api_key missing or CHANGE_ME for a legacy server")
-        return settings.selfhost_api_key
-    return derive_vllm_api_key(settings.vllm_api_salt, box, listen_port)
+        return settings.fleet.selfhost_api_key
+    return derive_vllm_api_key(settings.fleet.vllm_api_salt, box, listen_port)
 
 
 def derive_vllm_api_key(salt: str | None, host: str, listen_port: int) -> str:

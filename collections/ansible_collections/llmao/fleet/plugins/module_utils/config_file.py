@@ -12,7 +12,7 @@ from __future__ import annotations
 import ipaddress
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
 
@@ -141,34 +141,55 @@ class Provider:
 
 
 @dataclass(frozen=True)
-class Settings:
-    """Everything ``config.yaml`` says, checked key by key."""
+class LiteLLMSection:
+    """``litellm:``: the proxy reconcile writes routes to, and its master key."""
 
-    fleet_key: str | None = field(repr=False)
-    vllm_api_salt: str | None = field(repr=False)
-    selfhost_api_key: str | None = field(repr=False)
-    legacy_servers: frozenset[tuple[str, int]]
-    hosts: dict[str, tuple[HostRow, ...]]
-    lifecycle: Lifecycle
-    providers: dict[str, Provider]
-    litellm_url: str | None
-    litellm_master_key: str | None = field(repr=False)
-    server_url: str | None
-    server_state: str
-    admin_token: str | None = field(repr=False)
+    url: str | None = None
+    master_key: str | None = field(default=None, repr=False)
+
+
+@dataclass(frozen=True)
+class ServerSection:
+    """``server:``: where reconcile finds llmao's admin API, and the state store it keeps
+    (a database URL, or a SQLite file made absolute against the config file's folder)."""
+
+    url: str | None = None
+    state: str = DEFAULT_STATE_FILE
+
+
+@dataclass(frozen=True)
+class AdminSection:
+    """``admin:``: the token of the dashboard and the admin API, how long a login lasts,
+    and the one limit on presenting the token."""
+
+    token: str | None = field(default=None, repr=False)
     session_lifetime_s: float = DEFAULT_SESSION_LIFETIME_S
     attempts: AttemptLimits = AttemptLimits()
-    # The bearer of llmao-server's GET /metrics; unset, it answers loopback peers only.
-    metrics_token: str | None = field(default=None, repr=False)
-    # (key path, why) for fleet.key and fleet.vllm_api_salt when weak: loaded, but warned about.
-    weak_secrets: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class MetricsSection:
+    """``metrics:``: the bearer of llmao-server's ``GET /metrics``; unset, it answers
+    loopback peers only."""
+
+    token: str | None = field(default=None, repr=False)
+
+
+@dataclass(frozen=True)
+class FleetSection:
+    """``fleet:``: the secrets boxes and bearers are made from, the hosts, and the knobs of
+    the lifecycle, the load and the binding."""
+
+    key: str | None = field(default=None, repr=False)
+    vllm_api_salt: str | None = field(default=None, repr=False)
+    selfhost_api_key: str | None = field(default=None, repr=False)
+    legacy_servers: frozenset[tuple[str, int]] = frozenset()
+    hosts: dict[str, tuple[HostRow, ...]] = field(default_factory=dict)
+    lifecycle: Lifecycle = Lifecycle()
     load: LoadKnobs = LoadKnobs()
     cost_per_hour: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
-    rollout: Rollout = Rollout()
     # fleet.binding: BINDING_FIRST_FETCH (the default) or BINDING_OFF.
     binding: str = BINDING_FIRST_FETCH
-    # box_tls: the fleet CA, when boxes serve HTTPS (docs/box-tls.md); None: plain HTTP.
-    box_tls: BoxTls | None = None
 
     @property
     def binds_boxes(self) -> bool:
@@ -179,14 +200,42 @@ class Settings:
         """A pair that predates the salt and serves ``selfhost_api_key`` (box normalised)."""
         return (normalize_host(box), listen_port) in self.legacy_servers
 
-    def secrets(self) -> tuple[str | None, ...]:
-        """Every secret this file holds, as written (unset and placeholder values included).
 
-        The one list that log redaction and Ansible's censoring both start from.
-        """
-        return (self.fleet_key, self.vllm_api_salt, self.selfhost_api_key,
-                self.litellm_master_key, self.admin_token, self.metrics_token,
-                *(provider.api_key for provider in self.providers.values()))
+@dataclass(frozen=True)
+class Settings:
+    """Everything ``config.yaml`` says, checked key by key: one record per section, each
+    read by its own reader."""
+
+    fleet: FleetSection
+    providers: dict[str, Provider] = field(default_factory=dict)
+    litellm: LiteLLMSection = LiteLLMSection()
+    server: ServerSection = ServerSection()
+    admin: AdminSection = AdminSection()
+    metrics: MetricsSection = MetricsSection()
+    rollout: Rollout = Rollout()
+    # box_tls: the fleet CA, when boxes serve HTTPS (docs/box-tls.md); None: plain HTTP.
+    box_tls: BoxTls | None = None
+    # (key path, why) for fleet.key and fleet.vllm_api_salt when weak: loaded, but warned about.
+    weak_secrets: tuple[tuple[str, str], ...] = ()
+
+    def secret_paths(self) -> dict[str, str | None]:
+        """Every secret this file holds by its key path, as written (unset and placeholder
+        values included): the one list. Log redaction and Ansible's censoring start from
+        it (:meth:`secrets`), and the tokens must differ from every other one of it."""
+        return {"fleet.key": self.fleet.key, "fleet.vllm_api_salt": self.fleet.vllm_api_salt,
+                "fleet.selfhost_api_key": self.fleet.selfhost_api_key,
+                "litellm.master_key": self.litellm.master_key,
+                "admin.token": self.admin.token, "metrics.token": self.metrics.token,
+                **{f"providers.{kind}.api_key": provider.api_key
+                   for kind, provider in self.providers.items()}}
+
+    def secrets(self) -> tuple[str | None, ...]:
+        """The values of :meth:`secret_paths`."""
+        return tuple(self.secret_paths().values())
+
+
+# The secrets that guard llmao's own doors: each must differ from every other secret.
+TOKENS = ("admin.token", "metrics.token")
 
 
 def load_settings(path: str, problems: Problems, warnings: list[str],
@@ -195,15 +244,52 @@ def load_settings(path: str, problems: Problems, warnings: list[str],
     ``signer``: llmao-server, the one place that needs ``box_tls.ca_key``."""
     top = Section(problems, path, (), read_yaml(path), required=True)
     fleet = top.sub("fleet", required=True)
-    fleet_key = fleet.text("key")
-    if not is_placeholder(fleet_key) and (why := unpresentable(fleet_key)):
+    settings = Settings(
+        _read_fleet(fleet, warnings),
+        providers=_read_providers(top.sub("providers")),
+        litellm=_read_litellm(top.sub("litellm")),
+        server=_read_server(top.sub("server"), path),
+        admin=_read_admin(top.sub("admin")),
+        metrics=_read_metrics(top.sub("metrics")),
+        rollout=_read_rollout(top.sub("rollout")),
+        box_tls=read_box_tls(top.sub("box_tls"), path, warnings, signer),
+    )
+    if settings.box_tls is not None and not settings.rollout.following:
+        warnings.append(f"{path}: box_tls: boxes renew their certificates in the follow "
+                        f"program, and rollout.follow_s is not set: a box renews only when it "
+                        f"boots, and its certificate expires after {settings.box_tls.leaf_days} "
+                        f"days (docs/box-tls.md)")
+    if settings.rollout.following:
+        _check_follow_names(fleet, settings.fleet.hosts)
+    check_distinct(top, settings.secret_paths())
+    weak = weak_secrets({"fleet.key": settings.fleet.key,
+                         "fleet.vllm_api_salt": settings.fleet.vllm_api_salt})
+    warnings.extend(f"{path}: {key}: {why}. It loads, but a weak {key} is easier to guess; "
+                    f"changing it means re-provisioning every box (docs/rotating-secrets.md). "
+                    f"Make a strong one with: {MAKE_ONE}" for key, why in weak)
+    top.close()
+    return replace(settings, weak_secrets=weak)
+
+
+def _read_fleet(fleet: Section, warnings: list[str]) -> FleetSection:
+    """``fleet:``, closed (unknown keys refused) before the next section is read, so that
+    problems come in file order."""
+    key = fleet.text("key")
+    if not is_placeholder(key) and (why := unpresentable(key)):
         fleet.problem("key", f"{why}: every box would be refused (403). Make one with: "
                              f"{MAKE_ONE}")
-    salt = fleet.text("vllm_api_salt")
-    selfhost = fleet.text("selfhost_api_key")
-    legacy = _read_legacy(fleet)
-    hosts = _read_hosts(fleet, warnings)
-    lifecycle = Lifecycle(
+    section = FleetSection(
+        key=key, vllm_api_salt=fleet.text("vllm_api_salt"),
+        selfhost_api_key=fleet.text("selfhost_api_key"), legacy_servers=_read_legacy(fleet),
+        hosts=_read_hosts(fleet, warnings), lifecycle=_read_lifecycle(fleet),
+        load=_read_load(fleet), cost_per_hour=_read_costs(fleet), binding=_read_binding(fleet))
+    fleet.close()
+    return section
+
+
+def _read_lifecycle(fleet: Section) -> Lifecycle:
+    """The lifecycle knobs, keys of ``fleet:``."""
+    return Lifecycle(
         health_grace_s=fleet.number("health_grace_s", Lifecycle.health_grace_s,
                                     maximum=MAX_GRACE_S),
         health_fail_threshold=fleet.integer("health_fail_threshold",
@@ -216,77 +302,68 @@ def load_settings(path: str, problems: Problems, warnings: list[str],
         probe_timeout_s=fleet.number("probe_timeout_s", Lifecycle.probe_timeout_s,
                                      maximum=MAX_PROBE_TIMEOUT_S),
     )
-    load = LoadKnobs(
+
+
+def _read_load(fleet: Section) -> LoadKnobs:
+    """When a server counts as saturated, keys of ``fleet:``."""
+    return LoadKnobs(
         saturated_passes=fleet.integer("saturated_passes", LoadKnobs.saturated_passes,
                                        maximum=MAX_PASSES),
         saturated_kv_usage=fleet.number("saturated_kv_usage", LoadKnobs.saturated_kv_usage,
                                         maximum=1),
     )
-    cost_per_hour = _read_costs(fleet)
-    binding = _read_binding(fleet)
-    fleet.close()
-    providers = _read_providers(top.sub("providers"))
-    litellm = top.sub("litellm")
-    litellm_url, master_key = litellm.text("url"), litellm.text("master_key")
-    litellm.close()
-    server = top.sub("server")
-    server_url = server.text("url")
-    state = server.text("state", DEFAULT_STATE_FILE)
-    server.close()
-    admin = top.sub("admin")
-    admin_token = admin.token("token")
-    session_lifetime_s = admin.number("session_lifetime_s", DEFAULT_SESSION_LIFETIME_S,
-                                      maximum=MAX_SESSION_LIFETIME_S)
-    attempts = _read_attempts(admin.sub("attempts"))
-    admin.close()
-    metrics = top.sub("metrics")
-    metrics_token = metrics.token("token")
-    metrics.close()
-    rollout = _read_rollout(top.sub("rollout"))
-    box_tls = read_box_tls(top.sub("box_tls"), path, warnings, signer)
-    if box_tls is not None and not rollout.following:
-        warnings.append(f"{path}: box_tls: boxes renew their certificates in the follow "
-                        f"program, and rollout.follow_s is not set: a box renews only when it "
-                        f"boots, and its certificate expires after {box_tls.leaf_days} days "
-                        f"(docs/box-tls.md)")
-    if rollout.following:
-        _check_follow_names(fleet, hosts)
-    others = {"fleet.key": fleet_key, "fleet.vllm_api_salt": salt,
-              "fleet.selfhost_api_key": selfhost, "litellm.master_key": master_key,
-              **{f"providers.{kind}.api_key": p.api_key for kind, p in providers.items()}}
-    check_distinct(top, {"admin.token": admin_token, "metrics.token": metrics_token}, others)
-    weak = weak_secrets({"fleet.key": fleet_key, "fleet.vllm_api_salt": salt})
-    warnings.extend(f"{path}: {key}: {why}. It loads, but a weak {key} is easier to guess; "
-                    f"changing it means re-provisioning every box (docs/rotating-secrets.md). "
-                    f"Make a strong one with: {MAKE_ONE}" for key, why in weak)
-    top.close()
-    return Settings(
-        fleet_key=fleet_key, vllm_api_salt=salt, selfhost_api_key=selfhost,
-        legacy_servers=legacy, hosts=hosts, lifecycle=lifecycle, providers=providers,
-        litellm_url=litellm_url, litellm_master_key=master_key, server_url=server_url,
-        server_state=_state_location(path, state), admin_token=admin_token,
-        session_lifetime_s=session_lifetime_s, attempts=attempts, metrics_token=metrics_token,
-        weak_secrets=weak,
-        load=load, cost_per_hour=cost_per_hour, rollout=rollout, binding=binding,
-        box_tls=box_tls,
-    )
 
 
-def check_distinct(top: Section, tokens: dict[str, str | None],
-                   others: dict[str, str | None]) -> None:
-    """Each token (key path → value) set must differ from every other secret of the file.
+def _read_litellm(section: Section) -> LiteLLMSection:
+    litellm = LiteLLMSection(section.text("url"), section.text("master_key"))
+    section.close()
+    return litellm
+
+
+def _read_server(section: Section, config_path: str) -> ServerSection:
+    state = section.text("state", DEFAULT_STATE_FILE)
+    server = ServerSection(section.text("url"), _state_location(config_path, state))
+    section.close()
+    return server
+
+
+def _read_admin(section: Section) -> AdminSection:
+    admin = AdminSection(
+        token=section.token("token"),
+        session_lifetime_s=section.number("session_lifetime_s", DEFAULT_SESSION_LIFETIME_S,
+                                          maximum=MAX_SESSION_LIFETIME_S),
+        attempts=_read_attempts(section.sub("attempts")))
+    section.close()
+    return admin
+
+
+def _read_metrics(section: Section) -> MetricsSection:
+    metrics = MetricsSection(section.token("token"))
+    section.close()
+    return metrics
+
+
+def check_distinct(top: Section, secrets: dict[str, str | None]) -> None:
+    """Each of :data:`TOKENS` set must differ from every other secret of the file
+    (``secrets``: key path → value, :meth:`Settings.secret_paths`).
 
     A token equal to ``fleet.key`` would let any box, or anyone who reads a box's
     template, open what the token guards.
     """
-    for path, token in tokens.items():
+    for path in TOKENS:
+        token = secrets[path]
         if is_placeholder(token):
             continue
-        same = [other for other, value in {**tokens, **others}.items()
-                if other != path and value == token]
+        same = sorted((other for other, value in secrets.items()
+                       if other != path and value == token), key=_tokens_first)
         if same:
             top.problem(path, f"must differ from every other secret in this file; it is the "
                               f"same as {', '.join(same)}")
+
+
+def _tokens_first(path: str) -> bool:
+    # The order the problem has always named them in: the other token, then the rest.
+    return path not in TOKENS
 
 
 def weak_secrets(secrets: dict[str, str | None]) -> tuple[tuple[str, str], ...]:

@@ -50,7 +50,7 @@ class Fleet:
 
     @property
     def fleet_key_configured(self) -> bool:
-        return not is_placeholder(self.settings.fleet_key)
+        return not is_placeholder(self.settings.fleet.key)
 
     def approved_assignment(self, box: str, model_names: Sequence[str]) -> BoxAssignment:
         """The assignment of an admin-approved unknown box: models on 8001, 8002, 8003."""
@@ -135,7 +135,7 @@ def load_fleet(config_path: str, models_path: str, signer: bool = False) -> Flee
         raise
     _check_secrets(config_path, settings, problems)
     assignments = {}
-    for box, rows in settings.hosts.items():
+    for box, rows in settings.fleet.hosts.items():
         servers = tuple(_intend(config_path, settings, models, box, row, problems)
                         for row in rows)
         assignments[box] = servers
@@ -161,16 +161,16 @@ def _models_or_problems(models_path: str, problems: Problems) -> dict[str, Model
 
 def _check_secrets(source: str, settings: Settings, problems: Problems) -> None:
     """A row can only be served with the secret its bearer comes from."""
-    rows = [(box, row) for box, box_rows in settings.hosts.items() for row in box_rows]
-    salted = sum(1 for box, row in rows if not settings.is_legacy(box, row.port))
+    rows = [(box, row) for box, box_rows in settings.fleet.hosts.items() for row in box_rows]
+    salted = sum(1 for box, row in rows if not settings.fleet.is_legacy(box, row.port))
     legacy = len(rows) - salted
-    if salted and is_placeholder(settings.vllm_api_salt):
+    if salted and is_placeholder(settings.fleet.vllm_api_salt):
         problems.add(source, "fleet.vllm_api_salt",
                      f"missing or CHANGE_ME, but {salted} host row(s) derive their bearer from it")
-    if legacy and is_placeholder(settings.selfhost_api_key):
+    if legacy and is_placeholder(settings.fleet.selfhost_api_key):
         problems.add(source, "fleet.selfhost_api_key",
                      f"missing or CHANGE_ME, but {legacy} legacy server(s) use it")
-    elif legacy and not API_KEY_RE.match(settings.selfhost_api_key or ""):
+    elif legacy and not API_KEY_RE.match(settings.fleet.selfhost_api_key or ""):
         problems.add(source, "fleet.selfhost_api_key",
                      "must be 1 to 512 printable ASCII characters without spaces or quotes: "
                      "boxes pass it to vLLM through Supervisor's environment")
@@ -180,7 +180,7 @@ def _intend(source: str, settings: Settings, models: dict[str, ModelEntry], box:
             row: HostRow, problems: Problems) -> IntendedServer | None:
     """Join one row with its recipe and bearer, recording why it cannot be."""
     where = f"fleet.hosts.{box}[{row.index}]"
-    legacy = settings.is_legacy(box, row.port)
+    legacy = settings.fleet.is_legacy(box, row.port)
     entry = models.get(row.model_name)
     if entry is None:
         problems.add(source, where, f"model {row.model_name!r} is not in models.yaml")

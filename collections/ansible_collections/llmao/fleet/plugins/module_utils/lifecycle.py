@@ -63,6 +63,12 @@ class Change(StrEnum):
     DELETE = "delete"       # it must not serve, or the route matches no intended server
 
 
+def routed_after(routed: bool, change: Change | str | None) -> bool:
+    """Whether LiteLLM holds a server's route once a pass made ``change`` to it (``routed``:
+    whether it held one before): the plan's next turn phases and the verdicts kept read it."""
+    return routed if change is None else change != Change.DELETE
+
+
 class Drift(StrEnum):
     """What differs between config and the fleet that a pass reports rather than fixes."""
 

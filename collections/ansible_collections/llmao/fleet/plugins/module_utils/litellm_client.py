@@ -42,12 +42,12 @@ class LiteLLM(JsonService):
     @classmethod
     def from_settings(cls, settings: Settings, timeout: float = 15.0) -> LiteLLM:
         """The proxy ``config.yaml`` names in ``litellm.url`` with ``litellm.master_key``."""
-        if not settings.litellm_url:
+        if not settings.litellm.url:
             raise LiteLLMError("config.yaml: litellm.url is not set")
-        if is_placeholder(settings.litellm_master_key):
+        if is_placeholder(settings.litellm.master_key):
             raise LiteLLMError("config.yaml: litellm.master_key is missing or CHANGE_ME",
                                key_refused=True)
-        return cls(settings.litellm_url, settings.litellm_master_key or "", timeout)
+        return cls(settings.litellm.url, settings.litellm.master_key or "", timeout)
 
     def routes(self) -> list[Route]:
         """Every deployment LiteLLM serves; a misread answer raises, never reads as empty."""

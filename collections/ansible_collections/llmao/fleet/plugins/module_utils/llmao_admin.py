@@ -19,7 +19,7 @@ from .bearer import is_placeholder
 from .config_file import Settings
 from .http_json import HttpCallError, JsonService
 from .json_values import is_integer, is_number
-from .lifecycle import Change, Memory
+from .lifecycle import Memory, routed_after
 from .reconcile_records import RecordError, turns_from_record
 from .rollout import Turn
 
@@ -88,13 +88,13 @@ class LlmaoAdmin(JsonService):
     @classmethod
     def from_settings(cls, settings: Settings, timeout: float = 15.0) -> LlmaoAdmin:
         """The admin API ``config.yaml`` names; both ``server.url`` and ``admin.token`` needed."""
-        if not settings.server_url:
+        if not settings.server.url:
             raise LlmaoAdminError("config.yaml: server.url is not set; reconcile reads fetch "
                                   "times and records verdicts through llmao's admin API")
-        if is_placeholder(settings.admin_token):
+        if is_placeholder(settings.admin.token):
             raise LlmaoAdminError("config.yaml: admin.token is missing or CHANGE_ME; reconcile "
                                   "uses it on llmao's admin API")
-        return cls(settings.server_url, settings.admin_token or "", timeout)
+        return cls(settings.server.url, settings.admin.token or "", timeout)
 
     def observations(self) -> ServerObservations:
         return parse_observations(self._call("GET", OBSERVATIONS_PATH, None))
@@ -172,12 +172,15 @@ def observations_document(now: float, last_fetches: Mapping[str, float | None],
                           approved: Mapping[str, Sequence[str]],
                           verdicts: Mapping[str, Mapping[str, Any]],
                           drift: Sequence[Mapping[str, Any]],
-                          pass_at: float | None) -> dict[str, Any]:
+                          pass_at: float | None, turns: Sequence[Turn] = (),
+                          bindings: Mapping[str, Mapping[str, Any]] | None = None,
+                          ) -> dict[str, Any]:
     """What ``GET /admin/api/observations`` answers; :func:`parse_observations` reads it.
 
     ``last_fetches`` names every box llmao serves; ``applied`` holds, per box, the
     report it last made (``revision``, ``applied_at``, ``reported_at``, and ``cards``, the
-    number of cards it reported, when it did) if any.
+    number of cards it reported, when it did) if any. ``turns`` are the latest rollout
+    turn of each box; ``bindings`` each bound box's binding (its ``instance`` id read).
     """
     return {
         "now": now,
@@ -187,6 +190,8 @@ def observations_document(now: float, last_fetches: Mapping[str, float | None],
         "verdicts": dict(verdicts),
         "drift": list(drift),
         "pass_at": pass_at,
+        "turns": [turn.record() for turn in turns],
+        "bindings": {box: dict(binding) for box, binding in (bindings or {}).items()},
     }
 
 
@@ -303,12 +308,7 @@ def verdicts_document(now: float, servers: list[Mapping[str, Any]],
     """
     verdicts = {}
     for server in servers:
-        change = server.get("change")
-        in_litellm = bool(server.get("in_litellm"))
-        if change in (Change.REGISTER, Change.REPLACE):
-            in_litellm = True
-        elif change == Change.DELETE:
-            in_litellm = False
+        in_litellm = routed_after(bool(server.get("in_litellm")), server.get("change"))
         verdicts[server["id"]] = {**server, "in_litellm": in_litellm,
                                   "memory": dict(memories.get(server["id"]) or {})}
     return {"pass_at": now, "verdicts": verdicts, "drift": [dict(item) for item in drift],

@@ -16,7 +16,17 @@ from typing import Any
 from .box_tls import box_context
 from .fleet import Fleet
 from .intent import IntendedServer
-from .lifecycle import Action, Change, Drift, Memory, Probe, State, Verdict, classify
+from .lifecycle import (
+    Action,
+    Change,
+    Drift,
+    Memory,
+    Probe,
+    State,
+    Verdict,
+    classify,
+    routed_after,
+)
 from .listings import Endpoint, Listings, provider_of
 from .litellm_routes import Route, route_differs
 from .probe import Target
@@ -134,7 +144,7 @@ def plan_pass(fleet: Fleet, observations: Observations, probes: Mapping[str, Pro
                            probes[key].plain_http)
         verdict = classify(observations.now, observations.last_fetches.get(server.box),
                            probes[key], listings.listed(server.box),
-                           observations.memories.get(key, Memory()), fleet.settings.lifecycle)
+                           observations.memories.get(key, Memory()), fleet.settings.fleet.lifecycle)
         if server.box in short:
             plan = _short_of_cards(server, endpoint, verdict, by_id.get(key), short[server.box])
         else:
@@ -163,12 +173,8 @@ def _routed_after(plans: list[ServerPlan], routes: tuple[Route, ...],
                   orphans: tuple[Route, ...]) -> set[str]:
     """The route ids LiteLLM holds once this pass's changes are made."""
     routed = {route.id for route in routes} - {route.id for route in orphans}
-    for plan in plans:
-        if plan.change is Change.DELETE:
-            routed.discard(plan.id)
-        elif plan.change is not None:
-            routed.add(plan.id)
-    return routed
+    return (routed - {plan.id for plan in plans}) | {
+        plan.id for plan in plans if routed_after(plan.id in routed, plan.change)}
 
 
 def _after(turns: tuple[Turn, ...], updates: tuple[TurnUpdate, ...]) -> list[Turn]:
@@ -183,7 +189,7 @@ def _box_cost(fleet: Fleet, listings: Listings, box: str) -> BoxCost:
     listed = listings.box(box)
     return box_cost(provider_of(listings.configured, listings.named_by(box)),
                     listed.price_per_hour if listed else None,
-                    fleet.settings.cost_per_hour.get(box))
+                    fleet.settings.fleet.cost_per_hour.get(box))
 
 
 def _loads(fleet: Fleet, plans: list[ServerPlan], probes: Mapping[str, Probe],
@@ -198,7 +204,7 @@ def _loads(fleet: Fleet, plans: list[ServerPlan], probes: Mapping[str, Probe],
         load = server_load(probes[plan.id].metrics,
                            plan.server.entry.vllm.numbers.get("max_model_len"),
                            plan.verdict.state is State.HEALTHY, previous, share,
-                           fleet.settings.load)
+                           fleet.settings.fleet.load)
         loads[plan.id] = with_latency(load, _scrapes(previous, probes[plan.id]))
         remembered[plan.id] = remember_latency(
             remember_load(plan.verdict.memory, previous, load), previous,

@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from .json_values import enum_member
 from .lifecycle import Action, State, Verdict
 from .rollout import ACTIVE, Phase, Turn
 
@@ -33,13 +34,21 @@ class TurnUpdate:
                 "why": self.why}
 
     @classmethod
-    def from_record(cls, record: Mapping[str, Any]) -> TurnUpdate:
-        """An update as fleet_plan returned it; raises ValueError on another shape."""
-        if not isinstance(record, Mapping) or not all(
-                isinstance(record.get(key), str) for key in ("box", "revision", "phase")):
-            raise ValueError("a turn update needs box, revision and phase strings")
-        return cls(record["box"], record["revision"], Phase(record["phase"]),
-                   str(record.get("why") or ""))
+    def from_record(cls, record: Any) -> TurnUpdate:
+        """An update back from :meth:`record`'s form (fleet_plan's result, the body of
+        ``POST /admin/api/turns``); raises ValueError on another shape."""
+        if not isinstance(record, Mapping):
+            raise ValueError("a turn update must be an object with box, revision, phase and why")
+        box, revision, phase, why = (record.get(key) for key in
+                                     ("box", "revision", "phase", "why"))
+        if not isinstance(box, str) or not isinstance(revision, str) \
+                or not isinstance(why, str | None):
+            raise ValueError("a turn update's box and revision must be texts, its why a text")
+        known = enum_member(Phase, phase)
+        if known is None:
+            raise ValueError(f"a turn update's phase must be one of "
+                             f"{', '.join(p.value for p in Phase)}")
+        return cls(box, revision, known, why or "")
 
     def line(self) -> str:
         return f"turn of {self.box} (rev {self.revision}): {self.phase.value}" + (

@@ -209,7 +209,7 @@ def decide_turn(fleet: Fleet, box: str, revision: str, server_names: Iterable[st
         return why
     rollout = fleet.settings.rollout
     return Turn(assignment.box, revision, tuple(mine), Phase.DRAINING, now,
-                turn_deadline(now, rollout, fleet.settings.lifecycle.health_grace_s))
+                turn_deadline(now, rollout, fleet.settings.fleet.lifecycle.health_grace_s))
 
 
 def _why_wait(fleet: Fleet, box: str, mine: Mapping[str, str], turns: list[Turn],

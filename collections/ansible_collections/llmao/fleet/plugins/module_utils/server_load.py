@@ -338,9 +338,10 @@ def cost_share(cost: BoxCost, servers: int) -> float | None:
 # -------------------------------------------------------------------- a pass
 
 
-def load_document(servers: Mapping[str, ServerLoad], models: Mapping[str, ModelLoad],
+def load_document(models: Mapping[str, ModelLoad],
                   boxes: Mapping[str, BoxCost]) -> dict[str, Any]:
-    """The pass's ``models`` and ``boxes``; each server's record goes into its verdict."""
+    """The pass's ``models`` and ``boxes``, as fleet_plan returns and the admin API takes
+    them; each server's record goes into its verdict. :func:`read_load_document` reads it."""
     return {"models": {name: load.record() for name, load in models.items()},
             "boxes": {box: cost.record() for box, cost in boxes.items()}}
 

@@ -232,7 +232,7 @@ def main() -> None:
                     "neither listed nor unlisted this pass")
     for warning in result["listing_warnings"]:
         module.warn(warning)
-    for box in fleet.settings.hosts:
+    for box in fleet.settings.fleet.hosts:
         ambiguity = observations.listings.ambiguity(box)
         if ambiguity:
             module.warn(f"fleet.hosts: {ambiguity}; its servers are not dialled")

@@ -227,7 +227,10 @@ from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_records impo
     RecordError,
     probes_from_record,
 )
-from ansible_collections.llmao.fleet.plugins.module_utils.server_load import ModelLoad
+from ansible_collections.llmao.fleet.plugins.module_utils.server_load import (
+    ModelLoad,
+    load_document,
+)
 
 DEPLOYMENT_KEYS = ("state", "box", "listen_port", "name", "public_host", "public_port",
                    "public_scheme")
@@ -360,8 +363,7 @@ def plan_result(plan: Plan, observations: Observations) -> dict[str, Any]:
         "drift_lines": [drift_line(item) for item in drift],
         "turn_updates": [update.record() for update in plan.turn_updates],
         "rollout_lines": plan.rollout_lines,
-        "models": {name: load.record() for name, load in plan.models.items()},
-        "boxes": {box: cost.record() for box, cost in plan.boxes.items()},
+        **load_document(plan.models, plan.boxes),
         "load_lines": [oversized_line(entry) for entry in servers if entry["oversized"]]
         + [model_line(name, load) for name, load in plan.models.items()],
         "counts": {**counts, "changes": len(changes)},

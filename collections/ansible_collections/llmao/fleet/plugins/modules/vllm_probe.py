@@ -230,7 +230,7 @@ def main() -> None:
     }, approved=True))
     fleet = load_reconcile_fleet(module)
     params = module.params
-    knobs = fleet.settings.lifecycle
+    knobs = fleet.settings.fleet.lifecycle
     boxes = params["boxes"]
     if boxes is not None and unknown_boxes(fleet, boxes):
         module.fail_json(msg=f"not fleet.hosts keys of {fleet.config_path} nor approved: "

@@ -328,19 +328,19 @@ def test_keys_are_normalised(tmp_path):
 
 def test_state_defaults_beside_the_config(tmp_path):
     fleet = load(tmp_path)
-    assert fleet.settings.server_state == str(tmp_path / "llmao-state.sqlite3")
+    assert fleet.settings.server.state == str(tmp_path / "llmao-state.sqlite3")
 
 
 def test_load_knobs_and_costs_default_and_read(tmp_path):
-    defaults = load_fleet(*write_pair(tmp_path)).settings
+    defaults = load_fleet(*write_pair(tmp_path)).settings.fleet
     assert (defaults.load.saturated_passes, defaults.load.saturated_kv_usage) == (3, 0.9)
     assert dict(defaults.cost_per_hour) == {}
     config = base_config()
     config["fleet"].update(saturated_passes=5, saturated_kv_usage=0.8,
                            cost_per_hour={"203.0.113.10": 0, "::ffff:198.51.100.7": 1.25})
-    settings = load_fleet(*write_pair(tmp_path, config)).settings
-    assert (settings.load.saturated_passes, settings.load.saturated_kv_usage) == (5, 0.8)
-    assert dict(settings.cost_per_hour) == {"203.0.113.10": 0.0, "198.51.100.7": 1.25}
+    section = load_fleet(*write_pair(tmp_path, config)).settings.fleet
+    assert (section.load.saturated_passes, section.load.saturated_kv_usage) == (5, 0.8)
+    assert dict(section.cost_per_hour) == {"203.0.113.10": 0.0, "198.51.100.7": 1.25}
 
 
 def test_rollout_defaults_to_not_following(tmp_path):
@@ -370,13 +370,13 @@ def test_a_server_named_as_the_follow_program_is_refused_while_boxes_follow(tmp_
 
 
 def test_attempt_limits_default_and_read(tmp_path):
-    limits = load(tmp_path).settings.attempts
+    limits = load(tmp_path).settings.admin.attempts
     assert (limits.per_peer, limits.overall, limits.window_s, limits.trusted_peers) == \
         (5, 100, 900.0, ())
     config = with_config(lambda c: c.update(admin={"attempts": {
         "per_peer": 3, "overall": 50, "window_s": 60,
         "trusted_peers": ["203.0.113.5", "198.51.100.0/28", "2001:db8::/64"]}}))
-    limits = load(tmp_path, config).settings.attempts
+    limits = load(tmp_path, config).settings.admin.attempts
     assert (limits.per_peer, limits.overall, limits.window_s) == (3, 50, 60)
     assert [limits.trusts(peer) for peer in (
         "203.0.113.5", "203.0.113.6", "198.51.100.15", "198.51.100.16", "::ffff:203.0.113.5",

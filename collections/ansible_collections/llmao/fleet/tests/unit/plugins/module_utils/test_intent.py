@@ -170,7 +170,7 @@ def test_server_bearer_is_the_one_legacy_rule(fleet):
 def test_settings_list_every_secret(fleet):
     secrets = fleet.settings.secrets()
     assert SALT in secrets and SHARED_BEARER in secrets
-    assert fleet.settings.fleet_key in secrets
+    assert fleet.settings.fleet.key in secrets
 
 
 def test_gpus_is_sent_only_when_the_recipe_sets_it(tmp_path, fleet):

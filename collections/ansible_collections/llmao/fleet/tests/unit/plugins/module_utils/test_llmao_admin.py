@@ -4,14 +4,21 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.llmao.fleet.plugins.module_utils.config_file import Settings
+from ansible_collections.llmao.fleet.plugins.module_utils.config_file import (
+    AdminSection,
+    FleetSection,
+    ServerSection,
+    Settings,
+)
 from ansible_collections.llmao.fleet.plugins.module_utils.lifecycle import Memory, State
 from ansible_collections.llmao.fleet.plugins.module_utils.llmao_admin import (
     LlmaoAdmin,
     LlmaoAdminError,
+    observations_document,
     parse_observations,
     verdicts_document,
 )
+from ansible_collections.llmao.fleet.plugins.module_utils.rollout import Phase, Turn
 from rig.boxes import free_port
 
 ANSWER = {
@@ -35,6 +42,18 @@ def test_observations_are_read():
     assert seen.memories == {
         "llmao:203.0.113.10:8001:gemma": Memory(State.HEALTHY, 1, 0, 1900.0)}
     assert seen.approved == {}
+
+
+def test_the_document_written_is_the_one_read_turns_and_bindings_included():
+    turn = Turn("box-b", "r2", ("llmao:box-b:8001:gemma",), Phase.DRAINING, 1990.0, 2500.0)
+    document = observations_document(
+        2000.0, {"box-b": 1995.0}, {"box-b": {"revision": "r1", "cards": 2}},
+        {"box-b": ["gemma"]}, {}, [], None, [turn],
+        {"box-b": {"state": "confirmed", "instance": "i-7"}})
+    seen = parse_observations(document)
+    assert (seen.turns, seen.bindings) == ((turn,), {"box-b": "i-7"})
+    assert (seen.last_fetches, seen.applied, seen.cards, seen.approved) == (
+        {"box-b": 1995.0}, {"box-b": "r1"}, {"box-b": 2}, {"box-b": ("gemma",)})
 
 
 def test_the_cards_a_box_reported_are_read_and_nonsense_is_unknown():
@@ -63,12 +82,9 @@ def test_a_misread_answer_fails(answer):
         parse_observations(answer)
 
 
-def settings(**changes):
-    base = dict(fleet_key="k" * 12, vllm_api_salt="s" * 12, selfhost_api_key=None,
-                legacy_servers=frozenset(), hosts={}, lifecycle=None, providers={},
-                litellm_url=None, litellm_master_key=None, server_url="http://127.0.0.1:9",
-                server_state="x", admin_token="an-admin-token-1234")
-    return Settings(**{**base, **changes})
+def settings(server_url="http://127.0.0.1:9", admin_token="an-admin-token-1234"):
+    return Settings(FleetSection("k" * 12, "s" * 12), server=ServerSection(server_url, "x"),
+                    admin=AdminSection(admin_token))
 
 
 @pytest.mark.parametrize(("changes", "text"), [

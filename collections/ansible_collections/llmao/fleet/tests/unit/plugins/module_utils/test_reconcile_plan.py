@@ -116,7 +116,7 @@ def test_orphans_and_drift(fleet):
 def test_probe_targets_carry_the_bearer_and_address(fleet):
     targets = {t.key: t for t in probe_targets(fleet, LOCAL)}
     assert targets[GEMMA].endpoint.port == 8001
-    assert targets[LEGACY].api_key == fleet.settings.selfhost_api_key
+    assert targets[LEGACY].api_key == fleet.settings.fleet.selfhost_api_key
 
 
 def test_summary_has_no_secret(fleet):

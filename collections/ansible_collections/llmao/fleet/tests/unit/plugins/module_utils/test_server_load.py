@@ -151,7 +151,7 @@ def test_pass_document_round_trip_through_json():
     boxes = {"b": BoxCost("vast", 0.5, "listing"), "c": BoxCost("local")}
     posted = {"pass_at": NOW, "drift": [], "verdicts": {
         key: {"state": "Healthy", **value.record()} for key, value in servers.items()},
-        **load_document(servers, models, boxes)}
+        **load_document(models, boxes)}
     assert read_load_document(json.loads(json.dumps(posted))) == (servers, models, boxes)
     assert servers["s1"].oversized is True
 
@@ -208,7 +208,7 @@ def test_a_pass_at_the_bounds_still_posts():
     posted = {"pass_at": NOW, "drift": [], "verdicts": {
         "s1": {"state": "Healthy", **huge.record()},
         "s2": {"state": "Healthy", **honest.record()}},
-        **load_document({"s1": huge, "s2": honest}, {"m": model}, {})}
+        **load_document({"m": model}, {})}
     assert read_load_document(json.loads(json.dumps(posted)))[1]["m"] == model
 
 
@@ -225,5 +225,5 @@ def test_a_model_with_a_latency_out_of_bounds_still_posts():
     assert model.latency.e2e_p50_s is None and model.latency.preemptions is None
     posted = {"pass_at": NOW, "drift": [], "verdicts": {"s": {"state": "Healthy",
                                                               **server.record()}},
-              **load_document({"s": server}, {"m": model}, {})}
+              **load_document({"m": model}, {})}
     assert read_load_document(json.loads(json.dumps(posted))) == ({"s": server}, {"m": model}, {})

@@ -155,7 +155,7 @@ def test_no_secret_in_the_result(fleet):
     text = json.dumps(result)
     for server in fleet.servers():
         assert server.api_key not in text
-    assert fleet.settings.vllm_api_salt not in text
+    assert fleet.settings.fleet.vllm_api_salt not in text
 
 
 def scraped(**figures):
