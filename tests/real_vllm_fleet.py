@@ -57,7 +57,6 @@ FOLLOW_S = 1.0
 SETTLE_TIMEOUT_S = 480.0
 BOOT_TIMEOUT_S = 120.0
 SUPERVISORD_STOP_S = 60.0
-LEAF_DAYS = 2
 
 
 def recipe(max_model_len: int) -> dict[str, Any]:
@@ -172,10 +171,8 @@ class RealVllmFleet(RollingFleet):
             raise ValueError("this fleet's boxes do not move")
         self.local.recipes = {MODEL: recipe(max_model_len or FIRST_CONTEXT)}
         if box_tls:
-            self.local.write(box_tls={"ca_cert": str(self.ca_cert), "ca_key": str(self.ca_key),
-                                      "leaf_days": LEAF_DAYS})
-        else:
-            self.local.write()
+            return self.turn_on_box_tls(self.ca_cert, self.ca_key)
+        self.local.write()
         self.server.reload()
         return self.intended()
 
