@@ -37,7 +37,7 @@ from tests.rolling_fleet import (
 pytestmark = [pytest.mark.docker, pytest.mark.litellm, pytest.mark.slow]
 
 KNOBS = Knobs(follow_s=1.0, drain_s=DRAIN_S, health_grace_s=25)
-ROLL_TIMEOUT_S = 240.0
+ROLL_TIMEOUT_S = 600.0
 RENEW_TIMEOUT_S = 60.0
 AFTER_RENEWAL_S = 8.0  # the load goes on over the new certificate
 CERT_META = "/data/llmao/tls/cert.json"
