@@ -67,10 +67,11 @@ HOLD_STREAMS = 20
 HOLD_TOKENS = 480
 SCRAPE_TIMEOUT_S = 360.0
 ROLL_TIMEOUT_S = 600.0
-# Plain and streamed chats; min_tokens only so that an answer of noise is never empty: the
-# random model's tokens may be whitespace, and one such token alone once read as an empty
-# answer (a failure).
-MIX = (Shape(stream=False, min_tokens=4), Shape(stream=True, min_tokens=4))
+# Plain and streamed chats; min_tokens=1 only so that an answer of noise is never empty. Its
+# tokens are pieces of words or whitespace (one whitespace token alone was once counted as a
+# stream cut short), so words are not counted.
+MIX = (Shape(stream=False, min_tokens=1, words=False),
+       Shape(stream=True, min_tokens=1, words=False))
 LOAD_RATE_PER_S = 1.0
 TLS_DIR = "data/llmao/tls"  # under the box's folder: the box program's key, certificate, CA
 RENEW_STREAMS = 4
