@@ -99,12 +99,13 @@ def probe_targets(fleet: Fleet, listings: Listings,
     """What to probe: every intended server at its public address, with its bearer.
 
     Under box TLS, over HTTPS verified against the fleet CA (``ca_path``, else
-    ``box_tls.ca_cert``). A box whose ``applied`` revision is not the intended one may
-    not have turned TLS on yet: its plain HTTP answer is still taken (docs/box-tls.md).
-    Without ``applied`` nothing is known of that, and nothing falls back.
+    ``box_tls.ca_cert``, and ``box_tls.previous_ca_cert`` while the CA is rotated). A box
+    whose ``applied`` revision is not the intended one may not have turned TLS on yet: its
+    plain HTTP answer is still taken (docs/box-tls.md). Without ``applied`` nothing is
+    known of that, and nothing falls back.
     """
     tls = fleet.settings.box_tls
-    context = box_context(ca_path or tls.ca_cert) if tls is not None else None
+    context = box_context(*tls.trusted(ca_path)) if tls is not None else None
     targets = []
     for s in fleet.servers():
         behind = applied is not None and applied.get(s.box) != fleet.assignment(s.box).revision
