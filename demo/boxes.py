@@ -30,7 +30,7 @@ from pathlib import Path
 
 from rig import REPO_ROOT
 from rig.box_image import ensure_box_image
-from rig.boxes import BOX_LABEL, Box, container_name, start_box
+from rig.boxes import BOX_LABEL, Box, start_box
 from rig.dockerd import docker
 from rig.web import answers
 
@@ -228,25 +228,32 @@ def boot_boxes(fleet: DemoFleet, boot: BoxBoot, record: Record, demo_dir: Path,
     return urls
 
 
-def box_token(box: str, demo_dir: Path, containers: bool) -> str:
+def box_token(box: str, demo_dir: Path, containers: list[str] | None) -> str:
     """The box token a booted box keeps (docs/box-identity.md): llmao bound the box's name to
-    it at its first fetch, so a fetch for that name must present it."""
-    if containers:
-        done = docker("exec", container_name(box), "cat", "/data/llmao/box-token")
+    it at its first fetch, so a fetch for that name must present it. ``containers``: the
+    demo's containers, for container boxes."""
+    if containers is not None:
+        done = docker("exec", boxes_in(containers)[box], "cat", "/data/llmao/box-token")
         return done.stdout.decode().strip()
     return (demo_dir / "boxes" / box / "data" / "llmao" / "box-token").read_text().strip()
+
+
+def boxes_in(containers: list[str]) -> dict[str, str]:
+    """Box name (its label) -> container, for the demo's containers."""
+    found = {}
+    for container in containers:
+        done = docker("inspect", "--format", f'{{{{index .Config.Labels "{BOX_LABEL}"}}}}',
+                      container)
+        found[done.stdout.decode().strip()] = container
+    return found
 
 
 def write_reach_inventory(path: Path, containers: list[str]) -> Path:
     """An inventory source that tells Ansible how to reach each container box (the engine's
     connection, by container), named by its box label: with the fleet's own inventory it lets
     `playbooks/provision.yml` push to the demo's boxes."""
-    hosts = {}
-    for container in containers:
-        done = docker("inspect", "--format", f'{{{{index .Config.Labels "{BOX_LABEL}"}}}}',
-                      container)
-        hosts[done.stdout.decode().strip()] = {"ansible_connection": "community.docker.docker",
-                                              "ansible_host": container}
+    hosts = {box: {"ansible_connection": "community.docker.docker", "ansible_host": container}
+             for box, container in boxes_in(containers).items()}
     path.write_text(json.dumps({"all": {"hosts": hosts}}, indent=2) + "\n")
     return path
 

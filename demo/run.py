@@ -259,7 +259,8 @@ def bring_up(folder: Path, record: Record, progress: Progress) -> Summary:
 
     urls = boot_boxes(fleet, boot, record, folder, layout.mode == "container", progress.add,
                       listed)
-    add_box_token(credentials, box_token(layout.boxes[0], folder, layout.mode == "container"))
+    add_box_token(credentials, box_token(layout.boxes[0], folder, record.containers
+                                         if layout.mode == "container" else None))
     reach = (write_reach_inventory(folder / "fleet" / "reach.yml", record.containers)
              if layout.mode == "container" else None)
     progress.done()
