@@ -220,7 +220,7 @@ def test_the_real_vllm_serves_through_llmao_and_rolls(fleet, real_litellm, litel
 
     # 5. The real vLLM serves HTTPS with the certificate llmao signed for its address; LiteLLM
     # and the probes verify it against the fleet CA.
-    check_real_tls(fleet, real_litellm, litellm_master_key, url)
+    check_real_tls(fleet, real_litellm.url, litellm_master_key, url)
 
 
 def check_real_tls(fleet: RealVllmFleet, litellm_url: str, master_key: str,

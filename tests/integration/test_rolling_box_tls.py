@@ -9,7 +9,10 @@ under a steady chat load through LiteLLM's real proxy, and renews a certificate 
    the fleet CA;
 2. one box's certificate comes due (its record says less than a third of its life is left):
    its follow program asks for a new one and the vLLM stub loads it in place, under the same
-   load, with no failed request and no restart.
+   load, with no failed request and no restart;
+3. the CA is rotated with the old one as ``previous_ca_cert`` (LiteLLM given a file of both):
+   the boxes renew from the new CA in their turns, none is Rejected while it waits with the
+   old CA's certificate, no request fails, and every box ends serving the new CA's.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from __future__ import annotations
 import json
 import ssl
 import time
+from pathlib import Path
 
 import pytest
 
@@ -63,8 +67,8 @@ def served_certificate(port: int, ca_cert: str) -> str:
         return ssl.DER_cert_to_PEM_cert(wrapped.getpeercert(binary_form=True))
 
 
-def test_turning_box_tls_on_rolls_box_by_box_and_a_renewal_drops_nothing(
-        fleet, fleet_ca, real_litellm, litellm_master_key):
+def test_box_tls_turned_on_renewed_and_its_ca_rotated_under_load_drops_nothing(
+        fleet, fleet_ca, tmp_path, real_litellm, litellm_master_key):
     ca_cert, ca_key = fleet_ca
     before = fleet.intended()
     ports = {name: box.public_port(LISTEN_PORT) for name, box in fleet.boxes.items()}
@@ -109,3 +113,36 @@ def test_turning_box_tls_on_rolls_box_by_box_and_a_renewal_drops_nothing(
     assert {o.answered_by.split(":")[0] for o in load.outcomes()} == set(fleet.boxes), said
     assert watch.fewest() == 3 and watch.errors == [], said
     assert box.supervisorctl("pid", SERVER).stdout == pid, said
+
+    # 3. The CA rotated: the old one trusted beside the new until every box renewed.
+    new_cert, new_key = init_fleet_ca(str(tmp_path / "fleet-ca-2"), "rolling fleet CA 2")
+    both = tmp_path / "fleet-cas.pem"
+    both.write_text(Path(new_cert).read_text() + Path(ca_cert).read_text())
+    before = fleet.intended()
+    with RouteWatch(fleet.litellm, MODEL) as watch, \
+            chat_load(real_litellm.url, litellm_master_key, ROLL_TIMEOUT_S) as load:
+        fleet.local.write(box_tls={"ca_cert": new_cert, "ca_key": new_key, "leaf_days": 2,
+                                   "previous_ca_cert": ca_cert, "litellm_ca_path": str(both)})
+        rotated_at = time.monotonic()
+        fleet.server.reload()
+        new = fleet.intended()
+        took = fleet.wait("every box renewed from the new CA, routed", lambda: (
+            fleet.settled() and all(verifies(port, new_cert) for port in ports.values())),
+            ROLL_TIMEOUT_S)
+        load.stop()
+    said = f"{load.summary()}\n{watch.summary()}\n{fleet.diagnostics()}"
+    assert all(new[name] != before[name] for name in new), said
+    assert load.failures() == [] and len(load.outcomes()) >= 20, said
+    assert watch.fewest() >= 2 and watch.errors == [], said
+    assert not any(": Rejected" in run.output for run in fleet.loop.passes_since(rotated_at)), \
+        said
+    print(f"the CA rotated through {len(new)} boxes in {took:.0f} s")
+
+
+def verifies(port: int, ca_cert: str) -> bool:
+    """Whether the box at ``port`` serves a certificate of that CA now."""
+    try:
+        served_certificate(port, ca_cert)
+    except OSError:  # another CA's (ssl.SSLCertVerificationError), or restarting
+        return False
+    return True
