@@ -10,9 +10,9 @@ under a steady chat load through LiteLLM's real proxy, and renews a certificate 
 2. one box's certificate comes due (its record says less than a third of its life is left):
    its follow program asks for a new one and the vLLM stub loads it in place, under the same
    load, with no failed request and no restart;
-3. the CA is rotated with the old one as ``previous_ca_cert`` (LiteLLM given a file of both):
-   the boxes renew from the new CA in their turns, none is Rejected while it waits with the
-   old CA's certificate, no request fails, and every box ends serving the new CA's.
+3. the CA is rotated: LiteLLM is given a file of both CAs (every deployment registered again
+   with it), then the new CA signs with the old one as ``previous_ca_cert``: the boxes renew
+   in place, none is Rejected, no request fails, and every box ends serving the new CA's.
 """
 
 from __future__ import annotations
@@ -114,13 +114,22 @@ def test_box_tls_turned_on_renewed_and_its_ca_rotated_under_load_drops_nothing(
     assert watch.fewest() == 3 and watch.errors == [], said
     assert box.supervisorctl("pid", SERVER).stdout == pid, said
 
-    # 3. The CA rotated: the old one trusted beside the new until every box renewed.
+    # 3. The CA rotated (docs/box-tls.md): first LiteLLM is given a file of both CAs, and
+    # every deployment is registered again to verify against it; then the new CA signs, the
+    # old one stays trusted, and the boxes renew in place (their programs do not change).
     new_cert, new_key = init_fleet_ca(str(tmp_path / "fleet-ca-2"), "rolling fleet CA 2")
     both = tmp_path / "fleet-cas.pem"
     both.write_text(Path(new_cert).read_text() + Path(ca_cert).read_text())
     before = fleet.intended()
     with RouteWatch(fleet.litellm, MODEL) as watch, \
             chat_load(real_litellm.url, litellm_master_key, ROLL_TIMEOUT_S) as load:
+        fleet.local.write(box_tls={"ca_cert": ca_cert, "ca_key": ca_key, "leaf_days": 2,
+                                   "litellm_ca_path": str(both)})
+        fleet.server.reload()
+        assert fleet.intended() == before  # nothing rolls
+        fleet.wait("every deployment verifying against both CAs", lambda: {
+            route.ca_path for route in fleet.litellm.routes()
+            if route.id in fleet.route_ids().values()} == {str(both)}, ROLL_TIMEOUT_S)
         fleet.local.write(box_tls={"ca_cert": new_cert, "ca_key": new_key, "leaf_days": 2,
                                    "previous_ca_cert": ca_cert, "litellm_ca_path": str(both)})
         rotated_at = time.monotonic()
@@ -129,10 +138,11 @@ def test_box_tls_turned_on_renewed_and_its_ca_rotated_under_load_drops_nothing(
         took = fleet.wait("every box renewed from the new CA, routed", lambda: (
             fleet.settled() and all(verifies(port, new_cert) for port in ports.values())),
             ROLL_TIMEOUT_S)
+        time.sleep(AFTER_RENEWAL_S)
         load.stop()
     said = f"{load.summary()}\n{watch.summary()}\n{fleet.diagnostics()}"
     assert all(new[name] != before[name] for name in new), said
-    assert load.failures() == [] and len(load.outcomes()) >= 20, said
+    assert load.failures() == [] and len(load.outcomes()) >= 10, said
     assert watch.fewest() >= 2 and watch.errors == [], said
     assert not any(": Rejected" in run.output for run in fleet.loop.passes_since(rotated_at)), \
         said

@@ -43,6 +43,11 @@ class BoxTls:
     # serve, trusted beside ca_cert by everything that dials a box (docs/box-tls.md).
     previous_ca_cert: str | None = None
 
+    def litellm_trust(self) -> str:
+        """The CA file the LiteLLM proxy verifies a box against (``ssl_verify``), a path on
+        its machine."""
+        return self.litellm_ca_path or self.ca_cert
+
     def trusted(self, ca_path: str | None = None) -> list[str]:
         """The CA files a box's certificate is verified against: ``ca_path`` (else
         ``ca_cert``), and the previous CA while one is set."""

@@ -132,6 +132,8 @@ def plan_pass(fleet: Fleet, observations: Observations, probes: Mapping[str, Pro
     short = {box: why for box, assignment in fleet.assignments.items()
              if (why := assignment.short_of_cards(observations.cards.get(box),
                                                   listings.gpus(box)))}
+    tls = fleet.settings.box_tls
+    trust = tls.litellm_trust() if tls is not None else None
     plans = []
     for server in fleet.servers():
         key = server_key(server)
@@ -144,7 +146,7 @@ def plan_pass(fleet: Fleet, observations: Observations, probes: Mapping[str, Pro
         if server.box in short:
             plan = _short_of_cards(server, endpoint, verdict, by_id.get(key), short[server.box])
         else:
-            plan = _decide(server, endpoint, verdict, by_id.get(key), held.get(key))
+            plan = _decide(server, endpoint, verdict, by_id.get(key), held.get(key), trust)
         plans.append(replace(plan, cert_not_after=probes[key].cert_not_after))
     intended = {p.id for p in plans}
     owned_orphans = tuple(r for r in routes if r.owned and r.id not in intended)
@@ -232,14 +234,15 @@ def _model_loads(plans: list[ServerPlan], loads: Mapping[str, ServerLoad],
 
 
 def _decide(server: IntendedServer, endpoint: Endpoint | None, verdict: Verdict,
-            route: Route | None, turn: Turn | None = None) -> ServerPlan:
+            route: Route | None, turn: Turn | None = None,
+            trust: str | None = None) -> ServerPlan:
     if turn is not None:
         return _held(server, endpoint, verdict, route, turn)
     if verdict.action is Action.ENSURE and verdict.state is State.HEALTHY and endpoint:
         if route is None:
             return ServerPlan(server, endpoint, verdict, route, Change.REGISTER,
                               "Healthy, not in LiteLLM")
-        differs = route_differs(route, server, endpoint)
+        differs = route_differs(route, server, endpoint, trust)
         if differs:
             return ServerPlan(server, endpoint, verdict, route, Change.REPLACE, differs)
         return ServerPlan(server, endpoint, verdict, route)
