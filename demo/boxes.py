@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import ssl
 import subprocess
 import sys
 import time
@@ -29,7 +30,7 @@ from pathlib import Path
 
 from rig import REPO_ROOT
 from rig.box_image import ensure_box_image
-from rig.boxes import BOX_LABEL, container_name, start_box
+from rig.boxes import BOX_LABEL, Box, start_box
 from rig.dockerd import docker
 from rig.web import answers
 
@@ -64,6 +65,11 @@ class BoxBoot:
     llmao_url: str
     fleet_key: str = field(repr=False)
     ca_file: Path
+    # Box TLS: the boxes ask llmao for a certificate, and serve HTTPS with it.
+    box_tls: bool = True
+
+    def scheme(self) -> str:
+        return "https" if self.box_tls else "http"
 
     def environment(self, box: str, ca_path: str) -> dict[str, str]:
         return {"LLMAO_URL": self.llmao_url, "FLEET_KEY": self.fleet_key,
@@ -161,15 +167,22 @@ def boot_local_box(box: str, ports: list[int], boot: BoxBoot, record: Record,
     _check_boot(box, done.returncode, done.stdout + done.stderr, logs / f"provision-{box}.log")
     for port in ports:
         record.add_endpoint(box, port)
-    return {port: f"http://{box}:{port}" for port in ports}
+    return {port: f"{boot.scheme()}://{box}:{port}" for port in ports}
 
 
-def boot_container_box(name: str, ports: list[int], boot: BoxBoot, record: Record,
-                       demo_dir: Path, image: str) -> dict[int, str]:
-    """A container of the rig's box image (recorded), booted by provision.sh inside it; the
-    servers answer on the ports the engine published on 127.0.0.1."""
+def start_container_box(name: str, record: Record, image: str) -> Box:
+    """A container of the rig's box image (recorded), started: listed by the engine, before
+    it boots."""
     box = start_box(name, image=image)
     record.add_container(box.container)
+    return box
+
+
+def boot_container_box(box: Box, ports: list[int], boot: BoxBoot, record: Record,
+                       demo_dir: Path) -> dict[int, str]:
+    """provision.sh inside the started container; the servers answer on the ports the engine
+    published on 127.0.0.1."""
+    name = box.name
     box.put_file(f"{CONTAINER_PROGRAM_DIR}/provision.sh", PROVISION.read_bytes(), 0o755)
     box.put_file(f"{CONTAINER_PROGRAM_DIR}/install_set.py", INSTALL_SET.read_bytes(), 0o755)
     box.put_file(CONTAINER_CA, boot.ca_file.read_bytes())
@@ -181,19 +194,33 @@ def boot_container_box(name: str, ports: list[int], boot: BoxBoot, record: Recor
     public = {port: box.public_port(port) for port in ports}
     for port in public.values():
         record.add_endpoint("127.0.0.1", port)
-    return {port: f"http://127.0.0.1:{public[port]}" for port in ports}
+    return {port: f"{boot.scheme()}://127.0.0.1:{public[port]}" for port in ports}
 
 
 def boot_boxes(fleet: DemoFleet, boot: BoxBoot, record: Record, demo_dir: Path,
-               containers: bool, say: Callable[[str], None]) -> PublicUrls:
-    """Boot every box of the fleet at once, as rented boxes boot; name each as it is done."""
-    extra = {"image": ensure_box_image()} if containers else {}
-    boot_one = boot_container_box if containers else boot_local_box
+               containers: bool, say: Callable[[str], None],
+               listed: Callable[[], None]) -> PublicUrls:
+    """Boot every box of the fleet at once, as rented boxes boot; name each as it is done.
+
+    Container boxes are named by their provider id, not an address: llmao signs a box's
+    certificate for the address the provider lists it at, which it learns in a reconcile pass
+    (``listed``, run once every container is up and before any boots; a rented box too is
+    listed before it boots)."""
     ports = fleet.listen_ports()
+    if containers:
+        image = ensure_box_image()
+        started = {box: start_container_box(box, record, image) for box in fleet.boxes}
+        if boot.box_tls:
+            listed()
+
+        def boot_one(box: str) -> dict[int, str]:
+            return boot_container_box(started[box], ports[box], boot, record, demo_dir)
+    else:
+        def boot_one(box: str) -> dict[int, str]:
+            return boot_local_box(box, ports[box], boot, record, demo_dir)
     urls: PublicUrls = {}
     with ThreadPoolExecutor(max_workers=len(fleet.boxes)) as pool:
-        booting = {pool.submit(boot_one, box, ports[box], boot, record, demo_dir, **extra): box
-                   for box in fleet.boxes}
+        booting = {pool.submit(boot_one, box): box for box in fleet.boxes}
         for done in as_completed(booting):
             box = booting[done]
             urls.update({(box, port): url for port, url in done.result().items()})
@@ -201,25 +228,32 @@ def boot_boxes(fleet: DemoFleet, boot: BoxBoot, record: Record, demo_dir: Path,
     return urls
 
 
-def box_token(box: str, demo_dir: Path, containers: bool) -> str:
+def box_token(box: str, demo_dir: Path, containers: list[str] | None) -> str:
     """The box token a booted box keeps (docs/box-identity.md): llmao bound the box's name to
-    it at its first fetch, so a fetch for that name must present it."""
-    if containers:
-        done = docker("exec", container_name(box), "cat", "/data/llmao/box-token")
+    it at its first fetch, so a fetch for that name must present it. ``containers``: the
+    demo's containers, for container boxes."""
+    if containers is not None:
+        done = docker("exec", boxes_in(containers)[box], "cat", "/data/llmao/box-token")
         return done.stdout.decode().strip()
     return (demo_dir / "boxes" / box / "data" / "llmao" / "box-token").read_text().strip()
+
+
+def boxes_in(containers: list[str]) -> dict[str, str]:
+    """Box name (its label) -> container, for the demo's containers."""
+    found = {}
+    for container in containers:
+        done = docker("inspect", "--format", f'{{{{index .Config.Labels "{BOX_LABEL}"}}}}',
+                      container)
+        found[done.stdout.decode().strip()] = container
+    return found
 
 
 def write_reach_inventory(path: Path, containers: list[str]) -> Path:
     """An inventory source that tells Ansible how to reach each container box (the engine's
     connection, by container), named by its box label: with the fleet's own inventory it lets
     `playbooks/provision.yml` push to the demo's boxes."""
-    hosts = {}
-    for container in containers:
-        done = docker("inspect", "--format", f'{{{{index .Config.Labels "{BOX_LABEL}"}}}}',
-                      container)
-        hosts[done.stdout.decode().strip()] = {"ansible_connection": "community.docker.docker",
-                                              "ansible_host": container}
+    hosts = {box: {"ansible_connection": "community.docker.docker", "ansible_host": container}
+             for box, container in boxes_in(containers).items()}
     path.write_text(json.dumps({"all": {"hosts": hosts}}, indent=2) + "\n")
     return path
 
@@ -236,12 +270,16 @@ def container_running(container: str) -> bool:
 # --------------------------------------------------------------------------- serving
 
 
-def wait_serving(urls: PublicUrls, timeout: float = SERVING_TIMEOUT_S) -> None:
-    """Wait until every server's /health answers 200 at its public address."""
+def wait_serving(urls: PublicUrls, fleet_ca: Path | None,
+                 timeout: float = SERVING_TIMEOUT_S) -> None:
+    """Wait until every server's /health answers 200 at its public address (over HTTPS,
+    verified against ``fleet_ca``, under box TLS)."""
+    context = ssl.create_default_context(cafile=str(fleet_ca)) if fleet_ca else None
     waiting = dict(urls)
     deadline = time.monotonic() + timeout
     while waiting:
-        waiting = {key: url for key, url in waiting.items() if not answers(f"{url}/health")}
+        waiting = {key: url for key, url in waiting.items()
+                   if not answers(f"{url}/health", context)}
         if waiting and time.monotonic() > deadline:
             names = ", ".join(f"{box}:{port}" for box, port in waiting)
             raise BootError(f"not serving after {timeout:.0f} s: {names} (see the box logs "

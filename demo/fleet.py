@@ -10,7 +10,9 @@ printed.
 
 What the demo adds to the committed fleet, to show the whole job: boxes follow their assignment
 (`rollout:`, a short period, so a change rolls in seconds), a price per box (`cost_per_hour`, so
-the cost figures show), and a metrics token with a ready `prometheus.yml`.
+the cost figures show), a metrics token with a ready `prometheus.yml`, and box TLS (`box_tls:`,
+a fleet CA of the demo's own under `.demo/fleet-ca/`: every box serves HTTPS with a certificate
+llmao signed, docs/box-tls.md).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from urllib.parse import urlsplit
 
 import yaml
 
+from llmao_server.fleet_ca_cli import init as init_fleet_ca
 from rig import REPO_ROOT
 from rig.fleet_files import FleetFolder, FleetSecrets, write_fleet, write_private
 
@@ -66,8 +69,8 @@ class DemoFleet(FleetFolder):
 
 
 def demo_config(boxes: list[str], keys: FleetSecrets, *, server_url: str, litellm_url: str,
-                state: Path, providers: dict[str, Any] | None,
-                metrics_token: str) -> dict[str, Any]:
+                state: Path, providers: dict[str, Any] | None, metrics_token: str,
+                box_tls: dict[str, str] | None = None) -> dict[str, Any]:
     """The committed config with this run's values; box i of the template becomes boxes[i]."""
     config = template_config()
     rows = list(config["fleet"]["hosts"].values())
@@ -84,16 +87,26 @@ def demo_config(boxes: list[str], keys: FleetSecrets, *, server_url: str, litell
     config["rollout"] = dict(ROLLOUT)
     if providers:
         config["providers"] = providers
+    if box_tls:
+        config["box_tls"] = dict(box_tls)
     return config
 
 
+def make_fleet_ca(folder: Path) -> dict[str, str]:
+    """The demo's fleet CA (`llmao-fleet-ca init`'s own code): config.yaml's ``box_tls``."""
+    ca_cert, ca_key = init_fleet_ca(str(folder), "llmao demo fleet CA")
+    return {"ca_cert": ca_cert, "ca_key": ca_key}
+
+
 def write_demo_fleet(folder: Path, boxes: list[str], *, server_url: str, litellm_url: str,
-                     state: Path, providers: dict[str, Any] | None = None) -> DemoFleet:
+                     state: Path, providers: dict[str, Any] | None = None,
+                     box_tls: dict[str, str] | None = None) -> DemoFleet:
     """Write config.yaml, models.yaml and the inventory source, and check they load."""
     keys = FleetSecrets()
     metrics_token = "metrics-" + secrets.token_urlsafe(32)
     config = demo_config(boxes, keys, server_url=server_url, litellm_url=litellm_url,
-                         state=state, providers=providers, metrics_token=metrics_token)
+                         state=state, providers=providers, metrics_token=metrics_token,
+                         box_tls=box_tls)
     write_fleet(folder, config, (TEMPLATE / "models.yaml").read_text(), private=True,
                 inventory=True)
     fleet = DemoFleet(folder, tuple(boxes), keys, metrics_token)

@@ -39,6 +39,7 @@ from .boxes import (
 from .fleet import (
     ROLLOUT,
     add_box_token,
+    make_fleet_ca,
     template_boxes,
     template_port,
     write_credential_files,
@@ -231,13 +232,15 @@ def bring_up(folder: Path, record: Record, progress: Progress) -> Summary:
     llmao_port = pick_port(host, template_port("server"))
     litellm_port = pick_port("127.0.0.1", template_port("litellm"))
 
-    progress.step(1, "CA, certificate and llmao-server over HTTPS")
+    progress.step(1, "CAs, certificate and llmao-server over HTTPS")
     tls = make_server_tls(folder / "tls", layout.certificate_names, days=30,
                           ca_name="llmao demo CA")
+    box_tls = make_fleet_ca(folder / "fleet-ca")
     fleet = write_demo_fleet(folder / "fleet", layout.boxes,
                              server_url=f"https://{host}:{llmao_port}",
                              litellm_url=f"http://127.0.0.1:{litellm_port}",
-                             state=folder / "state.sqlite3", providers=layout.providers)
+                             state=folder / "state.sqlite3", providers=layout.providers,
+                             box_tls=box_tls)
     credentials = write_credential_files(folder, fleet, layout.boxes[0])
     keys = fleet.secrets
     litellm = launch_litellm(record, keys.master_key, litellm_port, logs)  # waited for at 3
@@ -246,10 +249,18 @@ def bring_up(folder: Path, record: Record, progress: Progress) -> Summary:
                                          credentials.metrics_token)
     progress.done(llmao_url)
 
-    progress.step(2, f"{len(layout.boxes)} boxes boot and pull their assignment")
+    progress.step(2, f"{len(layout.boxes)} boxes boot, pull their assignment and certificate")
     boot = BoxBoot(llmao_url, keys.fleet_key, tls.ca_file)
-    urls = boot_boxes(fleet, boot, record, folder, layout.mode == "container", progress.add)
-    add_box_token(credentials, box_token(layout.boxes[0], folder, layout.mode == "container"))
+    reconcile_log = logs / "reconcile.log"
+
+    def listed() -> None:  # a first pass, so that llmao knows where the provider lists them
+        wait_litellm(litellm)
+        run_pass(fleet.inventory_path, tls.ca_file, reconcile_log)
+
+    urls = boot_boxes(fleet, boot, record, folder, layout.mode == "container", progress.add,
+                      listed)
+    add_box_token(credentials, box_token(layout.boxes[0], folder, record.containers
+                                         if layout.mode == "container" else None))
     reach = (write_reach_inventory(folder / "fleet" / "reach.yml", record.containers)
              if layout.mode == "container" else None)
     progress.done()
@@ -259,8 +270,7 @@ def bring_up(folder: Path, record: Record, progress: Progress) -> Summary:
     progress.done(litellm.url)
 
     progress.step(4, f"reconcile, once all {len(urls)} vLLM servers answer")
-    wait_serving(urls)
-    reconcile_log = logs / "reconcile.log"
+    wait_serving(urls, Path(box_tls["ca_cert"]))
     status = run_pass(fleet.inventory_path, tls.ca_file, reconcile_log)
     if status != 0:
         raise RuntimeError(f"reconcile failed (status {status}); see {shown(reconcile_log)}")
@@ -283,7 +293,8 @@ def bring_up(folder: Path, record: Record, progress: Progress) -> Summary:
         inventory=fleet.inventory_path, logs=logs, models_file=fleet.models_path,
         llmao_pid=next(entry.pid for entry in record.processes if entry.role == "llmao-server"),
         follow_s=ROLLOUT["follow_s"], prometheus_config=prometheus,
-        metrics_token_file=credentials.metrics_token, reach_inventory=reach)
+        metrics_token_file=credentials.metrics_token, reach_inventory=reach,
+        fleet_ca=Path(box_tls["ca_cert"]))
 
 
 def start() -> int:

@@ -39,6 +39,8 @@ class Summary:
     metrics_token_file: Path
     # The inventory source that reaches the container boxes; None for local boxes.
     reach_inventory: Path | None
+    # Box TLS: the fleet CA that signs every box's certificate.
+    fleet_ca: Path
 
     def playbook(self, name: str, *inventories: Path) -> str:
         sources = " ".join(f"-i {shown(path)}" for path in inventories)
@@ -99,6 +101,8 @@ class Summary:
             f"               log in with the admin token in {shown(self.admin_token_file)} "
             "(this run's, mode 0600);",
             f"               the certificate is signed by the demo's CA, {shown(self.ca_file)}",
+            "  box TLS      every box serves HTTPS with a certificate llmao signed; LiteLLM and",
+            f"               reconcile verify it against the fleet CA, {shown(self.fleet_ca)}",
             f"  chat         {self.chat_command()}",
             f"  assignment   {self.assignment_command()}",
             f"  reconcile    {self.reconcile_command()}",

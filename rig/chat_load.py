@@ -33,10 +33,15 @@ REQUEST_TIMEOUT_S = 120.0
 
 @dataclass(frozen=True)
 class Shape:
-    """One kind of request of the mix: streamed or not, padded to ``min_tokens`` words."""
+    """One kind of request of the mix: streamed or not, padded to ``min_tokens`` words.
+
+    ``words``: the server's tokens are words (the stub's), so an answer of fewer words than
+    ``min_tokens`` was cut short. A real model's tokens are pieces of words, or whitespace:
+    then ``min_tokens`` is only asked for, and only an answer with no text at all is short."""
 
     stream: bool
     min_tokens: int | None = None
+    words: bool = True
 
     @property
     def label(self) -> str:
@@ -193,7 +198,8 @@ class ChatLoad:
             text, fault = self._ask(shape)
         except (OSError, http.client.HTTPException) as exc:
             text, fault = "", f"{type(exc).__name__}: {exc}"
-        if not fault and shape.min_tokens and len(text.split()) < shape.min_tokens:
+        if not fault and shape.min_tokens and shape.words and \
+                len(text.split()) < shape.min_tokens:
             fault = f"cut short: {len(text.split())} of {shape.min_tokens} token(s)"
         if not fault and not text:
             fault = "an empty answer"

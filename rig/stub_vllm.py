@@ -26,7 +26,11 @@ Faults and slowness come from a JSON file (env STUB_VLLM_BEHAVIOUR, default
 
 Like vLLM, `--ssl-keyfile` and `--ssl-certfile` make it serve HTTPS (the handshake in each
 connection's thread), and `--enable-ssl-refresh` loads both files again when either changes,
-for new connections only, so a renewal drops nothing.
+for new connections only, so a renewal drops nothing. As vLLM 0.32 does, it loads them into the
+context in use (OpenSSL's rules, not a fresh context): a half-written file is refused and the
+pair in use kept, a key that does not fit the certificate in use is refused, but a certificate
+that does not fit the key in use replaces the certificate and drops the key, and every new
+handshake then fails until a pair that fits is written (seen on the real server).
 
 `GET /stub/devices` (test-only, no key; vLLM has no such path) says which cards the process was
 given: `CUDA_VISIBLE_DEVICES` and `CUDA_DEVICE_ORDER` as its environment had them (null when
@@ -734,15 +738,21 @@ class StubServer(ThreadingHTTPServer):
     daemon_threads = True
     # The stdlib default backlog (5) drops connections when many probes arrive at once.
     request_queue_size = 128
-    # With --ssl-keyfile and --ssl-certfile: the context each new connection is wrapped in.
+    # With --ssl-keyfile and --ssl-certfile: the context each new connection is wrapped in,
+    # and what keeps a reload of it apart from a connection taking its certificate (vLLM's
+    # event loop does one thing at a time).
     tls: ssl.SSLContext | None = None
+    tls_lock = threading.Lock()
 
     def finish_request(self, request, client_address) -> None:
         """The TLS handshake runs in the connection's own thread, as vLLM's (uvicorn's) does
         per connection, so one slow client never holds up the others."""
         if self.tls is not None:
             try:
-                request = self.tls.wrap_socket(request, server_side=True)
+                with self.tls_lock:  # the connection copies the context's key and certificate
+                    request = self.tls.wrap_socket(request, server_side=True,
+                                                   do_handshake_on_connect=False)
+                request.do_handshake()
             except (ssl.SSLError, OSError) as exc:
                 say(f"{client_address[0]} TLS handshake failed: {exc}")
                 return
@@ -756,8 +766,9 @@ def tls_context(keyfile: str, certfile: str) -> ssl.SSLContext:
 
 
 def refresh_tls(server: StubServer, keyfile: str, certfile: str, every_s: float = 1.0) -> None:
-    """--enable-ssl-refresh: as vLLM does, load the key and certificate again when either
-    file changes; connections open keep their session, new ones get the new certificate."""
+    """--enable-ssl-refresh: as vLLM does, load the key and certificate again into the
+    context in use when either file changes; connections open keep their session, new ones
+    get the new certificate."""
     def stamp() -> tuple[float, ...]:
         try:
             return tuple(os.stat(path).st_mtime_ns for path in (keyfile, certfile))
@@ -769,12 +780,13 @@ def refresh_tls(server: StubServer, keyfile: str, certfile: str, every_s: float 
         time.sleep(every_s)
         now = stamp()
         if now and now != seen:
+            seen = now  # as vLLM's file watch: the next change, not this one, loads again
             try:
-                server.tls = tls_context(keyfile, certfile)
+                with server.tls_lock:
+                    server.tls.load_cert_chain(certfile, keyfile)
             except (ssl.SSLError, OSError) as exc:
-                say(f"certificate not reloaded (kept the one in use): {exc}")
+                say(f"certificate not reloaded: {exc}")
                 continue
-            seen = now
             say("certificate reloaded")
 
 

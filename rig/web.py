@@ -54,6 +54,7 @@ def answers(url: str, context: ssl.SSLContext | None = None) -> bool:
 
 
 def events(url: str, *, headers: Mapping[str, str] | None = None, body: Any = None,
+           context: ssl.SSLContext | None = None,
            timeout: float = 30.0) -> tuple[int, list[tuple[float, str]]]:
     """POST ``body`` as JSON and read a server-sent event stream: (status, [(arrival time on the
     monotonic clock, data of one `data:` line)...]). Arrival times let a test see that tokens
@@ -62,7 +63,7 @@ def events(url: str, *, headers: Mapping[str, str] | None = None, body: Any = No
                                      headers={"Content-Type": "application/json",
                                               **dict(headers or {})})
     try:
-        answer = _opener(None).open(request, timeout=timeout)
+        answer = _opener(context).open(request, timeout=timeout)
     except urllib.error.HTTPError as refused:
         with refused:
             return refused.code, [(time.monotonic(), refused.read().decode())]

@@ -11,7 +11,9 @@ the box program's preflight and memory division run as on a GPU box, and the rec
 ``--gpu-memory-utilization`` would be a share of host RAM).
 
 Reconcile (``playbooks/reconcile.yml``) runs back to back in a thread and registers both in the
-real LiteLLM; a change is a new models.yaml and a SIGHUP to llmao, which the boxes follow.
+real LiteLLM; a change is a new models.yaml (and config.yaml) and a SIGHUP to llmao, which the
+boxes follow. The fleet boots without box TLS; a fleet CA is made beside it (``llmao-fleet-ca``'s
+own code), for a change that turns ``box_tls`` on (docs/box-tls.md).
 The fleet's reading and waiting is tests/rolling_fleet.py's.
 """
 
@@ -20,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import ssl
 import subprocess
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -33,6 +36,7 @@ from ansible_collections.llmao.fleet.plugins.module_utils.intent import (
 )
 from ansible_collections.llmao.fleet.plugins.module_utils.litellm_client import LiteLLM
 from demo.boxes import INSTALL_SET, PROVISION, box_path, wait_supervisor, write_local_box
+from llmao_server.fleet_ca_cli import init as init_fleet_ca
 from rig import real_vllm as real
 from rig.boxes import free_port
 from rig.local_fleet import LocalFleet, loopback_boxes, one_model_hosts
@@ -78,8 +82,8 @@ class LocalBox:
                               capture_output=True, text=True, env=self.env(), check=False)
         return done.stdout + done.stderr
 
-    def url(self, port: int) -> str:
-        return f"http://{self.name}:{port}"
+    def url(self, port: int, scheme: str = "http") -> str:
+        return f"{scheme}://{self.name}:{port}"
 
     def log_tail(self, name: str, lines: int = 25) -> str:
         """The end of a log under the box's data directory."""
@@ -136,22 +140,40 @@ class RealVllmFleet(RollingFleet):
 
     real_box: str = ""
     stub_box: str = ""
+    # The fleet CA's certificate and key, for box_tls: made with the fleet, used once it is on.
+    ca_cert: Path = Path()
+    ca_key: Path = Path()
+
+    def tls_on(self) -> bool:
+        return "box_tls" in self.local.settings
+
+    def box_url(self, box: str, port: int = LISTEN_PORT) -> str:
+        """Where the box's server answers: over HTTPS once box TLS is on (and rolled)."""
+        return self.boxes[box].url(port, "https" if self.tls_on() else "http")
+
+    def context(self) -> ssl.SSLContext | None:
+        """What a client dialling a box trusts under box TLS: the fleet CA alone."""
+        return ssl.create_default_context(cafile=str(self.ca_cert)) if self.tls_on() else None
 
     def served_context(self, box: str) -> int | None:
         server = next(s for s in self.local.load().servers() if s.box == box)
         try:
-            status, body = call(f"{self.boxes[box].url(server.listen_port)}/v1/models",
-                                headers=authorization(server.api_key), timeout=5)
+            status, body = call(f"{self.box_url(box, server.listen_port)}/v1/models",
+                                headers=authorization(server.api_key), context=self.context(),
+                                timeout=5)
         except OSError:
             return None
         return json.loads(body)["data"][0]["max_model_len"] if status == 200 else None
 
-    def change(self, max_model_len: int | None = None,
-               moved: str | None = None) -> dict[str, str]:
-        """A new context in the tiny model's recipe (the rest of it kept); llmao reloaded."""
+    def change(self, max_model_len: int | None = None, moved: str | None = None,
+               box_tls: bool = False) -> dict[str, str]:
+        """A new context in the tiny model's recipe (the rest of it kept), with ``box_tls``
+        also the fleet CA's section turned on; llmao reloaded."""
         if moved is not None:
             raise ValueError("this fleet's boxes do not move")
         self.local.recipes = {MODEL: recipe(max_model_len or FIRST_CONTEXT)}
+        if box_tls:
+            return self.turn_on_box_tls(self.ca_cert, self.ca_key)
         self.local.write()
         self.server.reload()
         return self.intended()
@@ -181,6 +203,7 @@ def real_vllm_fleet(folder: Path, litellm_url: str, master_key: str
     revision); boxes, server and routes gone when the block ends."""
     host = "127.0.0.1"
     tls = make_server_tls(folder / "tls", [host])
+    ca_cert, ca_key = init_fleet_ca(str(folder / "fleet-ca"), "real vLLM fleet CA")
     real_box, stub_box = loopback_boxes(2, seed=int.from_bytes(secrets.token_bytes(4), "big"))
     local = LocalFleet(folder / "fleet", one_model_hosts([real_box, stub_box], model=MODEL),
                        models=(MODEL,), recipes={MODEL: recipe(FIRST_CONTEXT)})
@@ -209,7 +232,8 @@ def real_vllm_fleet(folder: Path, litellm_url: str, master_key: str
             local.inventory_path, {"SSL_CERT_FILE": str(tls.ca_file),
                                    "ANSIBLE_LOCAL_TEMP": str(folder / "ansible-tmp"),
                                    "HOME": os.environ.get("HOME", str(folder))}))
-        fleet = RealVllmFleet(local, server, boxes, litellm, loop, real_box, stub_box)
+        fleet = RealVllmFleet(local, server, boxes, litellm, loop, real_box, stub_box,
+                              Path(ca_cert), Path(ca_key))
         fleet.wait("both boxes serving their revision and routed", fleet.settled,
                    SETTLE_TIMEOUT_S)
         yield fleet

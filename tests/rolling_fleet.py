@@ -176,6 +176,19 @@ class RollingFleet:
         self.server.reload()
         return self.intended()
 
+    def turn_on_box_tls(self, ca_cert: Path, ca_key: Path, leaf_days: int = 2) -> dict[str, str]:
+        """``box_tls`` added to config.yaml (docs/box-tls.md) with whatever else changed in the
+        files; llmao reloaded: every box's revision changes (the payload's ``tls``)."""
+        self.local.write(box_tls={"ca_cert": str(ca_cert), "ca_key": str(ca_key),
+                                  "leaf_days": leaf_days})
+        self.server.reload()
+        return self.intended()
+
+    def api_bases(self) -> dict[str, str | None]:
+        """Box name -> the api_base LiteLLM routes its server at (None: not routed)."""
+        routes = {route.id: route.api_base for route in self.litellm.routes()}
+        return {box: routes.get(route_id) for box, route_id in self.route_ids().items()}
+
     def provision(self, folder: Path, *flags: str) -> PlaybookRun:
         """``playbooks/provision.yml`` on the three boxes, as an operator runs it: the fleet's
         inventory, and a second source that says how Ansible reaches each container box. The

@@ -93,6 +93,32 @@ def wait_for_loop_pass(log: Path, passes: int, timeout: float = 90.0) -> None:
         time.sleep(1)
 
 
+def check_box_tls(folder: Path, printed: str) -> None:
+    """Box TLS is on: each box serves HTTPS with a certificate of the demo's fleet CA (its key
+    0600, on the box), plain HTTP gets no answer, and LiteLLM routes every server over https."""
+    config = yaml.safe_load((folder / "fleet" / "config.yaml").read_text())
+    fleet_ca = Path(config["box_tls"]["ca_cert"])
+    assert fleet_ca == folder / "fleet-ca" / "ca.pem"
+    assert re.search(r"^  box TLS +every box serves HTTPS", printed, re.MULTILINE), printed
+    context = ssl.create_default_context(cafile=str(fleet_ca))
+    boxes = template_boxes()
+    for box in boxes:
+        assert (folder / "boxes" / box / "data" / "llmao" / "tls" / "key.pem").stat().st_mode \
+            & 0o777 == 0o600
+        with urllib.request.urlopen(f"https://{box}:8001/health", timeout=10,
+                                    context=context) as answer:
+            assert answer.status == 200
+        with pytest.raises(OSError):
+            urllib.request.urlopen(f"http://{box}:8001/health", timeout=10).close()
+    request = urllib.request.Request(f"{config['litellm']['url']}/model/info", headers={
+        "Authorization": f"Bearer {config['litellm']['master_key']}"})
+    with urllib.request.urlopen(request, timeout=30) as answer:
+        bases = [entry["litellm_params"]["api_base"] for entry in json.load(answer)["data"]
+                 if str(entry["model_info"].get("id", "")).startswith("llmao:")]
+    assert bases and all(re.fullmatch(r"https://127\.0\.0\.[234]:800[12]/v1", base)
+                         for base in bases), bases
+
+
 @pytest.fixture
 def demo_env(tmp_path: Path) -> dict[str, str]:
     try:
@@ -142,6 +168,8 @@ def test_demo_starts_answers_a_chat_and_stops_without_a_trace(demo_env):
             assert assignment["host"] == "127.0.0.2"
             assert [server["port"] for server in assignment["servers"]] == [8001, 8002]
             assert assignment["rollout"]["follow_s"] > 0, "the boxes follow their assignment"
+            assert "tls" in assignment, "box TLS is on"
+        check_box_tls(folder, first.stdout)
         for name in ("admin-token", "litellm.headers", "box.headers", "metrics-token",
                      "fleet/config.yaml"):
             assert (folder / name).stat().st_mode & 0o077 == 0, name

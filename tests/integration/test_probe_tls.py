@@ -28,9 +28,10 @@ def tls_stub(local_stub_factory, ca, folder, *names):
                               args=["--ssl-keyfile", str(key), "--ssl-certfile", str(cert)])
 
 
-def probe(host, port, ca, plain_allowed=False):
+def probe(host, port, ca, plain_allowed=False, previous=None):
+    more = [str(previous.cert)] if previous else []
     target = Target("k", Endpoint(host, port, "given", "https"), "m", KEY,
-                    box_context(str(ca.cert)), plain_allowed)
+                    box_context(str(ca.cert), *more), plain_allowed)
     return probe_one(target, 3.0, 10.0)
 
 
@@ -61,3 +62,19 @@ def test_plain_http_is_taken_only_from_a_box_not_on_tls_yet(local_stub_factory, 
     assert refused.models is Models.SKIPPED and not refused.plain_http
     allowed = probe("127.0.0.1", plain.port, fleet_ca, plain_allowed=True)
     assert (allowed.models, allowed.plain_http) == (Models.LISTS, True)
+
+
+def test_while_the_ca_is_rotated_a_box_of_the_previous_ca_is_ours(local_stub_factory,
+                                                                  fleet_ca, tmp_path):
+    """box_tls.previous_ca_cert: a box not yet renewed from the new CA stays Healthy."""
+    previous = make_test_ca(tmp_path / "previous")
+    stub = tls_stub(local_stub_factory, previous, tmp_path / "old-box", "127.0.0.1")
+    assert probe("127.0.0.1", stub.port, fleet_ca).models is Models.REJECTED
+    seen = probe("127.0.0.1", stub.port, fleet_ca, previous=previous)
+    assert (seen.health_ok, seen.models) == (True, Models.LISTS)
+    renewed = tls_stub(local_stub_factory, fleet_ca, tmp_path / "new-box", "127.0.0.1")
+    assert probe("127.0.0.1", renewed.port, fleet_ca, previous=previous).models is Models.LISTS
+    stranger = tls_stub(local_stub_factory, make_test_ca(tmp_path / "stranger"),
+                        tmp_path / "stranger-box", "127.0.0.1")
+    assert probe("127.0.0.1", stranger.port, fleet_ca,
+                 previous=previous).models is Models.REJECTED

@@ -11,13 +11,26 @@ builds on the one before and a real start costs a minute or two:
    open on the real server (running, waiting, KV usage, generated tokens);
 3. the `openai` client streams chat and text completions through LiteLLM, answered by the
    real server among others;
-4. a change of max_model_len rolls box by box under a chat load through LiteLLM with no failed
-   request, and the real server then serves the new context.
+4. a change of max_model_len, with box TLS turned on in the same reload, rolls box by box under
+   a chat load through LiteLLM with no failed request, and the real server then serves the new
+   context;
+5. the real server serves HTTPS with the certificate llmao's fleet CA signed for its address
+   (asked for by the box program, its key made on the box): reconcile's probes verify it and
+   register https api_bases that LiteLLM verifies, and the `openai` client streams through
+   LiteLLM to it over TLS;
+6. a renewal while streams run on it: the box's follow program asks for a new certificate and
+   vLLM's --enable-ssl-refresh loads it in place, no stream fails, vLLM is not restarted;
+7. another CA's certificate at its address is Rejected and unrouted. On the way, what the real
+   server does with a certificate that does not fit its key: it drops the key, and every new
+   handshake fails until a pair that fits is written (the stub does the same).
 """
 
 from __future__ import annotations
 
+import http.client
 import json
+import os
+import ssl
 import subprocess
 import threading
 import time
@@ -40,6 +53,7 @@ from tests.real_vllm_fleet import (
     real_vllm_fleet,
 )
 from tests.rolling_fleet import mask
+from tests.tls_files import make_test_ca
 
 pytestmark = [pytest.mark.vllm, pytest.mark.litellm, pytest.mark.slow]
 
@@ -53,18 +67,28 @@ HOLD_STREAMS = 20
 HOLD_TOKENS = 480
 SCRAPE_TIMEOUT_S = 360.0
 ROLL_TIMEOUT_S = 600.0
-# Plain and streamed chats; min_tokens=1 only so that an answer of noise is never empty.
-MIX = (Shape(stream=False, min_tokens=1), Shape(stream=True, min_tokens=1))
+# Plain and streamed chats; min_tokens=1 only so that an answer of noise is never empty. Its
+# tokens are pieces of words or whitespace (one whitespace token alone was once counted as a
+# stream cut short), so words are not counted.
+MIX = (Shape(stream=False, min_tokens=1, words=False),
+       Shape(stream=True, min_tokens=1, words=False))
 LOAD_RATE_PER_S = 1.0
+TLS_DIR = "data/llmao/tls"  # under the box's folder: the box program's key, certificate, CA
+RENEW_STREAMS = 4
+RENEW_TIMEOUT_S = 90.0
+VERIFIED_TIMEOUT_S = 240.0
+REAL_ANSWER_TRIES = 10
 
 
 class StreamHolder:
     """Keeps ``count`` long streams in flight on one server until stopped: vLLM's gauges are
     snapshots, so a scrape must land while requests run."""
 
-    def __init__(self, url: str, api_key: str, count: int) -> None:
-        self.url, self.api_key = url, api_key
-        self.statuses: list[int] = []
+    def __init__(self, url: str, api_key: str, count: int,
+                 context: ssl.SSLContext | None = None) -> None:
+        self.url, self.api_key, self.context = url, api_key, context
+        # (began, ended, status or the error that ended it), monotonic clock
+        self.spans: list[tuple[float, float, int | str]] = []
         self._stop = threading.Event()
         self._threads = [threading.Thread(target=self._run, daemon=True) for _ in range(count)]
 
@@ -78,21 +102,40 @@ class StreamHolder:
         for thread in self._threads:
             thread.join()
 
+    @property
+    def statuses(self) -> list[int | str]:
+        return [status for _, _, status in self.spans]
+
     def _run(self) -> None:
         while not self._stop.is_set():
-            status, _ = events(f"{self.url}/v1/completions", headers=authorization(self.api_key),
-                               body={"model": MODEL, "prompt": "hold", "stream": True,
-                                     "max_tokens": HOLD_TOKENS, "min_tokens": HOLD_TOKENS},
-                               timeout=120)
-            self.statuses.append(status)
+            began = time.monotonic()
+            try:
+                status, _ = events(f"{self.url}/v1/completions",
+                                   headers=authorization(self.api_key),
+                                   body={"model": MODEL, "prompt": "hold", "stream": True,
+                                         "max_tokens": HOLD_TOKENS, "min_tokens": HOLD_TOKENS},
+                                   context=self.context, timeout=120)
+            except OSError as exc:
+                status = f"{type(exc).__name__}: {exc}"
+            self.spans.append((began, time.monotonic(), status))
+
+
+def real_verdict(fleet: RealVllmFleet) -> dict:
+    """Reconcile's last verdict on the real server, as llmao keeps it (what the dashboard and
+    llmao's /metrics show)."""
+    verdicts = fleet.observations()["verdicts"].values()
+    (verdict,) = [v for v in verdicts if v.get("box") == fleet.real_box]
+    return verdict
 
 
 def scraped(fleet: RealVllmFleet, figure: str) -> float | None:
-    """A figure of reconcile's last scrape of the real server, as llmao keeps it (the verdicts
-    the dashboard and llmao's /metrics show)."""
-    verdicts = fleet.observations()["verdicts"].values()
-    (verdict,) = [v for v in verdicts if v.get("box") == fleet.real_box]
-    return (verdict.get("metrics") or {}).get(figure)
+    """A figure of reconcile's last scrape of the real server."""
+    return (real_verdict(fleet).get("metrics") or {}).get(figure)
+
+
+def served_certificate(fleet: RealVllmFleet) -> str:
+    """The certificate the real server presents now (PEM), unverified."""
+    return ssl.get_server_certificate((fleet.real_box, LISTEN_PORT), timeout=10)
 
 
 def openai_stream(litellm_url: str, key: str, kind: str, tokens: int) -> dict:
@@ -155,13 +198,13 @@ def test_the_real_vllm_serves_through_llmao_and_rolls(fleet, real_litellm, litel
     assert all(a["usage"]["completion_tokens"] == 6 and a["chunks"] >= 2 for a in answers)
     assert any(not a["text"].startswith("answered by") for a in answers), answers
 
-    # 4. A change of max_model_len rolls with no failed request.
+    # 4. A change of max_model_len, with box TLS turned on, rolls with no failed request.
     before = fleet.intended()
     with RouteWatch(fleet.litellm, MODEL) as watch, \
             ChatLoad(real_litellm.url, litellm_master_key, MODEL, rate_per_s=LOAD_RATE_PER_S,
                      count=int(ROLL_TIMEOUT_S * LOAD_RATE_PER_S), max_s=ROLL_TIMEOUT_S,
                      mix=MIX) as load:
-        new = fleet.change(NEXT_CONTEXT)
+        new = fleet.change(NEXT_CONTEXT, box_tls=True)
         took = fleet.wait("both boxes on the new revision, routed", fleet.settled,
                           ROLL_TIMEOUT_S)
         load.stop()
@@ -174,3 +217,107 @@ def test_the_real_vllm_serves_through_llmao_and_rolls(fleet, real_litellm, litel
     assert {name: turn["phase"] for name, turn in fleet.turns().items()} == \
         dict.fromkeys(fleet.boxes, "done"), report
     print(f"roll of the real box and the stub box took {took:.0f} s")
+
+    # 5. The real vLLM serves HTTPS with the certificate llmao signed for its address; LiteLLM
+    # and the probes verify it against the fleet CA.
+    check_real_tls(fleet, real_litellm.url, litellm_master_key, url)
+
+
+def check_real_tls(fleet: RealVllmFleet, litellm_url: str, master_key: str,
+                   plain_url: str) -> None:
+    said = fleet.diagnostics
+    box = fleet.boxes[fleet.real_box]
+    server = fleet.real_server()
+    url = fleet.box_url(fleet.real_box)
+    tls = box.folder / TLS_DIR
+
+    # 5. The box made its key (0600) and got its certificate through POST /vllm/cert; the
+    # Supervisor program starts the real vLLM with both and the refresh watch.
+    program = (box.folder / "conf.d" / f"llmao-{SERVER}.conf").read_text()
+    assert (f"--ssl-keyfile {tls / 'key.pem'} --ssl-certfile {tls / 'cert.pem'} "
+            "--enable-ssl-refresh") in program, program
+    assert (tls / "key.pem").stat().st_mode & 0o777 == 0o600
+    assert call(f"{url}/health", context=fleet.context()) == (200, b"")
+    # Plain HTTP to the TLS port: the real server closes the connection without an answer.
+    with pytest.raises(http.client.RemoteDisconnected):
+        call(f"{plain_url}/health")
+    # A client that trusts only the system's CAs does not trust a box.
+    with pytest.raises(OSError) as untrusted:
+        call(f"{url}/health")
+    assert isinstance(getattr(untrusted.value, "reason", None), ssl.SSLCertVerificationError)
+    # Reconcile's probes verified it (the verdict keeps the expiry of the certificate served)
+    # and every deployment is registered over https.
+    fleet.wait("a pass verified the real server's certificate",
+               lambda: real_verdict(fleet).get("cert_not_after") is not None,
+               VERIFIED_TIMEOUT_S)
+    assert real_verdict(fleet)["state"] == "Healthy", said()
+    assert fleet.api_bases() == {name: f"https://{name}:{LISTEN_PORT}/v1"
+                                 for name in fleet.boxes}, said()
+    # The openai client streams through LiteLLM, which verifies the fleet CA; the real server
+    # answers (the stub's answers start "answered by").
+    for _ in range(REAL_ANSWER_TRIES):
+        answer = openai_stream(litellm_url, master_key, "chat", 6)
+        assert answer["finish_reason"] == "length" and answer["chunks"] >= 2, answer
+        if not answer["text"].startswith("answered by"):
+            break
+    else:
+        raise AssertionError(f"the real server answered none of {REAL_ANSWER_TRIES} chats\n"
+                             f"{said()}")
+
+    # 6. A renewal under streams: the box's record of its certificate says that less than a
+    # third of its life is left, so the follow program asks llmao for a new one and rewrites
+    # cert.pem; vLLM loads it in place.
+    first = served_certificate(fleet)
+    pid = box.supervisorctl("pid", SERVER)
+    meta_path = tls / "cert.json"
+    with StreamHolder(url, server.api_key, RENEW_STREAMS, fleet.context()) as holder:
+        fleet.wait("the streams running", lambda: scraped_running(url, server.api_key,
+                                                                   fleet.context()), 60)
+        meta = json.loads(meta_path.read_text())
+        meta.update(issued_at=time.time() - 3600, not_after=time.time() + 600)
+        staged = meta_path.with_suffix(".test")
+        staged.write_text(json.dumps(meta))
+        os.replace(staged, meta_path)
+        took = fleet.wait("the real server serving a renewed certificate",
+                          lambda: served_certificate(fleet) != first, RENEW_TIMEOUT_S)
+        renewed_at = time.monotonic()
+        time.sleep(2)
+    assert holder.spans and set(holder.statuses) == {200}, f"{holder.statuses}\n{said()}"
+    assert any(began < renewed_at < ended for began, ended, _ in holder.spans), holder.spans
+    assert box.supervisorctl("pid", SERVER) == pid, said()
+    assert call(f"{url}/health", context=fleet.context()) == (200, b"")
+    print(f"renewal seen {took:.0f} s after the box's record said it was due")
+
+    # 7. A certificate that does not fit the key: the real server's refresh drops its key
+    # (OpenSSL's load on the live context), and new handshakes fail until a pair that fits is
+    # there. Then another CA's pair at the box's address: Rejected, its route deleted.
+    stranger_key, stranger_cert = make_test_ca(box.folder.parent / "stranger-ca").leaf(
+        box.folder.parent / "stranger", fleet.real_box)
+    (tls / "cert.pem").write_bytes(stranger_cert.read_bytes())
+    fleet.wait("handshakes failing on a certificate without its key",
+               lambda: handshake_fails(fleet), 30)
+    (tls / "key.pem").write_bytes(stranger_key.read_bytes())
+    fleet.wait("the stranger's certificate served",
+               lambda: not handshake_fails(fleet)
+               and served_certificate(fleet) == stranger_cert.read_text(), 30)
+    fleet.wait("reconcile rejecting the real server",
+               lambda: real_verdict(fleet)["state"] == "Rejected", VERIFIED_TIMEOUT_S)
+    assert "a certificate the fleet CA did not sign" in real_verdict(fleet)["reason"], said()
+    fleet.wait("its route deleted", lambda: fleet.routed() == {fleet.stub_box}, 60)
+
+
+def scraped_running(url: str, api_key: str, context: ssl.SSLContext | None) -> bool:
+    """The real server runs requests now (its own /metrics, not reconcile's last pass)."""
+    status, body = call(f"{url}/metrics", headers=authorization(api_key), context=context,
+                        timeout=10)
+    return status == 200 and any(
+        line.startswith("vllm:num_requests_running") and float(line.split()[-1]) >= 1
+        for line in body.decode().splitlines())
+
+
+def handshake_fails(fleet: RealVllmFleet) -> bool:
+    try:
+        served_certificate(fleet)
+    except (ssl.SSLError, OSError):
+        return True
+    return False

@@ -72,3 +72,31 @@ def test_a_renewal_reaches_new_connections_and_drops_no_stream(tls_stub):
     text = answer.read().decode()
     stream.close()
     assert text.rstrip().endswith("data: [DONE]")
+
+
+def handshake_fails(port: int, ca) -> bool:
+    try:
+        serial_seen(port, ca)
+    except (ssl.SSLError, OSError):
+        return True
+    return False
+
+
+def test_a_certificate_that_does_not_fit_the_key_fails_handshakes_until_a_pair_fits(
+        tls_stub, tmp_path):
+    """As the real vLLM 0.32 (tests/integration/test_real_vllm_fleet.py): its refresh loads the
+    files into the live context, so a certificate without its key leaves no usable pair."""
+    stub, ca, folder = tls_stub
+    before = serial_seen(stub.port, ca)
+    key, cert = ca.leaf(tmp_path / "next", "127.0.0.1")
+    (folder / "cert.pem").write_bytes(cert.read_bytes())
+    deadline = time.monotonic() + 10
+    while not handshake_fails(stub.port, ca):
+        assert time.monotonic() < deadline, "the stub kept serving a pair that no longer is"
+        time.sleep(0.2)
+    (folder / "key.pem").write_bytes(key.read_bytes())
+    deadline = time.monotonic() + 10
+    while handshake_fails(stub.port, ca):
+        assert time.monotonic() < deadline, "the fitting pair was never served"
+        time.sleep(0.2)
+    assert serial_seen(stub.port, ca) not in (before, 0)

@@ -39,6 +39,20 @@ class BoxTls:
     ca_not_after: float
     # Where the LiteLLM proxy reads the fleet CA, when not at ca_cert (another machine).
     litellm_ca_path: str | None = None
+    # While the CA is rotated: the CA before, whose certificates boxes not yet renewed still
+    # serve, trusted beside ca_cert by everything that dials a box (docs/box-tls.md).
+    previous_ca_cert: str | None = None
+
+    def litellm_trust(self) -> str:
+        """The CA file the LiteLLM proxy verifies a box against (``ssl_verify``), a path on
+        its machine."""
+        return self.litellm_ca_path or self.ca_cert
+
+    def trusted(self, ca_path: str | None = None) -> list[str]:
+        """The CA files a box's certificate is verified against: ``ca_path`` (else
+        ``ca_cert``), and the previous CA while one is set."""
+        return [ca_path or self.ca_cert] + ([self.previous_ca_cert]
+                                            if self.previous_ca_cert else [])
 
     def payload(self) -> dict[str, object]:
         """The payload's ``tls`` object: which CA signs, and for how long."""
@@ -63,11 +77,13 @@ def read_box_tls(section: Section, config_path: str, warnings: list[str],
     key_path = section.text("ca_key", required=True)
     leaf_days = section.integer("leaf_days", DEFAULT_LEAF_DAYS, maximum=MAX_LEAF_DAYS)
     litellm_ca_path = section.text("litellm_ca_path")
+    previous_path = section.text("previous_ca_cert")
     section.close()
     if not cert_path or not key_path:
         return None
     folder = os.path.dirname(os.path.abspath(config_path))
     cert_path, key_path = (os.path.join(folder, p) for p in (cert_path, key_path))
+    previous = _previous_ca(section, folder, previous_path, litellm_ca_path)
     with_key = signer or os.access(key_path, os.R_OK)
     readable = [_unreadable(section, key, path)
                 for key, path in (("ca_cert", cert_path), ("ca_key", key_path))
@@ -75,7 +91,7 @@ def read_box_tls(section: Section, config_path: str, warnings: list[str],
     if any(readable):
         return None
     checked = _check_ca(section, cert_path, key_path if with_key else None)
-    if checked is None:
+    if checked is None or previous is False:
         return None
     pem, not_after = checked
     if with_key and os.stat(key_path).st_mode & (stat.S_IRWXG | stat.S_IRWXO):
@@ -83,7 +99,29 @@ def read_box_tls(section: Section, config_path: str, warnings: list[str],
                         f"than its owner; it signs for the whole fleet: chmod 600 it")
     digest = hashlib.sha256(ssl.PEM_cert_to_DER_cert(pem)).hexdigest()
     return BoxTls(cert_path, key_path, leaf_days or DEFAULT_LEAF_DAYS, pem, digest, not_after,
-                  litellm_ca_path)
+                  litellm_ca_path, previous or None)
+
+
+def _previous_ca(section: Section, folder: str, path: str | None,
+                 litellm_ca_path: str | None) -> str | bool | None:
+    """``previous_ca_cert`` as checked: its path, None when not set, False on a problem.
+
+    LiteLLM verifies each deployment against one file (``ssl_verify``): while two CAs
+    sign boxes, that file must hold both, and only the operator can put it on the
+    proxy's machine, so ``litellm_ca_path`` is then required."""
+    if not path:
+        return None
+    path = os.path.join(folder, path)
+    if _unreadable(section, "previous_ca_cert", path) or \
+            _check_ca(section, path, None, "previous_ca_cert") is None:
+        return False
+    if not litellm_ca_path:
+        section.problem("litellm_ca_path", "with previous_ca_cert, LiteLLM must trust both "
+                                           "CAs: give a file holding both certificates "
+                                           "(cat ca.pem previous.pem > both.pem) on the "
+                                           "LiteLLM proxy's machine")
+        return False
+    return path
 
 
 def _unreadable(section: Section, key: str, path: str) -> bool:
@@ -96,29 +134,30 @@ def _unreadable(section: Section, key: str, path: str) -> bool:
     return False
 
 
-def _check_ca(section: Section, cert_path: str,
-              key_path: str | None) -> tuple[str, float] | None:
-    """The CA's PEM and expiry, or None with the problem recorded; the key too, when given."""
+def _check_ca(section: Section, cert_path: str, key_path: str | None,
+              key: str = "ca_cert") -> tuple[str, float] | None:
+    """The CA's PEM and expiry, or None with the problem recorded under ``key``; the CA key
+    too, when given."""
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     try:
         context.load_verify_locations(cafile=cert_path)
     except (ssl.SSLError, ValueError) as exc:
-        section.problem("ca_cert", f"{cert_path} is not a PEM certificate ({exc})")
+        section.problem(key, f"{cert_path} is not a PEM certificate ({exc})")
         return None
     counts = context.cert_store_stats()
     if counts["x509"] != 1:
-        section.problem("ca_cert", f"{cert_path} must hold exactly one certificate, "
-                                   f"it holds {counts['x509']}")
+        section.problem(key, f"{cert_path} must hold exactly one certificate, "
+                             f"it holds {counts['x509']}")
         return None
     cas = context.get_ca_certs()
     if not cas:
-        section.problem("ca_cert", f"{cert_path} is not a CA certificate (no basic "
-                                   "constraints CA:TRUE); make one with llmao-fleet-ca init")
+        section.problem(key, f"{cert_path} is not a CA certificate (no basic "
+                             "constraints CA:TRUE); make one with llmao-fleet-ca init")
         return None
     not_after = ssl.cert_time_to_seconds(cas[0]["notAfter"])
     if not_after <= time.time():
-        section.problem("ca_cert", f"{cert_path} expired on {cas[0]['notAfter']}; make a new "
-                                   "CA (docs/box-tls.md, rotating the CA)")
+        section.problem(key, f"{cert_path} expired on {cas[0]['notAfter']}; make a new "
+                             "CA (docs/box-tls.md, rotating the CA)")
         return None
     try:
         if key_path is not None:
@@ -134,9 +173,12 @@ def _check_ca(section: Section, cert_path: str,
     return ssl.DER_cert_to_PEM_cert(ssl.PEM_cert_to_DER_cert(pem)), not_after
 
 
-def box_context(ca_path: str) -> ssl.SSLContext:
-    """The client context that dials a box: the fleet CA alone is trusted, and the
-    certificate must name the address dialled (chain *and* address)."""
+def box_context(ca_path: str, *more: str) -> ssl.SSLContext:
+    """The client context that dials a box: the fleet CA alone is trusted (and ``more``
+    CAs: the previous one while the CA is rotated), and the certificate must name the
+    address dialled (chain *and* address)."""
     context = ssl.create_default_context(cafile=ca_path)
+    for path in more:
+        context.load_verify_locations(cafile=path)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     return context

@@ -17,6 +17,9 @@ from .intent import ID_PREFIX, IntendedServer
 from .listings import Endpoint
 
 PUBLIC_BASE_KEY = "llmao_public_base"
+# model_info's copy of the CA file an https deployment verifies its box against
+# (litellm_params.ssl_verify), so that a pass sees when it is no longer the one to use.
+CA_PATH_KEY = "llmao_ca_path"
 
 
 def deployment_body(server: IntendedServer, endpoint: Endpoint,
@@ -29,8 +32,6 @@ def deployment_body(server: IntendedServer, endpoint: Endpoint,
     """
     params = dict(server.entry.litellm_params)
     params.update(api_base=endpoint.base_url, api_key=server.api_key)
-    if endpoint.scheme == "https" and ca_path:
-        params["ssl_verify"] = ca_path
     info = dict(server.entry.model_info)
     info.update({
         "id": server.id,
@@ -39,6 +40,8 @@ def deployment_body(server: IntendedServer, endpoint: Endpoint,
         "llmao_listen_port": server.listen_port,
         "llmao_server": server.name,
     })
+    if endpoint.scheme == "https" and ca_path:
+        params["ssl_verify"] = info[CA_PATH_KEY] = ca_path
     return {"model_name": server.model_name, "litellm_params": params, "model_info": info}
 
 
@@ -50,6 +53,8 @@ class Route:
     model_name: str
     api_base: str | None
     public_base: str | None
+    # The CA file it verifies its box against (None: plain HTTP, or registered without it).
+    ca_path: str | None = None
 
     @property
     def owned(self) -> bool:
@@ -69,14 +74,21 @@ def parse_model_info(document: Any) -> list[Route]:
         info = entry.get("model_info") or {}
         params = entry.get("litellm_params") or {}
         routes.append(Route(str(info.get("id") or ""), str(entry.get("model_name") or ""),
-                            params.get("api_base"), info.get(PUBLIC_BASE_KEY)))
+                            params.get("api_base"), info.get(PUBLIC_BASE_KEY),
+                            info.get(CA_PATH_KEY)))
     return routes
 
 
-def route_differs(route: Route, server: IntendedServer, endpoint: Endpoint) -> str | None:
-    """Why an owned route no longer fits its server (a re-registration fixes it), or None."""
+def route_differs(route: Route, server: IntendedServer, endpoint: Endpoint,
+                  ca_path: str | None = None) -> str | None:
+    """Why an owned route no longer fits its server (a re-registration fixes it), or None.
+    ``ca_path``: the CA file an https deployment must verify its box against now (a new
+    ``box_tls.litellm_ca_path``, before the CA is rotated: docs/box-tls.md)."""
     if route.model_name != server.model_name:
         return f"LiteLLM has model {route.model_name!r}, config says {server.model_name!r}"
     if route.public_base != endpoint.base_url:
         return f"public address moved from {route.public_base} to {endpoint.base_url}"
+    if endpoint.scheme == "https" and ca_path and route.ca_path != ca_path:
+        return (f"LiteLLM verifies the box against {route.ca_path or 'no CA llmao named'}, "
+                f"config says {ca_path}")
     return None

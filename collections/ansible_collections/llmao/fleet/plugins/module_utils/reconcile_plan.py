@@ -105,12 +105,13 @@ def probe_targets(fleet: Fleet, listings: Listings,
     """What to probe: every intended server at its public address, with its bearer.
 
     Under box TLS, over HTTPS verified against the fleet CA (``ca_path``, else
-    ``box_tls.ca_cert``). A box whose ``applied`` revision is not the intended one may
-    not have turned TLS on yet: its plain HTTP answer is still taken (docs/box-tls.md).
-    Without ``applied`` nothing is known of that, and nothing falls back.
+    ``box_tls.ca_cert``, and ``box_tls.previous_ca_cert`` while the CA is rotated). A box
+    whose ``applied`` revision is not the intended one may not have turned TLS on yet: its
+    plain HTTP answer is still taken (docs/box-tls.md). Without ``applied`` nothing is
+    known of that, and nothing falls back.
     """
     tls = fleet.settings.box_tls
-    context = box_context(ca_path or tls.ca_cert) if tls is not None else None
+    context = box_context(*tls.trusted(ca_path)) if tls is not None else None
     targets = []
     for s in fleet.servers():
         behind = applied is not None and applied.get(s.box) != fleet.assignment(s.box).revision
@@ -136,6 +137,8 @@ def plan_pass(fleet: Fleet, observations: Observations, probes: Mapping[str, Pro
     short = {box: why for box, assignment in fleet.assignments.items()
              if (why := assignment.short_of_cards(observations.cards.get(box),
                                                   listings.gpus(box)))}
+    tls = fleet.settings.box_tls
+    trust = tls.litellm_trust() if tls is not None else None
     plans = []
     for server in fleet.servers():
         key = server.id
@@ -148,7 +151,7 @@ def plan_pass(fleet: Fleet, observations: Observations, probes: Mapping[str, Pro
         if server.box in short:
             plan = _short_of_cards(server, endpoint, verdict, by_id.get(key), short[server.box])
         else:
-            plan = _decide(server, endpoint, verdict, by_id.get(key), held.get(key))
+            plan = _decide(server, endpoint, verdict, by_id.get(key), held.get(key), trust)
         plans.append(replace(plan, cert_not_after=probes[key].cert_not_after))
     intended = {p.id for p in plans}
     owned_orphans = tuple(r for r in routes if r.owned and r.id not in intended)
@@ -232,14 +235,15 @@ def _model_loads(plans: list[ServerPlan], loads: Mapping[str, ServerLoad],
 
 
 def _decide(server: IntendedServer, endpoint: Endpoint | None, verdict: Verdict,
-            route: Route | None, turn: Turn | None = None) -> ServerPlan:
+            route: Route | None, turn: Turn | None = None,
+            trust: str | None = None) -> ServerPlan:
     if turn is not None:
         return _held(server, endpoint, verdict, route, turn)
     if verdict.action is Action.ENSURE and verdict.state is State.HEALTHY and endpoint:
         if route is None:
             return ServerPlan(server, endpoint, verdict, route, Change.REGISTER,
                               "Healthy, not in LiteLLM")
-        differs = route_differs(route, server, endpoint)
+        differs = route_differs(route, server, endpoint, trust)
         if differs:
             return ServerPlan(server, endpoint, verdict, route, Change.REPLACE, differs)
         return ServerPlan(server, endpoint, verdict, route)

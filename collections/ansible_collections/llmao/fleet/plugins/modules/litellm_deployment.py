@@ -319,7 +319,7 @@ def owned_route(litellm: LiteLLM, deployment: str) -> Route | None:
 def litellm_ca_path(fleet: Fleet) -> str | None:
     """Where the LiteLLM proxy reads the fleet CA (None without box TLS)."""
     tls = fleet.settings.box_tls
-    return None if tls is None else tls.litellm_ca_path or tls.ca_cert
+    return None if tls is None else tls.litellm_trust()
 
 
 def ensure_present(litellm: LiteLLM, server: IntendedServer, endpoint: Endpoint,
@@ -327,7 +327,7 @@ def ensure_present(litellm: LiteLLM, server: IntendedServer, endpoint: Endpoint,
     body = deployment_body(server, endpoint, ca_path)
     deployment = body["model_info"]["id"]
     route = owned_route(litellm, deployment)
-    if route is not None and route_differs(route, server, endpoint) is None:
+    if route is not None and route_differs(route, server, endpoint, ca_path) is None:
         return Outcome(deployment, NONE, route_view(route), route_view(route))
     action = Change.REPLACE if route is not None else Change.REGISTER
     if not check_mode:

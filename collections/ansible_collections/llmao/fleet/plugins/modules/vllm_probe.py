@@ -80,6 +80,8 @@ options:
     description:
       - The fleet CA certificate every box's certificate must chain to (C(box_tls) in
         C(config.yaml)). Defaults to C(box_tls.ca_cert).
+      - While C(box_tls.previous_ca_cert) is set (the CA is rotated), that CA is trusted
+        beside it.
       - "Under box TLS each probe and scrape verifies the chain and that the certificate names
         the address dialled; a box whose certificate does not verify is C(rejected), as a 401
         to our bearer is."

@@ -17,6 +17,8 @@ from cryptography.x509.oid import NameOID
 
 from ansible_collections.llmao.fleet.plugins.module_utils.config_errors import ConfigError
 from ansible_collections.llmao.fleet.plugins.module_utils.fleet import load_fleet
+from ansible_collections.llmao.fleet.plugins.module_utils.listings import index_listings
+from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_plan import probe_targets
 from ansible_collections.llmao.fleet.tests.unit.fleets import base_config, write_pair
 
 
@@ -151,3 +153,42 @@ def test_a_key_others_can_read_loads_with_a_warning(tmp_path):
     os.chmod(key, 0o644)
     fleet = load_with(tmp_path, {"ca_cert": str(cert), "ca_key": str(key)})
     assert any("box_tls.ca_key" in w and "chmod 600" in w for w in fleet.warnings)
+
+
+def test_a_previous_ca_is_trusted_beside_the_new_one_while_the_ca_is_rotated(tmp_path):
+    old_cert, old_key = openssl_ca(tmp_path, "old")
+    new_cert, new_key = openssl_ca(tmp_path, "new")
+    before = load_with(tmp_path, {"ca_cert": str(old_cert), "ca_key": str(old_key)})
+    rotated = load_with(tmp_path, {"ca_cert": str(new_cert), "ca_key": str(new_key),
+                                   "previous_ca_cert": "old.pem",
+                                   "litellm_ca_path": "/etc/llmao/both.pem"})
+    tls = rotated.settings.box_tls
+    assert tls.previous_ca_cert == str(old_cert)
+    assert tls.trusted() == [str(new_cert), str(old_cert)]
+    assert tls.trusted("/here/ca.pem") == ["/here/ca.pem", str(old_cert)]
+    assert before.settings.box_tls.trusted() == [str(old_cert)]
+    # the payload names the new CA alone: every box renews from it in its turn
+    assert json.loads(rotated.assignment("203.0.113.10").body)["tls"]["ca_sha256"] == \
+        tls.ca_sha256 != before.settings.box_tls.ca_sha256
+    # reconcile's probes trust both (each target's context), before the rotation one
+    (target, *others) = probe_targets(rotated, index_listings([], [], {}))
+    assert sorted(ca["subject"] for ca in target.tls.get_ca_certs()) == [
+        ((("commonName", "new"),),), ((("commonName", "old"),),)]
+    assert all(other.tls is target.tls for other in others)
+    (target, *others) = probe_targets(before, index_listings([], [], {}))
+    assert [ca["subject"] for ca in target.tls.get_ca_certs()] == [
+        ((("commonName", "old"),),)]
+
+
+def test_a_previous_ca_is_checked_and_needs_a_bundle_for_litellm(tmp_path):
+    cert, key = openssl_ca(tmp_path, "new")
+    leaf = openssl_ca(tmp_path, "leaf", ca=False)[0]
+    section = {"ca_cert": str(cert), "ca_key": str(key), "litellm_ca_path": "/x/both.pem"}
+    message = refusal(tmp_path, {**section, "previous_ca_cert": str(leaf)})
+    assert "box_tls.previous_ca_cert:" in message and "is not a CA certificate" in message
+    message = refusal(tmp_path, {**section, "previous_ca_cert": "gone.pem"})
+    assert "box_tls.previous_ca_cert: cannot read" in message
+    old = openssl_ca(tmp_path, "old")[0]
+    message = refusal(tmp_path, {"ca_cert": str(cert), "ca_key": str(key),
+                                 "previous_ca_cert": str(old)})
+    assert "box_tls.litellm_ca_path: with previous_ca_cert, LiteLLM must trust both" in message

@@ -24,6 +24,7 @@ from ansible_collections.llmao.fleet.plugins.module_utils.litellm_routes import 
     Route,
     deployment_body,
     parse_model_info,
+    route_differs,
 )
 from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_plan import (
     Plan,
@@ -144,6 +145,24 @@ def test_body_and_model_info(fleet):
     (route,) = parse_model_info({"data": [{**body, "litellm_params": {
         "model": "hosted_vllm/gemma", "api_base": "http://203.0.113.10:41001/v1"}}]})
     assert route.owned and route.id == GEMMA
+
+
+def test_an_https_route_verifying_against_another_ca_file_is_replaced(fleet):
+    """A new box_tls.litellm_ca_path (a file of both CAs, before a rotation) reaches every
+    https deployment: re-registered, each verifies its box against the new file."""
+    server: IntendedServer = fleet.assignment("203.0.113.10").servers[0]
+    secure = Endpoint("203.0.113.10", 41001, "listing:vast", "https")
+    body = deployment_body(server, secure, "/etc/llmao/ca.pem")
+    assert body["litellm_params"]["ssl_verify"] == "/etc/llmao/ca.pem"
+    (route,) = parse_model_info({"data": [{**body, "litellm_params": {
+        "model": "hosted_vllm/gemma", "api_base": "https://203.0.113.10:41001/v1"}}]})
+    assert route.ca_path == "/etc/llmao/ca.pem"
+    assert route_differs(route, server, secure, "/etc/llmao/ca.pem") is None
+    assert route_differs(route, server, secure, "/etc/llmao/both.pem") == (
+        "LiteLLM verifies the box against /etc/llmao/ca.pem, config says /etc/llmao/both.pem")
+    plain = Endpoint("203.0.113.10", 41001, "listing:vast")
+    (route,) = parse_model_info({"data": [deployment_body(server, plain, "/etc/llmao/ca.pem")]})
+    assert route.ca_path is None and route_differs(route, server, plain, "/x.pem") is None
 
 
 @pytest.mark.parametrize("document", [None, [], {"data": "x"}, {"models": []}])
