@@ -166,13 +166,14 @@ class RequestLog:
 
     def _write(self, line: str) -> None:
         data = line.encode("utf-8", "backslashreplace")
-        if self.later is None:
+        later = RequestLog.later  # read on the class: a plain function, never bound to self
+        if later is None:
             write_all(data)
             return
         if self._gathered_bytes + len(data) > GATHERED_BYTES:
             self.flush()
         if not self._gathered:
-            self.later(GATHER_S, self.flush)
+            later(GATHER_S, self.flush)
         self._gathered.append(data)
         self._gathered_bytes += len(data)
 
