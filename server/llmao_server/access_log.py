@@ -12,12 +12,15 @@ kilobytes into the log.
 ``--log-format json`` writes each line as a JSON object with those fields
 (``method``, ``path``, ``status``, ``duration_ms``, ``box``, ``via``, ``peer``,
 ``xff``); text lines read ``GET /vllm/config 200 host='…' via=header
-peer='…' xff=None 0.08ms``. ``llmao-server --no-access-log`` leaves the layer
+peer='…' xff=None 0.080ms``. ``llmao-server --no-access-log`` leaves the layer
 out: nothing is written and nothing is spent.
 
 A WSGI layer around the whole app, so that one rule covers the box API, the
-admin API and the dashboard; the box API hands its claim over in the environ
-(:data:`CLAIM_KEY`) rather than reading the headers twice.
+admin API and the dashboard. A request is timed once: this layer notes when it
+came in (:data:`STARTED_KEY`), and the box API, which counts its requests
+(:mod:`.box_api_stats`), hands back its claim (:data:`CLAIM_KEY`) and its status
+and duration (:data:`ANSWERED_KEY`) in the environ, so that nothing is read or
+timed twice on a boot storm's hot path.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Container, Iterable
 from typing import Any
 
 from .logs import RequestLog
@@ -34,6 +37,12 @@ from .redaction import Redactor, clipped
 ACCESS_LOGGER = "llmao_server.access"
 # Where the box API leaves the (name, how) of the request's claim for this layer.
 CLAIM_KEY = "llmao.claim"
+NO_CLAIM = (None, None)
+# Where this layer leaves ``time.perf_counter()`` as the request came in: the one start of
+# its timing, which the box API's counters share.
+STARTED_KEY = "llmao.started"
+# Where the box API leaves the (status, seconds) of its answer for this layer.
+ANSWERED_KEY = "llmao.answered"
 # HTTP methods are short tokens; a longer one is cut.
 SHOWN_METHOD_LENGTH = 16
 # A path shown as it is in a text line: printable ASCII, no space or quote, not too long.
@@ -47,15 +56,29 @@ log = RequestLog(logging.getLogger(ACCESS_LOGGER))
 class AccessLog:
     """WSGI layer: writes one access line per request that ``app`` answers."""
 
-    def __init__(self, app: WsgiApp, redact: Redactor, plain_paths: Iterable[str] = ()):
+    def __init__(self, app: WsgiApp, redact: Redactor, box_paths: Iterable[str] = (),
+                 box_names: Container[str] = ()):
         self.app = app
         self.redact = redact
-        # Paths known to hold nothing a caller chose (the box API's routes): shown as they are.
-        self.plain_paths = frozenset(plain_paths)
+        # The box API's routes: they hold nothing a caller chose, so are shown as they are,
+        # and the box API reports their answers (:data:`ANSWERED_KEY`).
+        self.box_paths = frozenset(box_paths)
+        # Names of the fleet's boxes: each is redacted once per worker, then remembered (a
+        # name nobody configured is redacted each time, so a caller cannot fill the memory).
+        self.box_names = box_names
+        self._shown: dict[str, str] = {}
 
     def __call__(self, environ: dict[str, Any],
                  start_response: Callable[..., Any]) -> Iterable[bytes]:
-        started = time.perf_counter()
+        started = environ[STARTED_KEY] = time.perf_counter()
+        if environ.get("PATH_INFO") in self.box_paths:
+            try:
+                return self.app(environ, start_response)
+            finally:
+                # No answer handed back: the box API raised, and gunicorn answers 500.
+                status, seconds = environ.get(ANSWERED_KEY) or (
+                    500, time.perf_counter() - started)
+                self.write(environ, status, seconds)
         status = ["500"]  # what gunicorn answers when the app raises
 
         def start(line: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Any:
@@ -65,32 +88,44 @@ class AccessLog:
         try:
             return self.app(environ, start)
         finally:
-            self.write(environ, status[0][:3], time.perf_counter() - started)
+            code = status[0][:3]
+            self.write(environ, int(code) if code.isdigit() else code,
+                       time.perf_counter() - started)
 
-    def write(self, environ: dict[str, Any], status: str, seconds: float) -> None:
+    def write(self, environ: dict[str, Any], status: int | str, seconds: float) -> None:
         path = environ.get("PATH_INFO", "")
-        if path not in self.plain_paths:
+        plain = path in self.box_paths
+        if not plain:
             path = clipped(self.redact(path))
-        name, via = environ.get(CLAIM_KEY, (None, None))
+        method = environ.get("REQUEST_METHOD", "")[:SHOWN_METHOD_LENGTH]
+        name, via = environ.get(CLAIM_KEY, NO_CLAIM)
+        box = None if name is None else self.shown_name(name)
+        peer = environ.get("REMOTE_ADDR")
         forwarded = environ.get("HTTP_X_FORWARDED_FOR")
-        log.entry({
-            "method": environ.get("REQUEST_METHOD", "")[:SHOWN_METHOD_LENGTH],
-            "path": path,
-            "status": int(status) if status.isdigit() else status,
-            "duration_ms": round(seconds * 1000, 3),
-            "box": None if name is None else clipped(self.redact(name)),
-            "via": via,
-            "peer": environ.get("REMOTE_ADDR"),
-            "xff": None if forwarded is None else clipped(self.redact(forwarded)),
-        }, text_line)
+        xff = None if forwarded is None else clipped(self.redact(forwarded))
+        message = text_line(method, path, status, box, via, peer, xff, seconds, plain)
+        if log.plain_text():  # the line is the message: no fields to make
+            log.text(message)
+            return
+        log.entry({"method": method, "path": path, "status": status,
+                   "duration_ms": round(seconds * 1000, 3), "box": box, "via": via,
+                   "peer": peer, "xff": xff}, message)
+
+    def shown_name(self, name: str) -> str:
+        """A claimed box name as the line shows it: redacted and cut."""
+        shown = self._shown.get(name)
+        if shown is None:
+            shown = clipped(self.redact(name))
+            if name in self.box_names:
+                self._shown[name] = shown
+        return shown
 
 
-def text_line(fields: dict[str, Any]) -> str:
+def text_line(method: str, path: str, status: int | str, box: str | None, via: str | None,
+              peer: str | None, xff: str | None, seconds: float, plain: bool = False) -> str:
     """The fields as a text log line; values a caller chose are quoted, so that none can
-    pass for another field or line (a line break shows as ``\\n``)."""
-    path = fields["path"]
-    shown_path = path if PLAIN_PATH.fullmatch(path) else repr(path)
-    claim = (f" host={fields['box']!r} via={fields['via']}" if fields["via"] is not None
-             else "")
-    return (f"{fields['method']} {shown_path} {fields['status']}{claim} "
-            f"peer={fields['peer']!r} xff={fields['xff']!r} {fields['duration_ms']}ms")
+    pass for another field or line (a line break shows as ``\\n``). ``plain``: the path is
+    known to need no quotes."""
+    shown_path = path if plain or PLAIN_PATH.fullmatch(path) else repr(path)
+    claim = "" if via is None else f" host={box!r} via={via}"
+    return f"{method} {shown_path} {status}{claim} peer={peer!r} xff={xff!r} {seconds * 1000:.3f}ms"

@@ -57,7 +57,7 @@ def create_app(test_config: Mapping[str, Any] | None = None) -> Flask:
     app.register_error_handler(Exception, flask_error_handler)
     app.wsgi_app = StrictTransport(BoxApi(state, app.wsgi_app))
     if app.config.get("LLMAO_ACCESS_LOG", True):
-        app.wsgi_app = AccessLog(app.wsgi_app, state.redact, ROUTES)
+        app.wsgi_app = AccessLog(app.wsgi_app, state.redact, ROUTES, fleet.assignments)
     return app
 
 

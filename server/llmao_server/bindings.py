@@ -12,9 +12,10 @@ store.
 
 A fetch must not read the store (bench P9): each worker keeps every binding in
 memory (:class:`~.binding_cache.BindingCache`). A presented token the memory confirms
-is admitted at once; anything else (a first token, a stale memory, a refusal) is
-decided against the store, after the attempt is counted per peer in the admin
-credentials' limiter (:mod:`.admin_attempts`), so guessing is bounded.
+is admitted at once (after its first time, by one dictionary lookup); anything else
+(a first token, a stale memory, a refusal) is decided against the store, after the
+attempt is counted per peer in the admin credentials' limiter
+(:mod:`.admin_attempts`), so guessing is bounded.
 """
 
 from __future__ import annotations
@@ -78,9 +79,13 @@ def admit_box(state: ServerState, environ: dict[str, Any], box: str, peer: str |
         return None
     presented = environ.get(TOKEN_ENVIRON)
     cache: BindingCache = state.bindings
-    held = cache.held(box)
-    if held is not None and held.confirmed and matches(held, presented):
-        return None
+    if presented is not None:
+        if cache.admits(box, presented):
+            return None
+        held = cache.held(box)
+        if held is not None and held.confirmed and matches(held, presented):
+            cache.admit(box, presented, held)
+            return None
     scope = None if presented is None else count_attempt(state, box, peer)
     cache.refresh_quietly()
     held = cache.held(box)

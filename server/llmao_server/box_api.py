@@ -34,7 +34,7 @@ from ansible_collections.llmao.fleet.plugins.module_utils.hostnames import (
 from ansible_collections.llmao.fleet.plugins.module_utils.intent import BoxAssignment
 from ansible_collections.llmao.fleet.plugins.module_utils.payload_rules import BOX_NAME_RE
 
-from .access_log import CLAIM_KEY
+from .access_log import ANSWERED_KEY, CLAIM_KEY, STARTED_KEY
 from .api_errors import JSON, RequestRefused, error_answer
 from .applied_report import APPLIED_MAX_BYTES, read_applied_report
 from .bearer_header import presented_bearer
@@ -50,34 +50,25 @@ from .turns import AskViews, ask_turn, read_ask
 
 PREFIX = "/vllm/"
 STATUS_LINES = {status.value: f"{status.value} {status.phrase}" for status in HTTPStatus}
+NOT_MODIFIED = HTTPStatus.NOT_MODIFIED.value
+# Headers of every answer, made once.
+JSON_TYPE = ("Content-Type", JSON)
+NO_STORE = ("Cache-Control", "no-store")
 # Where WSGI keeps the two headers a claim is read from (PEP 3333: ``HTTP_``, then the
 # name upper-cased with ``-`` as ``_``).
-CLAIM_ENVIRON_KEYS = {name: "HTTP_" + name.upper().replace("-", "_")
-                      for name in (HOST_HEADER, FORWARDED_HEADER)}
+HOST_ENVIRON, FORWARDED_ENVIRON = ("HTTP_" + name.upper().replace("-", "_")
+                                   for name in (HOST_HEADER, FORWARDED_HEADER))
 
 WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 # What a route answers: status, body and the headers of its own.
 Answer = tuple[int, bytes, list[tuple[str, str]]]
 
 
-class ClaimHeaders:
-    """The headers a claim is read from, looked up in the WSGI environ by their known keys.
-
-    The core's rule takes any header map; werkzeug's full one costs a fetch more
-    than the rest of its claim, and a boot storm is nothing but fetches.
-    """
-
-    __slots__ = ("environ",)
-
-    def __init__(self, environ: dict[str, Any]):
-        self.environ = environ
-
-    def get(self, name: str) -> str | None:
-        return self.environ.get(CLAIM_ENVIRON_KEYS[name])
-
-
 class BoxRequest:
     """The parts of a WSGI request the box API reads."""
+
+    __slots__ = ("environ", "method", "path", "peer", "authorization", "if_none_match", "claim",
+                 "issued_token")
 
     def __init__(self, environ: dict[str, Any]):
         self.environ = environ
@@ -87,8 +78,11 @@ class BoxRequest:
         self.authorization: str = environ.get("HTTP_AUTHORIZATION", "")
         self.if_none_match: str = environ.get("HTTP_IF_NONE_MATCH", "")
         # The box name the request claims, and how (``header``, ``forwarded``, ``peer``);
-        # the access log shows it.
-        self.claim = environ[CLAIM_KEY] = claimed_box_name(ClaimHeaders(environ), self.peer)
+        # the access log shows it. The core's rule reads the two headers it names from a
+        # plain dict (werkzeug's full header map cost a fetch more than the rest of its claim).
+        self.claim = environ[CLAIM_KEY] = claimed_box_name(
+            {HOST_HEADER: environ.get(HOST_ENVIRON),
+             FORWARDED_HEADER: environ.get(FORWARDED_ENVIRON)}, self.peer)
         # A box token this request's answer hands out (it bound the box's name).
         self.issued_token: str | None = None
 
@@ -222,20 +216,27 @@ class BoxApi:
     def __init__(self, state: ServerState, inner: WsgiApp):
         self.state = state
         self.inner = inner
+        self.stats = state.box_api_stats
 
     def __call__(self, environ: dict[str, Any],
                  start_response: Callable[..., Any]) -> Iterable[bytes]:
         if not environ.get("PATH_INFO", "").startswith(PREFIX):
             return self.inner(environ, start_response)
-        started = time.perf_counter()
+        # The access log's clock when it runs (:mod:`.access_log`): one timing for both.
+        started = environ.get(STARTED_KEY)
+        if started is None:
+            started = time.perf_counter()
         request = BoxRequest(environ)
         status, body, headers = self.answer(request)
-        self.state.box_api_stats.observe(request.path, status, time.perf_counter() - started)
+        seconds = time.perf_counter() - started
+        self.stats.observe(request.path, status, seconds)
+        environ[ANSWERED_KEY] = (status, seconds)
         # A 304 has no body, so no length or type of one (RFC 9110 15.4.5).
-        described = ([] if status == HTTPStatus.NOT_MODIFIED else
-                     [("Content-Type", JSON), ("Content-Length", str(len(body)))])
-        start_response(STATUS_LINES[status],
-                       [*described, ("Cache-Control", "no-store"), *headers])
+        if status == NOT_MODIFIED:
+            start_response(STATUS_LINES[status], [NO_STORE, *headers])
+        else:
+            start_response(STATUS_LINES[status], [JSON_TYPE, ("Content-Length", str(len(body))),
+                                                  NO_STORE, *headers])
         return [b""] if request.method == "HEAD" else [body]
 
     def answer(self, request: BoxRequest) -> Answer:

@@ -26,6 +26,9 @@ CODE_CLASSES = ("1xx", "2xx", "3xx", "4xx", "5xx")
 # Upper bounds (seconds) of the latency histogram's buckets: a keyed fetch takes about a
 # millisecond, a turn may wait on the store's write lock.
 BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+# An HTTP status's hundreds (0-9) -> the offset of its class in a path's counts: below 100
+# counts as 1xx, 600 and above as 5xx.
+CODE_OFFSETS = (0, 0, 1, 2, 3, 4, 4, 4, 4, 4)
 # Per path: a count per code class, a count per bucket (+Inf last), the sum of seconds.
 _PER_PATH = len(CODE_CLASSES) + len(BUCKETS) + 2
 
@@ -35,22 +38,27 @@ class BoxApiStats:
 
     def __init__(self) -> None:
         context = multiprocessing.get_context("fork")
-        self._values = context.RawArray("d", len(PATHS) * _PER_PATH)
+        # Read and written as a memoryview of floats: an item through it costs a fraction of
+        # one through ctypes, and a fetch's hot path adds to three.
+        self._values = memoryview(context.RawArray("d", len(PATHS) * _PER_PATH)).cast(
+            "B").cast("d")
         self._lock = context.Lock()
         self._index = {path: number * _PER_PATH for number, path in enumerate(PATHS)}
 
     def observe(self, path: str, status: int, seconds: float) -> None:
-        """One answered request; a path outside the box API's :data:`PATHS` is not counted."""
+        """One answered request (``status``: 0-999); a path outside the box API's
+        :data:`PATHS` is not counted."""
         base = self._index.get(path)
         if base is None:
             return
-        code = min(max(status // 100, 1), 5) - 1
-        bucket = bisect.bisect_left(BUCKETS, seconds)  # the first bound >= seconds; +Inf last
+        code = base + CODE_OFFSETS[status // 100]
+        # The first bound >= seconds; +Inf last.
+        bucket = base + len(CODE_CLASSES) + bisect.bisect_left(BUCKETS, seconds)
         values, lock = self._values, self._lock
-        lock.acquire()  # a fetch's hot path: about 1 us in all, measured against P1
+        lock.acquire()  # a fetch's hot path: well under 1 us in all, measured against P1
         try:
-            values[base + code] += 1
-            values[base + len(CODE_CLASSES) + bucket] += 1
+            values[code] += 1.0
+            values[bucket] += 1.0
             values[base + _PER_PATH - 1] += seconds
         finally:
             lock.release()

@@ -8,9 +8,11 @@ line, for a log collector (journald, Loki, …) to parse without a pattern.
 
 from __future__ import annotations
 
+import atexit
 import json
 import logging
 import os
+import select
 import sys
 import time
 from collections.abc import Callable
@@ -23,6 +25,13 @@ LOG_FORMAT = "%(asctime)s [%(process)d] %(levelname)s %(name)s: %(message)s"
 SERVER_LOGGER = "llmao_server"
 STDERR_FD = 2
 LOG_FORMATS = ("text", "json")
+# How long a worker gathers access lines before writing them (RequestLog.later), and how
+# many bytes of whole lines at most one write holds: PIPE_BUF, what a pipe (journald, a log
+# shipper) keeps whole between the workers writing to it.
+GATHER_S = 0.05
+GATHERED_BYTES = select.PIPE_BUF
+# A line's milliseconds, "000" to "999", formatted once.
+MILLIS = tuple(f"{millis:03d}" for millis in range(1000))
 
 
 class JsonFormatter(logging.Formatter):
@@ -102,37 +111,84 @@ class RequestLog:
     are short (callers' values are cut), so each stays whole between workers.
     Anywhere else (a test, ``flask run``) it goes through ``logger`` as usual,
     the fields in the record's ``fields``.
+
+    A gunicorn worker of ``llmao-server`` answers many requests at once, and a
+    ``write`` to a log file cost it more than making the line (the kernel
+    updates the file's times on each): it sets :attr:`later`, and lines are
+    then gathered for up to :data:`GATHER_S` and written together, whole lines
+    of at most :data:`GATHERED_BYTES` a ``write`` (what a pipe keeps whole
+    between writers), and what is gathered is written at exit.
     """
 
     direct = False
     json = False
+    # How to run a call after a delay (``gevent.spawn_later``), where lines are gathered.
+    later: Callable[[float, Callable[[], None]], Any] | None = None
 
     def __init__(self, logger: logging.Logger):
         self.logger = logger
         self._second = -1
-        self._stamp = ""
+        self._stamp = ""  # the time to the second, then what follows the milliseconds
+        self._tag = ""
+        self._gathered: list[bytes] = []
+        self._gathered_bytes = 0
+        os.register_at_fork(after_in_child=self._forget_stamp)  # the tag names the pid
+        atexit.register(self.flush)
 
-    def entry(self, fields: dict[str, Any], text: Callable[[dict[str, Any]], str]) -> None:
-        """One line of ``fields``: their JSON object, or ``text(fields)`` in a text log."""
-        if not (self.direct and self.logger.isEnabledFor(logging.INFO)):
-            self.logger.info("%s", text(fields), extra={"fields": fields})
-            return
+    def plain_text(self) -> bool:
+        """Whether a line goes straight to stderr as text: :meth:`text` then needs no
+        fields, and the caller need not make them."""
+        return self.direct and not self.json and self.logger.isEnabledFor(logging.INFO)
+
+    def text(self, message: str) -> None:
+        """One text line of ``message``, as :data:`LOG_FORMAT` has it, in one ``write``."""
         now = time.time()
         second = int(now)
-        if self.json:
-            stamp = datetime.fromtimestamp(now, UTC).isoformat(timespec="milliseconds")
-            line = json.dumps({"time": stamp, "level": "INFO", "logger": self.logger.name,
-                               "pid": pid(), **fields}, ensure_ascii=False) + "\n"
+        if second != self._second:
+            self._second = second
+            self._stamp = time.strftime("%Y-%m-%d %H:%M:%S,", time.localtime(second))
+            self._tag = f" [{pid()}] INFO {self.logger.name}: "
+        self._write(f"{self._stamp}{MILLIS[int((now - second) * 1000)]}{self._tag}{message}\n")
+
+    def _forget_stamp(self) -> None:
+        self._second = -1
+
+    def entry(self, fields: dict[str, Any], message: str) -> None:
+        """One line: the JSON object of ``fields``, or ``message`` in a text log."""
+        if not (self.direct and self.logger.isEnabledFor(logging.INFO)):
+            self.logger.info("%s", message, extra={"fields": fields})
+        elif not self.json:
+            self.text(message)
         else:
-            if second != self._second:
-                self._second = second
-                self._stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(second))
-            millis = int((now - second) * 1000)
-            line = (f"{self._stamp},{millis:03d} [{pid()}] INFO {self.logger.name}: "
-                    f"{text(fields)}\n")
+            stamp = datetime.fromtimestamp(time.time(), UTC).isoformat(timespec="milliseconds")
+            self._write(json.dumps({"time": stamp, "level": "INFO", "logger": self.logger.name,
+                                    "pid": pid(), **fields}, ensure_ascii=False) + "\n")
+
+    def _write(self, line: str) -> None:
         data = line.encode("utf-8", "backslashreplace")
-        while data:
-            data = data[os.write(STDERR_FD, data):]
+        later = RequestLog.later  # read on the class: a plain function, never bound to self
+        if later is None:
+            write_all(data)
+            return
+        if self._gathered_bytes + len(data) > GATHERED_BYTES:
+            self.flush()
+        if not self._gathered:
+            later(GATHER_S, self.flush)
+        self._gathered.append(data)
+        self._gathered_bytes += len(data)
+
+    def flush(self) -> None:
+        """Write the lines gathered so far, in one ``write``."""
+        data = b"".join(self._gathered)
+        self._gathered.clear()
+        self._gathered_bytes = 0
+        write_all(data)
+
+
+def write_all(data: bytes) -> None:
+    """``data`` to stderr, unbuffered."""
+    while data:
+        data = data[os.write(STDERR_FD, data):]
 
 
 def ensure_server_logging() -> None:

@@ -40,6 +40,8 @@ from typing import Any
 import gevent
 from gunicorn.workers.ggevent import GeventWorker
 
+from .logs import RequestLog
+
 
 def read_timeout(config: Any) -> float:
     """The one read limit, in seconds: gunicorn's ``keepalive`` as llmao-server sets it."""
@@ -93,6 +95,11 @@ class LlmaoWorker(GeventWorker):
         # Read once: gunicorn's settings are slow to look up, and this is asked twice a
         # request. A reload (SIGHUP) replaces the workers, so it never goes stale.
         self.read_timeout_s = read_timeout(self.cfg)
+
+    def init_process(self) -> None:
+        # Each access line is no longer a write of its own: see RequestLog.
+        RequestLog.later = gevent.spawn_later
+        super().init_process()
 
     def timeout_ctx(self) -> gevent.Timeout:
         # Bounds a request's headers and the idle wait between kept-alive requests;

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -15,7 +17,7 @@ from flask.testing import FlaskClient
 
 from llmao_server.access_log import ACCESS_LOGGER
 from llmao_server.app import create_app
-from llmao_server.logs import JsonFormatter, RequestLog
+from llmao_server.logs import GATHER_S, GATHERED_BYTES, STDERR_FD, JsonFormatter, RequestLog
 from llmao_server.state import app_state
 from tests.server.fleet_pair import ADMIN_TOKEN, FLEET_KEY, SECRETS, box_headers, write_pair
 
@@ -115,3 +117,42 @@ def test_llmao_servers_own_lines_go_straight_to_stderr(
     else:
         assert (f"INFO {ACCESS_LOGGER}: GET /vllm/config 200 host='203.0.113.10' via=header "
                 "peer='192.0.2.7' xff=None ") in line
+
+
+def test_a_worker_gathers_its_lines_and_writes_them_together(
+        client: FlaskClient, capfd: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under a gunicorn worker (:attr:`RequestLog.later` set), lines wait up to
+    :data:`GATHER_S` and go out together, whole, at most :data:`GATHERED_BYTES` a write."""
+    scheduled: list[tuple[float, Callable[[], None]]] = []
+    writes: list[bytes] = []
+    write = os.write
+
+    def spy(fd: int, data: bytes) -> int:
+        if fd == STDERR_FD:
+            writes.append(bytes(data))
+        return write(fd, data)
+
+    def later(seconds: float, call: Callable[[], None]) -> None:
+        scheduled.append((seconds, call))
+
+    monkeypatch.setattr(RequestLog, "direct", True)
+    monkeypatch.setattr(RequestLog, "later", later)
+    monkeypatch.setattr(logging.getLogger(ACCESS_LOGGER), "level", logging.INFO)
+    capfd.readouterr()
+    monkeypatch.setattr(os, "write", spy)
+    for _ in range(3):
+        client.get("/vllm/config", headers=box_headers())
+    assert writes == [] and [seconds for seconds, _ in scheduled] == [GATHER_S]
+    scheduled[0][1]()
+    assert len(writes) == 1 and writes[0].count(b"\n") == 3
+    more = 2 * GATHERED_BYTES // (len(writes[0]) // 3)
+    for _ in range(more):
+        client.get("/vllm/config", headers=box_headers())
+    assert len(writes) >= 2  # beyond GATHERED_BYTES a write goes at once
+    for _, flush in scheduled:
+        flush()
+    monkeypatch.undo()
+    assert all(len(data) <= GATHERED_BYTES and data.endswith(b"\n") for data in writes)
+    lines = [line for line in capfd.readouterr().err.splitlines() if ACCESS_LOGGER in line]
+    assert len(lines) == 3 + more

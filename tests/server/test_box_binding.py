@@ -159,6 +159,48 @@ def test_every_worker_sees_a_binding_made_by_another(make_app: Callable[..., Fla
     assert fetch(first)[0] == 200
 
 
+def test_a_token_a_worker_remembers_is_forgotten_when_its_binding_changes(
+        make_app: Callable[..., Flask]) -> None:
+    """A confirmed token, once checked, is admitted from the worker's memory; released by
+    another worker, it no longer is, and the name binds again."""
+    first, second = make_app(), make_app()
+    _, token, _ = fetch(first.test_client())
+    assert fetch(first.test_client(), token)[:2] == (200, None)  # confirms
+    assert not app_state(first).bindings.admits(KNOWN, token)
+    assert fetch(first.test_client(), token)[:2] == (200, None)  # checked, then remembered
+    assert app_state(first).bindings.admits(KNOWN, token)
+    assert fetch(first.test_client(), token)[:2] == (200, None)
+    release(second.test_client())
+    app_state(first).bindings.refresh()  # what its refresher does within a second
+    assert not app_state(first).bindings.admits(KNOWN, token)
+    status, new, _ = fetch(first.test_client(), token)
+    assert status == 200 and new not in (None, token)
+
+
+def test_only_a_checked_token_of_the_binding_held_is_admitted(tmp_path: Path) -> None:
+    store = SqliteStore(str(tmp_path / "state.sqlite3"))
+    cache = BindingCache(store, interval_s=60)
+    token, other = "t" * 43, "u" * 43
+    try:
+        store.bind_box(KNOWN, token_hash(token), None, None, 1.0)
+        pending = cache.held(KNOWN)
+        cache.admit(KNOWN, token, pending)
+        assert not cache.admits(KNOWN, token)  # a pending binding is always asked of the store
+        store.confirm_binding(KNOWN, token_hash(token), None, None, 2.0)
+        cache.refresh()
+        cache.admit(KNOWN, token, pending)  # no longer the binding held
+        assert not cache.admits(KNOWN, token)
+        cache.admit(KNOWN, token, cache.held(KNOWN))
+        assert cache.admits(KNOWN, token)
+        assert not cache.admits(KNOWN, other) and not cache.admits(OTHER_KNOWN, token)
+        store.release_binding(KNOWN)
+        cache.refresh()
+        assert not cache.admits(KNOWN, token) and not cache._admitted
+    finally:
+        cache.close()
+        store.close()
+
+
 @pytest.mark.parametrize("binding", ["off", "OFF", "", 1, "first-fetch"])
 def test_fleet_binding_is_checked(make_app: Callable[..., Flask], binding: object) -> None:
     if binding == "off":
