@@ -38,7 +38,10 @@ from dataclasses import dataclass, field, replace
 
 from .lifecycle import Models, Probe
 from .listings import Endpoint
+from .prometheus_text import read_exposition
+from .vllm_latency import READ as LATENCY_READ
 from .vllm_latency import read_latency
+from .vllm_metrics import READ as FIGURES_READ
 from .vllm_metrics import read_figures
 
 # Probing is waiting on sockets: a thread each costs little, and every extra wave of a
@@ -50,6 +53,8 @@ MAX_METRICS_BYTES = 4 << 20
 MAX_ANSWER_BYTES = 1 << 20
 # A reason is one line of a verdict: what a box sent never makes it longer.
 MAX_REASON_CHARS = 120
+# The metrics the scrape reads: the exposition is parsed once for both readers.
+SCRAPED = FIGURES_READ | LATENCY_READ
 
 
 @dataclass(frozen=True)
@@ -272,7 +277,8 @@ def _probe_on(connection: http.client.HTTPConnection, target: Target, connect_ti
         probe = _models_probe(health_ok, status, body, target.served_model_name)
         if not scraping or status != 200:
             return probe
-        exposition, unread = _exposition(connection)
+        text, unread = _exposition(connection)
+        exposition = None if text is None else read_exposition(text, SCRAPED)
         metrics, unknown = read_figures(exposition, body, target.served_model_name, scraped_at)
         reason = unread or unknown
         if reason and probe.models is Models.LISTS and not probe.detail:
