@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import resource
 import socket
 import ssl
 import time
@@ -45,8 +46,13 @@ from .vllm_metrics import READ as FIGURES_READ
 from .vllm_metrics import read_figures
 
 # Probing is waiting on sockets: a thread each costs little, and every extra wave of a
-# fleet larger than the pool adds a whole slow answer (or a timeout) to the pass.
-DEFAULT_CONCURRENCY = 256
+# fleet larger than the pool adds a whole slow answer (or a timeout) to the pass: 300
+# servers under a pool of 256 took two (issue 25).
+DEFAULT_CONCURRENCY = 512
+# A probe holds at most two sockets at once (the /health connection, the /v1/models one);
+# the process's descriptor limit, less a reserve for everything else, bounds the pool.
+SOCKETS_PER_PROBE = 2
+RESERVED_DESCRIPTORS = 64
 # vLLM's exposition is some tens of kB (its histograms); one this large is not vLLM's.
 MAX_METRICS_BYTES = 4 << 20
 # /health answers nothing and /v1/models one entry per served name.
@@ -319,13 +325,21 @@ def _probe_apart(target: Target, connect_timeout: float, timeout: float,
         return Probe(False, Models.FAILED, short_reason(f"unreadable answer: {_describe(exc)}"))
 
 
+def descriptor_room() -> int:
+    """How many more descriptors the process may open: its soft limit less a reserve."""
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return DEFAULT_CONCURRENCY * SOCKETS_PER_PROBE
+    return soft - RESERVED_DESCRIPTORS
+
+
 def probe_many(targets: Iterable[Target], connect_timeout: float, timeout: float,
                concurrency: int = DEFAULT_CONCURRENCY, scrape: bool = True) -> dict[str, Probe]:
     """Probe (and scrape) every target concurrently; each target's key to its probe."""
     targets = list(targets)
     if not targets:
         return {}
-    workers = max(1, min(concurrency, len(targets)))
+    workers = max(1, min(concurrency, len(targets), descriptor_room() // SOCKETS_PER_PROBE))
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="llmao-probe") as pool:
         probes = pool.map(lambda t: _probe_apart(t, connect_timeout, timeout, scrape), targets)
         return {target.key: result for target, result in zip(targets, probes, strict=True)}
