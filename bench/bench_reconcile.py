@@ -10,11 +10,16 @@ one answering after 200 ms, as a loaded vLLM might. Printed, never asserted:
   to change), through ``ansible-playbook playbooks/reconcile.yml`` as operators run it, and
   through the same modules' logic called in-process; growth from 30 to 300 (target <= 2x).
 
-    python -m bench.bench_reconcile
+``--modules-only`` times only the passes through the modules' logic (no playbook, no probe
+phase); ``--steady N`` times N steady passes and keeps their median.
+
+    python -m bench.bench_reconcile [--modules-only] [--steady N]
 """
 
 from __future__ import annotations
 
+import os
+import statistics
 import sys
 import tempfile
 import time
@@ -40,6 +45,7 @@ from ansible_collections.llmao.fleet.plugins.modules.litellm_deployment import (
     apply_all,
 )
 from ansible_collections.llmao.fleet.plugins.modules.vllm_probe import probe_fleet
+from bench.arguments import bench_parser
 from rig.boxes import free_port
 from rig.fleet_files import strong_secret
 from rig.litellm_process import start_litellm
@@ -55,6 +61,7 @@ SERIAL_SAMPLE = 20
 # What Ansible fills in for the options of one ``deployments`` entry that a plan leaves out.
 OPTION_DEFAULTS = {name: spec.get("default") for name, spec in DEPLOYMENT_OPTIONS.items()}
 TIMEOUTS = {"connect": 5.0, "answer": 10.0}
+WAYS = ("playbook", "modules")
 
 
 def say(text: str) -> None:
@@ -99,12 +106,14 @@ def module_chain(fleet: Fleet, scrape: bool = True) -> int:
     return len(result["deployments"])
 
 
-def whole_passes(folder: Path, hosts: dict, salt: str) -> dict[str, float]:
-    """First and steady pass, through the playbook and through the module chain, each against
-    its own fresh LiteLLM fake and llmao server so that every first pass registers all."""
+def whole_passes(folder: Path, hosts: dict, salt: str, ways: tuple[str, ...] = WAYS,
+                 steady: int = 1) -> dict[str, float]:
+    """First and steady pass (the median of ``steady``), through the playbook and through the
+    module chain, each against its own fresh LiteLLM fake and llmao server so that every first
+    pass registers all."""
     times: dict[str, float] = {}
     folder.mkdir(parents=True)
-    for way in ("playbook", "modules"):
+    for way in ways:
         master_key = strong_secret("sk-bench-")
         local = LocalFleet(folder / way, hosts, salt=salt)
         port = free_port()
@@ -115,8 +124,8 @@ def whole_passes(folder: Path, hosts: dict, salt: str) -> dict[str, float]:
             with start_llmao_server(local.config_path, local.models_path, folder, port=port):
                 step = partial(_playbook, local) if way == "playbook" else partial(
                     module_chain, fleet)
-                for kind in ("first", "steady"):
-                    times[f"{way} {kind}"] = timed(step)
+                times[f"{way} first"] = timed(step)
+                times[f"{way} steady"] = statistics.median(timed(step) for _ in range(steady))
     return times
 
 
@@ -126,7 +135,13 @@ def _playbook(local: LocalFleet) -> None:
         raise RuntimeError(f"reconcile failed:\n{done.output[-3000:]}")
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    parser = bench_parser("bench_reconcile", __doc__, [
+        ("--steady", 1, "steady passes timed at each size (their median is kept)")])
+    parser.add_argument("--modules-only", action="store_true",
+                        help="only the passes through the modules' logic")
+    args = parser.parse_args(argv)
+    ways = ("modules",) if args.modules_only else WAYS
     boxes = loopback_boxes(BOXES)
     hosts = one_model_hosts(boxes, SERVERS_PER_BOX)
     small = {box: hosts[box] for box in boxes[:SMALL_BOXES]}
@@ -140,9 +155,10 @@ def main() -> int:
                                     for box in boxes})
         say(f"stubs up in {time.perf_counter() - began:.0f} s")
         try:
-            probe_phase(fleet)
-            small_times = whole_passes(folder / "small", small, full.salt)
-            large_times = whole_passes(folder / "large", hosts, full.salt)
+            if not args.modules_only:
+                probe_phase(fleet)
+            small_times = whole_passes(folder / "small", small, full.salt, ways, args.steady)
+            large_times = whole_passes(folder / "large", hosts, full.salt, ways, args.steady)
         finally:
             stop_stubs(stubs)
     servers_small, servers_large = SMALL_BOXES * SERVERS_PER_BOX, BOXES * SERVERS_PER_BOX
@@ -150,6 +166,7 @@ def main() -> int:
         say(f"{key} pass: {servers_small} servers {small_times[key]:.2f} s, {servers_large} "
             f"servers {large_times[key]:.2f} s, growth {large_times[key] / small_times[key]:.2f}x"
             " (target <= 2x)")
+    say(f"load average {os.getloadavg()[0]:.1f}")
     return 0
 
 

@@ -581,6 +581,9 @@ class Handler(BaseHTTPRequestHandler):
 
     protocol_version = "HTTP/1.1"
     server_version = "stub-vllm"
+    # As vLLM's server (uvicorn, asyncio: TCP_NODELAY): an answer's headers and body go out
+    # at once, never 40 ms apart behind the client's delayed ACK on a reused connection.
+    disable_nagle_algorithm = True
     stub: Stub
 
     def do_GET(self) -> None:

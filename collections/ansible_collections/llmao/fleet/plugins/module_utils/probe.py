@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import resource
 import socket
 import ssl
 import time
@@ -38,18 +39,28 @@ from dataclasses import dataclass, field, replace
 
 from .lifecycle import Models, Probe
 from .listings import Endpoint
+from .prometheus_text import read_exposition
+from .vllm_latency import READ as LATENCY_READ
 from .vllm_latency import read_latency
+from .vllm_metrics import READ as FIGURES_READ
 from .vllm_metrics import read_figures
 
 # Probing is waiting on sockets: a thread each costs little, and every extra wave of a
-# fleet larger than the pool adds a whole slow answer (or a timeout) to the pass.
-DEFAULT_CONCURRENCY = 256
+# fleet larger than the pool adds a whole slow answer (or a timeout) to the pass: 300
+# servers under a pool of 256 took two (issue 25).
+DEFAULT_CONCURRENCY = 512
+# A probe holds at most two sockets at once (the /health connection, the /v1/models one);
+# the process's descriptor limit, less a reserve for everything else, bounds the pool.
+SOCKETS_PER_PROBE = 2
+RESERVED_DESCRIPTORS = 64
 # vLLM's exposition is some tens of kB (its histograms); one this large is not vLLM's.
 MAX_METRICS_BYTES = 4 << 20
 # /health answers nothing and /v1/models one entry per served name.
 MAX_ANSWER_BYTES = 1 << 20
 # A reason is one line of a verdict: what a box sent never makes it longer.
 MAX_REASON_CHARS = 120
+# The metrics the scrape reads: the exposition is parsed once for both readers.
+SCRAPED = FIGURES_READ | LATENCY_READ
 
 
 @dataclass(frozen=True)
@@ -272,7 +283,8 @@ def _probe_on(connection: http.client.HTTPConnection, target: Target, connect_ti
         probe = _models_probe(health_ok, status, body, target.served_model_name)
         if not scraping or status != 200:
             return probe
-        exposition, unread = _exposition(connection)
+        text, unread = _exposition(connection)
+        exposition = None if text is None else read_exposition(text, SCRAPED)
         metrics, unknown = read_figures(exposition, body, target.served_model_name, scraped_at)
         reason = unread or unknown
         if reason and probe.models is Models.LISTS and not probe.detail:
@@ -313,13 +325,21 @@ def _probe_apart(target: Target, connect_timeout: float, timeout: float,
         return Probe(False, Models.FAILED, short_reason(f"unreadable answer: {_describe(exc)}"))
 
 
+def descriptor_room() -> int:
+    """How many more descriptors the process may open: its soft limit less a reserve."""
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return DEFAULT_CONCURRENCY * SOCKETS_PER_PROBE
+    return soft - RESERVED_DESCRIPTORS
+
+
 def probe_many(targets: Iterable[Target], connect_timeout: float, timeout: float,
                concurrency: int = DEFAULT_CONCURRENCY, scrape: bool = True) -> dict[str, Probe]:
     """Probe (and scrape) every target concurrently; each target's key to its probe."""
     targets = list(targets)
     if not targets:
         return {}
-    workers = max(1, min(concurrency, len(targets)))
+    workers = max(1, min(concurrency, len(targets), descriptor_room() // SOCKETS_PER_PROBE))
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="llmao-probe") as pool:
         probes = pool.map(lambda t: _probe_apart(t, connect_timeout, timeout, scrape), targets)
         return {target.key: result for target, result in zip(targets, probes, strict=True)}

@@ -26,7 +26,7 @@ from types import MappingProxyType
 from typing import Any, Optional
 
 from .json_values import is_number
-from .prometheus_text import ExpositionError, Sample, parse_exposition
+from .prometheus_text import Exposition, ExpositionError, Sample, read_exposition
 from .vllm_metrics import MetricsRecordError
 
 # Figure name → vLLM's histogram names, newest first (before 0.11 vLLM called the
@@ -39,9 +39,6 @@ HISTOGRAMS = {
 PREEMPTIONS = "vllm:num_preemptions_total"
 READ = frozenset({f"{name}_bucket" for names in HISTOGRAMS.values() for name in names}
                  | {PREEMPTIONS})
-# A line can only be one of READ's samples if it starts so: the others are skipped before
-# the parser sees them (a real answer is 600 lines, 70 of them read: P7, docs/metrics.md).
-READ_PREFIXES = tuple(sorted(READ))
 QUANTILES = (("p50", 0.5), ("p95", 0.95))
 # Bounds on what a server may say: vLLM's histograms have about 20 buckets; a count is a
 # whole number a JSON reader keeps exactly.
@@ -131,18 +128,20 @@ class Latency:
         return cls(**values)
 
 
-def read_latency(exposition: str | None) -> Cumulative | None:
+def read_latency(exposition: str | Exposition | None) -> Cumulative | None:
     """The cumulative histograms and counter of one ``/metrics`` answer; None when unread.
 
-    Only the lines of the names read are parsed. A histogram whose buckets are
-    out of bounds or contradict each other is left out; an answer that is not
-    in the text format reads nothing.
+    The answer may come already read (:func:`read_exposition` with at least
+    :data:`READ`). Only the lines of the names read are parsed. A histogram whose
+    buckets are out of bounds or contradict each other is left out; an answer with
+    a line of those names that is not in the text format reads nothing.
     """
     if exposition is None:
         return None
-    read = "\n".join(line for line in exposition.split("\n") if line.startswith(READ_PREFIXES))
+    if isinstance(exposition, str):
+        exposition = read_exposition(exposition, READ)
     try:
-        samples = parse_exposition(read, READ)
+        samples = exposition.named(READ)
     except ExpositionError:
         return None
     return cumulative(samples)

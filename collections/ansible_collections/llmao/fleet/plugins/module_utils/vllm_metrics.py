@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
 from .json_values import is_number
-from .prometheus_text import ExpositionError, Sample, parse_exposition
+from .prometheus_text import Exposition, ExpositionError, Sample, read_exposition
 
 CACHE_CONFIG_INFO = "vllm:cache_config_info"
 # vLLM 0.9 renamed the KV usage gauge; the old name stays for older servers.
@@ -112,20 +112,23 @@ def read_metrics(exposition: str | None, models_body: bytes | None, served_model
     return read_figures(exposition, models_body, served_model_name, scraped_at)[0]
 
 
-def read_figures(exposition: str | None, models_body: bytes | None, served_model_name: str,
-                 scraped_at: float) -> tuple[ServerMetrics, str]:
+def read_figures(exposition: str | Exposition | None, models_body: bytes | None,
+                 served_model_name: str, scraped_at: float) -> tuple[ServerMetrics, str]:
     """The figures of one server, and why those of its ``/metrics`` are unknown ("" if read).
 
-    Either answer may be None (not read). Only the lines of the metrics read are
-    parsed; one of them that is not in the text format, or a figure out of
-    bounds, makes every figure of the exposition unknown; ``max_model_len``
-    still comes from ``/v1/models``.
+    Either answer may be None (not read); the exposition may come already read
+    (:func:`read_exposition` with at least :data:`READ`, as the probe reads it once
+    for the latency too). Only the lines of the metrics read are parsed; one of them
+    that is not in the text format, or a figure out of bounds, makes every figure of
+    the exposition unknown; ``max_model_len`` still comes from ``/v1/models``.
     """
     max_model_len = served_max_model_len(models_body, served_model_name)
     figures, reason = ServerMetrics(), ""
+    if isinstance(exposition, str):
+        exposition = read_exposition(exposition, READ)
     if exposition is not None:
         try:
-            figures = _figures(parse_exposition(exposition, READ))
+            figures = _figures(exposition.named(READ))
         except (ExpositionError, UnreadFigures) as exc:
             reason = str(exc)[:200]
     return replace(figures, max_model_len=max_model_len, scraped_at=scraped_at), reason

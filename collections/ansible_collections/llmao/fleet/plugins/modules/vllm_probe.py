@@ -60,9 +60,10 @@ options:
     type: float
   concurrency:
     description:
-      - How many servers are probed at the same time.
+      - How many servers are probed at the same time (fewer when the process may not open
+        two sockets for each).
     type: int
-    default: 256
+    default: 512
   scrape:
     description:
       - Read each answering server's C(/metrics) too. C(false) probes only.

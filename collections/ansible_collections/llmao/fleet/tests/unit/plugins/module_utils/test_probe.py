@@ -8,6 +8,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from ansible_collections.llmao.fleet.plugins.module_utils import probe as probe_module
 from ansible_collections.llmao.fleet.plugins.module_utils.lifecycle import Models
 from ansible_collections.llmao.fleet.plugins.module_utils.listings import Endpoint
 from ansible_collections.llmao.fleet.plugins.module_utils.probe import Target, probe_many
@@ -124,3 +125,45 @@ def test_an_unreadable_metrics_answer_leaves_figures_unknown(answer):
     assert probe.metrics.requests_waiting is None and probe.metrics.kv_cache_tokens is None
     assert probe.latency is None, "an answer not believed is not believed for its latency"
     assert ("/metrics", f"Bearer {KEY}") in Unlike.seen
+
+
+class Crowd(BaseHTTPRequestHandler):
+    """Holds each /health answer a moment and counts how many are held at once."""
+
+    lock = threading.Lock()
+    held = 0
+    most = 0
+
+    def do_GET(self):
+        if self.path == "/health":
+            with Crowd.lock:
+                Crowd.held += 1
+                Crowd.most = max(Crowd.most, Crowd.held)
+            time.sleep(0.2)
+            with Crowd.lock:
+                Crowd.held -= 1
+        self.send_response(200 if self.path == "/health" else 401)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.mark.parametrize("room, most", [(4, 2), (1 << 20, 6)])
+def test_the_pool_fits_the_descriptors_the_process_may_open(monkeypatch, room, most):
+    """Two sockets a probe: a process allowed few descriptors probes fewer servers at once,
+    and one allowed many probes them all at once (one wave, not two)."""
+    monkeypatch.setattr(probe_module.resource, "getrlimit",
+                        lambda which: (probe_module.RESERVED_DESCRIPTORS + room, 1 << 20))
+    Crowd.most = 0
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Crowd)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        probes = probe_many([target(str(index), server.server_address[1])
+                             for index in range(6)], 2, 5, scrape=False)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert all(probe.models is Models.REJECTED for probe in probes.values())
+    assert Crowd.most == most

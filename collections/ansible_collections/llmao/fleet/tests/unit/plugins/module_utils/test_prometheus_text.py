@@ -8,10 +8,13 @@ from pathlib import Path
 
 import pytest
 
+from ansible_collections.llmao.fleet.plugins.module_utils import prometheus_text
 from ansible_collections.llmao.fleet.plugins.module_utils.prometheus_text import (
+    MAX_USUAL_LINE,
     ExpositionError,
     Sample,
     parse_exposition,
+    read_exposition,
 )
 
 DATA = Path(__file__).parent / "data"
@@ -84,3 +87,56 @@ def test_names_limit_what_is_read_and_checked():
         parse_exposition(text)
     with pytest.raises(ExpositionError, match="line 2"):
         parse_exposition("ok 1\nwanted{a=1} 2\n", {"wanted"})
+
+
+def test_one_reading_serves_each_reader_its_own_names():
+    """Read once for two readers: a bad line of one reader's name refuses that reader only;
+    a line that names nothing refuses both, as each would have alone."""
+    text = 'figure{a="1"} 2\nbucket{le=oops} 3\n# TYPE figure gauge\nother{ 9\n'
+    read = read_exposition(text, {"figure", "bucket"})
+    (sample,) = read.named({"figure"})
+    assert (sample.name, sample.value) == ("figure", 2)
+    with pytest.raises(ExpositionError, match="line 2"):
+        read.named({"bucket"})
+    with pytest.raises(ExpositionError, match="line 1: .*no known type"):
+        read_exposition("# TYPE figure gaug\nfigure 1\n", {"figure"}).named({"figure"})
+    nameless = read_exposition("figure 1\n9bad 2\n", {"figure", "bucket"})
+    for names in ({"figure"}, {"bucket"}):
+        with pytest.raises(ExpositionError, match="line 2: .*start with a metric name"):
+            nameless.named(names)
+
+
+@pytest.mark.parametrize("line", [
+    'm{a="1",b="x y"} 2', 'm 1', 'm{} 3', 'm{a="1",} 4', 'm{ a = "1" , b="2" } 5 1700000000',
+    'm{a="q\\"uote\\\\ and \\n"} +Inf', 'm{le="0.5"} NaN', 'm{a="}{,="} -1.5e3',
+    'm\t7', 'm{a="1"}\t-Inf\t-12',
+])
+def test_a_usual_line_reads_as_the_careful_reading_does(line):
+    fast = prometheus_text._usual_sample(line)
+    careful = prometheus_text._read_sample(line)
+    assert fast is not None
+    assert (fast.name, dict(fast.labels), str(fast.value)) == \
+        (careful.name, dict(careful.labels), str(careful.value))
+
+
+@pytest.mark.parametrize("line", [
+    'm{a="1",a="2"} 1', 'm{a="\\q"} 1', 'm{a="1" 1', 'm 1x', 'm{a=1} 2', "m " + "9" * 65,
+])
+def test_an_unusual_line_is_left_to_the_careful_reading(line):
+    with pytest.raises(ExpositionError):
+        prometheus_text._read_line(line, None)
+
+
+def test_a_long_line_is_read_the_careful_way_only(monkeypatch):
+    """Past MAX_USUAL_LINE the one match is not tried: a hostile line is read once."""
+    matched = []
+    usual = prometheus_text.SAMPLE_LINE
+    def spy(text):
+        matched.append(text)
+        return usual.fullmatch(text)
+
+    monkeypatch.setattr(prometheus_text, "SAMPLE_LINE", type("Spy", (), {"fullmatch": spy}))
+    long_label = "x" * MAX_USUAL_LINE
+    long, short = read_exposition(f'm{{a="{long_label}"}} 1\nm{{b="1"}} 2\n', {"m"}).named({"m"})
+    assert len(long.labels["a"]) == MAX_USUAL_LINE and short.labels == {"b": "1"}
+    assert matched == ['m{b="1"} 2']
