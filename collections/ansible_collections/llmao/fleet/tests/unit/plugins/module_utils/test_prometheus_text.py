@@ -131,6 +131,7 @@ def test_a_long_line_is_read_the_careful_way_only(monkeypatch):
     """Past MAX_USUAL_LINE the one match is not tried: a hostile line is read once."""
     matched = []
     usual = prometheus_text.SAMPLE_LINE
+
     def spy(text):
         matched.append(text)
         return usual.fullmatch(text)
