@@ -12,6 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from ansible_collections.llmao.fleet.plugins.module_utils.intent import deployment_id
 from ansible_collections.llmao.fleet.plugins.module_utils.listings import Endpoint
 from ansible_collections.llmao.fleet.plugins.module_utils.litellm_routes import deployment_body
 from rig import web
@@ -30,6 +31,7 @@ class Server:
     def __init__(self, name: str, bearer: str):
         self.box, self.listen_port, self.name, self.model_name = "127.0.0.1", 8001, name, name
         self.api_key = bearer
+        self.id = deployment_id(self.box, self.listen_port, name)
         self.entry = SimpleNamespace(litellm_params={"model": f"hosted_vllm/{name}"},
                                      model_info={})
 
