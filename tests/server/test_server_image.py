@@ -23,6 +23,7 @@ from tests.server.fleet_pair import KNOWN, box_headers, write_pair
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
 HEALTHY_TIMEOUT_S = 90.0
+ACCESS_LINE_WAIT_S = 10.0
 
 
 @pytest.fixture(scope="module")
@@ -83,6 +84,18 @@ def test_the_image_serves_a_box_its_config_as_a_non_root_user(
         assignment = json.loads(answer.read())
     assert assignment["host"] == KNOWN
     assert [entry["port"] for entry in assignment["servers"]] == [8001, 8002]
-    lines = docker("logs", running).stderr.decode().splitlines()
-    access = [json.loads(line) for line in lines if '"path": "/vllm/config"' in line]
+    access = config_access_lines(running)
     assert access and access[0]["box"] == KNOWN and access[0]["status"] == 200
+
+
+def config_access_lines(container: str) -> list[dict]:
+    """The JSON access lines of ``GET /vllm/config`` in the container's log; a worker
+    gathers its lines for up to 50 ms before writing them, so they are waited for."""
+    deadline = time.monotonic() + ACCESS_LINE_WAIT_S
+    while True:
+        lines = docker("logs", container).stderr.decode().splitlines()
+        records = [json.loads(line) for line in lines if line.startswith("{")]
+        access = [record for record in records if record.get("path") == "/vllm/config"]
+        if access or time.monotonic() > deadline:
+            return access
+        time.sleep(0.2)
