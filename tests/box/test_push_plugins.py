@@ -30,7 +30,12 @@ ROWS = {BOX: [["tiny-chat", 8001], ["tiny-code", 8002]], "pod-push-2": [["tiny-c
 @pytest.fixture(scope="module")
 def lookup():
     """The lookup as ansible-playbook loads it. The collection's packages were imported as
-    plain packages (by the imports above): dropped, so Ansible's loader imports them its way."""
+    plain packages (by the imports above): dropped, so Ansible's loader imports them its way.
+    So are the doc fragments, which another test module imports plainly when the session
+    collects it: Ansible's loader cannot read a fragment under a plain namespace package."""
+    fragments = "ansible_collections.llmao.fleet.plugins.doc_fragments"
+    for name in [name for name in sys.modules if name.startswith(fragments)]:
+        del sys.modules[name]
     for name in ("ansible_collections.llmao.fleet", "ansible_collections.llmao",
                  "ansible_collections"):
         sys.modules.pop(name, None)
