@@ -215,21 +215,3 @@ def test_the_audit_line_holds_no_secret(fleet, litellm, tmp_path):
                      "reason": "Healthy, not in LiteLLM"}
     assert second["action"] == "delete" and second["reason"] == "Unhealthy"
     assert all(server.api_key not in path.read_text() for server in fleet.servers())
-
-
-def test_many_in_one_call_read_litellm_once(fleet, litellm, monkeypatch):
-    """A bulk apply looks each deployment up in one listing (not one GET each); one it has
-    changed since is asked for again, so registering then removing it in one call works."""
-    asked: list[str] = []
-    ask_alone = LiteLLM.route
-    monkeypatch.setattr(LiteLLM, "route", lambda self, wanted: asked.append(wanted)
-                        or ask_alone(self, wanted))
-    present, absent = params(fleet), params(fleet, state="absent")
-    outcomes = apply_all(fleet, [present, absent], False, 15.0)
-    assert [o.action for o in outcomes] == ["register", "delete"]
-    assert asked == [our_id(fleet)]
-    assert litellm.route(our_id(fleet)) is None
-    asked.clear()
-    assert [o.action for o in apply_all(fleet, [present, present], False, 15.0)] == \
-        ["register", "none"]
-    assert asked == [our_id(fleet)]
