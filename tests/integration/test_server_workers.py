@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 
+from llmao_server.logs import GATHER_S
 from llmao_server.store import Approval, SqliteStore
 from tests.server.fleet_pair import (
     ADMIN_TOKEN,
@@ -158,14 +159,27 @@ def answering_pids(server: Server) -> dict[str, str]:
     return {match["host"]: match["pid"] for match in LINE.finditer(server.log_text())}
 
 
+def logged_fetches(server: Server, fetched: list[str]) -> dict[str, str]:
+    """:func:`answering_pids` once every name in ``fetched`` is logged (at most 5 s)."""
+    deadline = time.monotonic() + 5
+    pids = answering_pids(server)
+    while not set(fetched) <= set(pids) and time.monotonic() < deadline:
+        time.sleep(GATHER_S)
+        pids = answering_pids(server)
+    return pids
+
+
 def fetch_until_both_workers_answered(server: Server,
                                       boxes: list[str]) -> dict[str, str]:
-    """Fetch ``boxes`` a few at a time until the log shows two workers; name → pid."""
+    """Fetch ``boxes`` a few at a time until the log shows two workers; name → pid.
+
+    A worker gathers its access lines for up to ``GATHER_S`` before writing them, so each
+    batch's lines are awaited (all of them, not only the first worker's) before judging."""
     with ThreadPoolExecutor(max_workers=8) as pool:
         for start_at in range(0, len(boxes), 8):
             batch = boxes[start_at:start_at + 8]
             list(pool.map(server.fetch, batch))
-            pids = answering_pids(server)
+            pids = logged_fetches(server, boxes[:start_at + 8])
             if len(set(pids.values())) >= 2:
                 return pids
     pytest.fail(f"one worker answered every request:\n{server.log_text()}")
