@@ -192,7 +192,7 @@ class RealVllmFleet(RollingFleet):
         except (OSError, RuntimeError, ValueError) as exc:
             parts.append(f"--- llmao's observations unreadable: {exc}")
         parts.append(f"--- intended {self.intended()}")
-        parts.append(f"--- last reconcile pass\n{self.loop.last_output()[-4000:]}")
+        parts.append(self.loop.report())
         return mask("\n".join(parts), self.local.secrets())
 
 

@@ -100,6 +100,19 @@ class ReconcileLoop:
     def last_output(self) -> str:
         return self.runs[-1][2].output if self.runs else "(no reconcile pass ran)"
 
+    def report(self) -> str:
+        """For a failed test: each pass's time and status, the last failed pass's output (a
+        pass that hung leaves the lease held, so the passes after it print only that) and the
+        last pass's output."""
+        times = " ".join(f"{ended - began:.0f}s:{run.returncode}"
+                         for began, ended, run in self.runs[-40:])
+        failed = [run for _, _, run in self.runs if run.returncode != 0]
+        parts = [f"--- reconcile passes (seconds:status, the last 40): {times}"]
+        if failed and failed[-1] is not self.runs[-1][2]:
+            parts.append(f"--- last failed reconcile pass\n{failed[-1].output[-4000:]}")
+        parts.append(f"--- last reconcile pass\n{self.last_output()[-4000:]}")
+        return "\n".join(parts)
+
     def _run(self) -> None:
         while not self._stop.is_set():
             began = time.monotonic()
@@ -108,9 +121,16 @@ class ReconcileLoop:
             except subprocess.TimeoutExpired as slow:
                 # A pass past its time limit is one failed pass (a systemd timer would start the
                 # next one too); the loop, like the operator's timer, goes on.
-                run = PlaybookRun(-1, f"reconcile timed out after {slow.timeout:g} s")
+                run = PlaybookRun(-1, f"reconcile timed out after {slow.timeout:g} s; its "
+                                      f"output so far:\n{partial_output(slow)}")
             self.runs.append((began, time.monotonic(), run))
             self._stop.wait(PASS_PAUSE_S)
+
+
+def partial_output(slow: subprocess.TimeoutExpired) -> str:
+    """What a pass past its time limit had printed (which task it was stuck in)."""
+    parts = (slow.stdout or b"", slow.stderr or b"")
+    return "".join(p.decode(errors="replace") if isinstance(p, bytes) else p for p in parts)
 
 
 @dataclass
@@ -238,7 +258,7 @@ class RollingFleet:
         except (OSError, RuntimeError, ValueError) as exc:
             parts.append(f"--- llmao's observations unreadable: {exc}")
         parts.append(f"--- intended {self.intended()}")
-        parts.append(f"--- last reconcile pass\n{self.loop.last_output()[-4000:]}")
+        parts.append(self.loop.report())
         return mask("\n".join(parts), self.local.secrets())
 
 
