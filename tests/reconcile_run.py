@@ -47,8 +47,9 @@ def run_reconcile(inventory: Path, *flags: str, env: Mapping[str, str] | None = 
                   timeout: float = 300.0) -> PlaybookRun:
     """``ansible-playbook playbooks/reconcile.yml -i INVENTORY FLAGS`` from the repository root
     (where ansible.cfg finds the collection), without colour so the output is plain text."""
+    # Unbuffered, so that a pass killed at its time limit has printed the task it was in.
     environment = {**os.environ, "ANSIBLE_NOCOLOR": "1", "ANSIBLE_FORCE_COLOR": "0",
-                   **(env or {})}
+                   "PYTHONUNBUFFERED": "1", **(env or {})}
     done = subprocess.run([str(ANSIBLE_PLAYBOOK), str(PLAYBOOK), "-i", str(inventory), *flags],
                           cwd=REPO, env=environment, capture_output=True, text=True,
                           timeout=timeout)

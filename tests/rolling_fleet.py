@@ -46,6 +46,10 @@ SERVER = f"{MODEL}-{LISTEN_PORT}"  # one_model_hosts names each server model-por
 WORKERS = 3
 SETTLE_TIMEOUT_S = 240.0
 PASS_PAUSE_S = 0.5
+# A pass's time limit, and its lease's: a pass killed at the limit leaves no lease that would
+# keep the next passes from writing for longer (as an operator sets both alike, see
+# docs/reconcile-schedule.md).
+PASS_TIMEOUT_S = 300
 FOLLOW_LOG = "/data/llmao/follow.log"
 ACTIVE_PHASES = ("draining", "drained")
 PROVISION = REPO / "playbooks" / "provision.yml"
@@ -117,7 +121,8 @@ class ReconcileLoop:
         while not self._stop.is_set():
             began = time.monotonic()
             try:
-                run = run_reconcile(self.inventory, env=self.env)
+                run = run_reconcile(self.inventory, "-e", f"llmao_pass_lease_s={PASS_TIMEOUT_S}",
+                                    env=self.env, timeout=PASS_TIMEOUT_S)
             except subprocess.TimeoutExpired as slow:
                 # A pass past its time limit is one failed pass (a systemd timer would start the
                 # next one too); the loop, like the operator's timer, goes on.

@@ -153,11 +153,6 @@ def fleet(tmp_path, real_vllm_installed, real_litellm, litellm_master_key):
         yield running
 
 
-# Known failure, under investigation (issue 21 stays open for it): since stop 27's merges the
-# scrape of step 2 often never sees a request running or waiting while the streams are held
-# (the real vLLM's own /metrics says 0 too, so the streams are not in flight at that moment).
-@pytest.mark.xfail(reason="step 2: the held streams are not in flight when scraped (issue 21)",
-                   strict=False)
 def test_the_real_vllm_serves_through_llmao_and_rolls(fleet, real_litellm, litellm_master_key):
     said = fleet.diagnostics
     server = fleet.real_server()
