@@ -28,7 +28,7 @@ VERDICTS_PATH = "/admin/api/verdicts"
 PASS_LEASE_PATH = "/admin/api/pass-lease"
 TURNS_PATH = "/admin/api/turns"
 TAKE_TURN_PATH = "/admin/api/turns/take"
-# One box's resources: /admin/api/boxes/<name>/applied, /turn, /binding.
+# One box's resources: /admin/api/boxes/<name>/applied, /turn, /binding, /cert.
 BOXES_PATH = "/admin/api/boxes"
 
 
@@ -122,6 +122,18 @@ class LlmaoAdmin(JsonService):
         """Report what the push applied on ``box`` (``revision``, ``applied_at``,
         ``servers``), as the controller; llmao refuses a revision it does not intend."""
         self._call("POST", box_path(box, "applied"), dict(report))
+
+    def sign_certificate(self, box: str, csr: str) -> dict[str, str]:
+        """Have the fleet CA sign ``box``'s certificate request (PEM), as the push path does
+        for a box that has no box token; llmao's answer: ``certificate``, ``ca``,
+        ``not_after``."""
+        answer = self._call("POST", box_path(box, "cert"), {"csr": csr})
+        fields = ("certificate", "ca", "not_after")
+        if not isinstance(answer, Mapping) or not all(isinstance(answer.get(name), str)
+                                                      for name in fields):
+            raise LlmaoAdminError("llmao's answer to the certificate request lacks the "
+                                  "certificate, the CA or not_after")
+        return {name: answer[name] for name in fields}
 
     def box_turn(self, box: str) -> Turn | None:
         """``box``'s latest rollout turn, if it holds one."""
