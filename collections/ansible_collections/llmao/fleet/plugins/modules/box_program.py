@@ -282,6 +282,21 @@ def summarize(answer: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def certificate_result(answer: dict[str, Any], data_directory: str,
+                       diff: bool) -> dict[str, Any]:
+    """The result of O(certificate_request): whether a certificate is due, and the request.
+    Its diff says why the box's certificate changes; no key is ever in it."""
+    due = answer.get("due")
+    result = {"changed": due is not None, "tls": bool(answer.get("tls")),
+              "certificate_due": due, "csr": answer.get("csr")}
+    if diff and due is not None:
+        path = os.path.join(data_directory, "llmao", "tls", "cert.pem")
+        result["diff"] = {"before_header": path, "after_header": path,
+                          "before": f"certificate: {due}\n",
+                          "after": "certificate: new, signed by llmao's fleet CA\n"}
+    return result
+
+
 def read_record(path: str) -> dict[str, Any]:
     """The applied record on the box, as the next reader (reconcile, an operator) sees it."""
     try:
@@ -307,8 +322,7 @@ def main() -> None:
         reason = (answer or {}).get("msg") or (messages[-1] if messages else "no output")
         module.fail_json(msg=reason, rc=rc, messages=messages)
     if params["certificate_request"]:
-        module.exit_json(changed=answer.get("due") is not None, tls=bool(answer.get("tls")),
-                         certificate_due=answer.get("due"), csr=answer.get("csr"),
+        module.exit_json(**certificate_result(answer, params["data_directory"], module._diff),
                          messages=messages)
     result = summarize(answer)
     result["applied"] = read_record(result["record"])
