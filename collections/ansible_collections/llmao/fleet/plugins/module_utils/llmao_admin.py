@@ -169,7 +169,9 @@ class LlmaoAdmin(JsonService):
         except HttpCallError as exc:
             if exc.status is None:
                 raise LlmaoAdminError(f"llmao at {self.url} {exc.reason}") from None
-            if exc.status in (401, 403):
+            # A 403 that is not about the token (a certificate for an address llmao does not
+            # attribute to the box) says llmao's own reason, below.
+            if exc.status == 401 or (exc.status == 403 and "admin token" in exc.reason):
                 raise LlmaoAdminError(f"llmao at {self.url} refused the admin token "
                                       f"(HTTP {exc.status}): check admin.token") from None
             raise LlmaoAdminError(f"llmao at {self.url}: {exc}") from None

@@ -83,9 +83,9 @@ options:
     default: true
   certificate_request:
     description:
-      - Under box TLS, only check the box's certificate (C(--cert-request)): write no program,
-        and when a certificate is due make the box's key if it has none and return a request
-        for it (RV(csr)). Reports a change when a certificate is due.
+      - Under box TLS, only check the box's certificate (C(--cert-request)) and write no
+        program. When a certificate is due, make the box's key if it has none and return a
+        request for it (RV(csr)). Reports a change when a certificate is due.
       - In check mode nothing is made; RV(certificate_due) still says why one is due.
     type: bool
     default: false
