@@ -66,7 +66,10 @@ Box TLS (docs/box-tls.md)
   ``--ssl-certfile`` and ``--enable-ssl-refresh`` (it reloads the files when they change,
   so a renewal restarts nothing). A certificate is asked for when missing, from another
   CA, or with less than a third of its life left: at boot, and by the follow program at
-  every check. No ``openssl``: refused, nothing written.
+  every check. No ``openssl``: refused, nothing written. A pushed box cannot ask (no URL,
+  no key): ``--payload FILE --cert-request`` prints why a certificate is due and a request
+  for the box's key (made here), the controller has llmao sign it, and ``--payload FILE
+  --certificate ANSWER`` checks and keeps the answer as above, then applies.
 
 Following (``--follow``, run by the follow program)
   When llmao's config sets ``rollout.follow_s``, the payload carries ``rollout``
