@@ -8,11 +8,12 @@ sample to the history; the dashboard and ``/metrics`` show them.
 ``POST /admin/api/turns`` moves rollout turns as reconcile sees them progress, and
 ``POST /admin/api/turns/take`` asks for a box's turn for the push path, by the
 same rules as a box's own ``POST /vllm/turn`` (:mod:`.turns`); the push path reports
-what it applied (``POST /admin/api/boxes/<name>/applied``, :mod:`.applied_report`) and
-watches one box's turn (``GET /admin/api/boxes/<name>/turn``) as the controller, never
-speaking as the box. ``DELETE /admin/api/boxes/<name>/binding`` releases a box's binding
-(docs/box-identity.md). ``/admin/api/pass-lease`` keeps one reconcile pass at a time,
-fleet-wide (:mod:`.pass_lease`).
+what it applied (``POST /admin/api/boxes/<name>/applied``, :mod:`.applied_report`),
+watches one box's turn (``GET /admin/api/boxes/<name>/turn``) and has the box's certificate
+request signed under box TLS (``POST /admin/api/boxes/<name>/cert``, :mod:`.box_certs`) as
+the controller, never speaking as the box. ``DELETE /admin/api/boxes/<name>/binding``
+releases a box's binding (docs/box-identity.md). ``/admin/api/pass-lease`` keeps one
+reconcile pass at a time, fleet-wide (:mod:`.pass_lease`).
 
 Every body is read with finite numbers only (:mod:`.json_body`), and every route
 needs ``Authorization: Bearer <admin.token>`` (:mod:`.admin_gate`).
@@ -33,6 +34,7 @@ from .admin_gate import require_admin_token
 from .api_errors import JSON, RequestRefused
 from .applied_report import read_applied_report
 from .bindings import binding_record, release_binding
+from .box_certs import CERT_REQUEST_MAX_BYTES, issue_certificate
 from .json_body import read_json_body
 from .observations import observations
 from .pass_lease import lease_answer, read_lease_claim, read_lease_id
@@ -116,6 +118,20 @@ def report_box_applied(name: str) -> Response:
     state.store.record_applied(report)
     return json_answer({"host": assignment.box, "revision": report.revision,
                         "intended_revision": assignment.revision, "current": True})
+
+
+@bp.post("/boxes/<path:name>/cert")
+def sign_box_certificate(name: str) -> Response:
+    """The push path has a box's certificate request signed, as the controller: the box made
+    its key and the request (``{"csr": PEM}``), and the answer is ``POST /vllm/cert``'s. The
+    same rules hold (the box's attributed addresses only, the allowed keys, the size, the
+    box's hourly budget); the audit line names the admin API as the caller."""
+    state = app_state()
+    assignment = served_box(state, name)
+    body = read_json_body(CERT_REQUEST_MAX_BYTES)
+    return Response(issue_certificate(state, assignment.box, request.remote_addr, body,
+                                      "admin-api"),
+                    200, mimetype=JSON, headers={"Cache-Control": "no-store"})
 
 
 @bp.get("/boxes/<path:name>/turn")

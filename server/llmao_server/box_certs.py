@@ -95,9 +95,10 @@ def require_bound(state: ServerState, box: str, environ: Mapping[str, Any]) -> N
                              f"({TOKEN_HEADER})")
 
 
-def take_request(state: ServerState, box: str, peer: str | None) -> None:
+def take_request(state: ServerState, box: str, peer: str | None, who: str = "") -> None:
     """Count one signature for ``box``: 429 beyond the hourly limit. Only a request that
-    would be signed counts, so a box waiting for its first listing (409) keeps its budget."""
+    would be signed counts, so a box waiting for its first listing (409) keeps its budget.
+    The box's own requests and the controller's for it share one budget."""
     try:
         count, since = state.store.claim_attempt(SCOPE_PREFIX + box, time.time(), CERT_WINDOW_S)
     except StoreError as exc:
@@ -105,16 +106,19 @@ def take_request(state: ServerState, box: str, peer: str | None) -> None:
                                                        f"certificate requests now: {exc}") from None
     if count > CERT_REQUESTS_PER_HOUR:
         wait_s = max(1, round(since + CERT_WINDOW_S - time.time()))
-        audit(state.redact, "box_cert", "refused", f"box {box}", peer,
-              why=f"{count} requests in the hour")
+        audit(state.redact, "box_cert", "refused", who or f"box {box}", peer,
+              **about(box, who), why=f"{count} requests in the hour")
         raise RequestRefused(429, "cert_rate_limited",
                              f"more than {CERT_REQUESTS_PER_HOUR} certificate requests from "
                              f"{box} in an hour; try again in {max(1, round(wait_s / 60))} min",
                              {"Retry-After": str(wait_s)})
 
 
-def issue_certificate(state: ServerState, box: str, peer: str | None, body: Any) -> bytes:
-    """Sign the request in ``body`` for ``box``; the JSON answer, or :class:`RequestRefused`."""
+def issue_certificate(state: ServerState, box: str, peer: str | None, body: Any,
+                      who: str = "") -> bytes:
+    """Sign the request in ``body`` for ``box``; the JSON answer, or :class:`RequestRefused`.
+    ``who`` names the caller in the audit line when it is not the box itself (the push path's
+    controller, ``POST /admin/api/boxes/<name>/cert``); the rules are the same."""
     tls = state.fleet.settings.box_tls
     if tls is None:
         raise RequestRefused(404, "box_tls_off", "this fleet has no box_tls section: boxes "
@@ -126,30 +130,36 @@ def issue_certificate(state: ServerState, box: str, peer: str | None, body: Any)
         csr = read_csr(body["csr"])
         asked = requested_names(csr)
     except CsrRefused as exc:
-        refuse(state, box, peer, 400, "bad_csr", str(exc))
+        refuse(state, box, peer, 400, "bad_csr", str(exc), who)
     addresses = box_addresses(state, box)
     if not addresses:
         refuse(state, box, peer, 409, "no_address_yet",
                f"llmao knows no address of {box} yet (its name is not an IP address or DNS "
                "name, and no provider listing has given one); ask again after the next "
-               "reconcile pass")
+               "reconcile pass", who)
     foreign = sorted(asked - set(addresses) - {box.lower()})
     if foreign:
         refuse(state, box, peer, 403, "address_not_attributed",
                f"{', '.join(foreign)} is not an address llmao attributes to {box} (it would "
-               f"sign for: {', '.join(addresses)})")
-    take_request(state, box, peer)
+               f"sign for: {', '.join(addresses)})", who)
+    take_request(state, box, peer, who)
     with open(tls.ca_key, "rb") as key, open(tls.ca_cert, "rb") as cert:
         issued = sign_leaf(csr, addresses, cert.read(), key.read(), tls.leaf_days)
     not_after = issued.not_after.strftime("%Y-%m-%dT%H:%M:%SZ")
-    audit(state.redact, "box_cert", "issued", f"box {box}", peer,
+    audit(state.redact, "box_cert", "issued", who or f"box {box}", peer, **about(box, who),
           names=",".join(addresses), not_after=not_after)
     return json.dumps({"certificate": issued.pem, "ca": tls.ca_pem,
                        "not_after": not_after}).encode("utf-8")
 
 
 def refuse(state: ServerState, box: str, peer: str | None, status: int, code: str,
-           message: str) -> NoReturn:
+           message: str, who: str = "") -> NoReturn:
     """Audit and raise one refusal: nothing is signed."""
-    audit(state.redact, "box_cert", "refused", f"box {box}", peer, why=code)
+    audit(state.redact, "box_cert", "refused", who or f"box {box}", peer, **about(box, who),
+          why=code)
     raise RequestRefused(status, code, message)
+
+
+def about(box: str, who: str) -> dict[str, str]:
+    """The audit line's ``box`` when someone other than the box asked for its certificate."""
+    return {"box": box} if who else {}

@@ -19,13 +19,13 @@ from .api_errors import RequestRefused
 BODY_MAX_BYTES = 16 * 2**20
 
 
-def read_json_body() -> Any:
-    """The request's JSON; 413 over :data:`BODY_MAX_BYTES`, 400 if not JSON or not finite."""
-    if request.content_length is not None and request.content_length > BODY_MAX_BYTES:
-        raise RequestRefused(413, "too_large", f"the body is over {BODY_MAX_BYTES} bytes")
-    data = request.stream.read(BODY_MAX_BYTES + 1)
-    if len(data) > BODY_MAX_BYTES:
-        raise RequestRefused(413, "too_large", f"the body is over {BODY_MAX_BYTES} bytes")
+def read_json_body(max_bytes: int = BODY_MAX_BYTES) -> Any:
+    """The request's JSON; 413 over ``max_bytes``, 400 if not JSON or not finite."""
+    if request.content_length is not None and request.content_length > max_bytes:
+        raise RequestRefused(413, "too_large", f"the body is over {max_bytes} bytes")
+    data = request.stream.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        raise RequestRefused(413, "too_large", f"the body is over {max_bytes} bytes")
     try:
         return json.loads(data, parse_constant=refuse_constant, parse_float=finite_float)
     except NotFinite as exc:

@@ -10,7 +10,9 @@ import pytest
 PLUGINS = [
     ("module", "llmao.fleet.vllm_api_key", {"host", "port", "config", "models", "salt"}),
     ("module", "llmao.fleet.box_program", {"program", "payload", "python", "data_directory",
-                                           "supervisor_conf_dir", "vllm_bin", "handover"}),
+                                           "supervisor_conf_dir", "vllm_bin", "handover",
+                                           "certificate_request", "certificate"}),
+    ("module", "llmao.fleet.box_cert", {"box", "csr", "timeout", "config", "models"}),
     ("module", "llmao.fleet.pass_lease", {"state", "ttl", "holder", "timeout", "config",
                                           "models"}),
     ("module", "llmao.fleet.box_turn", {"box", "state", "servers", "applied", "wait_timeout",

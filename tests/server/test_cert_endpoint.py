@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import logging
 import ssl
 import time
 from pathlib import Path
@@ -17,11 +18,13 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtensionOID, NameOID
 from flask.testing import FlaskClient
 
+from ansible_collections.llmao.fleet.plugins.module_utils.llmao_admin import box_path
 from llmao_server.box_certs import CERT_REQUESTS_PER_HOUR
 from llmao_server.fleet_ca_cli import init
 from llmao_server.state import app_state
 from llmao_server.store import ReconcilePass
-from tests.server.fleet_pair import KNOWN, OTHER_KNOWN, box_headers, config
+from tests.server.fleet_pair import ADMIN_TOKEN, KNOWN, OTHER_KNOWN, box_headers, config
+from tests.server.test_admin_api import admin
 
 NAMED = "gpu-a"  # a box named by its provider id: its address comes from a listing
 
@@ -244,4 +247,68 @@ def test_the_box_token_is_required(tls_client):
 
 def test_without_box_tls_there_is_no_certificate(client):
     answer = Box(client).ask({"csr": csr_pem(KNOWN)})
+    assert (answer.status_code, answer.json["error"]["code"]) == (404, "box_tls_off")
+
+
+# ------------------------------------------- the push path: the controller asks for the box
+
+
+def sign_as_controller(client: FlaskClient, box: str, body: Any, token: str = ADMIN_TOKEN):
+    data = body if isinstance(body, bytes) else json.dumps(body)
+    return client.post(box_path(box, "cert"), data=data,
+                       headers={**admin(token), "Content-Type": "application/json"})
+
+
+def test_the_controller_gets_a_pushed_boxs_certificate_and_the_audit_names_it(tls_client,
+                                                                              caplog):
+    with caplog.at_level(logging.INFO, logger="llmao_server.audit"):
+        answer = sign_as_controller(tls_client, KNOWN, {"csr": csr_pem(KNOWN)})
+    assert answer.status_code == 200, answer.json
+    assert answer.headers["Cache-Control"] == "no-store"
+    leaf = x509.load_pem_x509_certificate(answer.json["certificate"].encode())
+    names = leaf.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert [str(ip) for ip in names.get_values_for_type(x509.IPAddress)] == [KNOWN]
+    leaf.verify_directly_issued_by(x509.load_pem_x509_certificate(answer.json["ca"].encode()))
+    lines = [r.getMessage() for r in caplog.records if "box_cert" in r.getMessage()]
+    assert len(lines) == 1
+    assert "outcome=issued who='admin-api'" in lines[0] and f"box='{KNOWN}'" in lines[0]
+
+
+@pytest.mark.parametrize(("body", "status", "code"), [
+    (lambda: {"csr": csr_pem(KNOWN, OTHER_KNOWN)}, 403, "address_not_attributed"),
+    (lambda: {"csr": csr_pem(KNOWN, key=rsa.generate_private_key(65537, 1024))}, 400,
+     "bad_csr"),
+    (lambda: {"csr": "x", "key": "y"}, 400, "bad_cert_request"),
+    (lambda: json.dumps({"csr": "A" * 100_000}).encode(), 413, "too_large"),
+])
+def test_the_controller_is_refused_as_a_box_is(tls_client, body, status, code):
+    answer = sign_as_controller(tls_client, KNOWN, body())
+    assert (answer.status_code, answer.json["error"]["code"]) == (status, code)
+    assert "certificate" not in answer.json
+
+
+def test_a_box_named_by_id_waits_for_its_listing_on_the_push_path_too(tls_client):
+    answer = sign_as_controller(tls_client, NAMED, {"csr": csr_pem("10.9.8.7")})
+    assert (answer.status_code, answer.json["error"]["code"]) == (409, "no_address_yet")
+
+
+def test_the_controller_and_the_box_share_the_boxs_hourly_budget(tls_client):
+    box = Box(tls_client)
+    for _ in range(CERT_REQUESTS_PER_HOUR - 1):
+        assert box.ask({"csr": csr_pem(KNOWN)}).status_code == 200
+    assert sign_as_controller(tls_client, KNOWN, {"csr": csr_pem(KNOWN)}).status_code == 200
+    answer = sign_as_controller(tls_client, KNOWN, {"csr": csr_pem(KNOWN)})
+    assert (answer.status_code, answer.json["error"]["code"]) == (429, "cert_rate_limited")
+    assert box.ask({"csr": csr_pem(KNOWN)}).status_code == 429
+
+
+def test_the_push_path_needs_the_admin_token_and_a_served_box(tls_client):
+    wrong = sign_as_controller(tls_client, KNOWN, {"csr": csr_pem(KNOWN)}, token="x" * 40)
+    assert wrong.status_code == 403
+    unknown = sign_as_controller(tls_client, "10.200.0.9", {"csr": csr_pem("10.200.0.9")})
+    assert (unknown.status_code, unknown.json["error"]["code"]) == (404, "unknown_host")
+
+
+def test_without_box_tls_the_controller_gets_no_certificate(client):
+    answer = sign_as_controller(client, KNOWN, {"csr": csr_pem(KNOWN)})
     assert (answer.status_code, answer.json["error"]["code"]) == (404, "box_tls_off")

@@ -2,13 +2,27 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
+import shutil
+import ssl
+import stat
+import time
+from pathlib import Path
 
 import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
+
+from llmao_server.fleet_ca import read_csr, sign_leaf
+from llmao_server.fleet_ca_cli import init
 
 from .helpers import payload, server_entry
 
 DIGEST = "ab" * 32
+# Found before a test box narrows PATH to its fakes.
+OPENSSL = shutil.which("openssl")
 
 
 def with_tls(tls):
@@ -68,8 +82,89 @@ def test_a_pushed_assignment_with_tls_is_refused_before_anything_is_written(box,
     outcome = run_main("--payload", str(box.write_payload(
         with_tls({"ca_sha256": DIGEST, "leaf_days": 7}))))
     assert outcome.rc != 0
-    refusal = [line for line in outcome.err.splitlines() if "box_tls" in line]
-    assert len(refusal) == 1 and "the push path (--payload) does not support box_tls yet" \
+    refusal = [line for line in outcome.err.splitlines() if "box TLS" in line]
+    assert len(refusal) == 1 and "--cert-request" in refusal[0] and "--certificate" \
         in refusal[0]
     assert "no certificate yet" in refusal[0] and "Traceback" not in outcome.err
     assert box.snapshot() == {} and box.ctl_calls() == [], "nothing written, nothing handed over"
+
+
+# ------------------------------------------------ the push path: --cert-request, --certificate
+
+
+class PushCa:
+    """A fleet CA on the controller's side, signing what a pushed box requests."""
+
+    def __init__(self, folder: Path):
+        cert, key = init(str(folder), "push test CA")
+        self.cert, self.key = Path(cert).read_bytes(), Path(key).read_bytes()
+        self.sha256 = hashlib.sha256(ssl.PEM_cert_to_DER_cert(self.cert.decode())).hexdigest()
+
+    def answer(self, csr: str) -> dict:
+        issued = sign_leaf(read_csr(csr), ["10.0.0.5"], self.cert, self.key, 3)
+        return {"certificate": issued.pem, "ca": self.cert.decode(),
+                "not_after": issued.not_after.strftime("%Y-%m-%dT%H:%M:%SZ")}
+
+
+@pytest.fixture
+def pushed(box, tmp_path):
+    """A box with the openssl command, a CA, and the assignment that names it."""
+    assert OPENSSL, "the push path's tests need the openssl command"
+    os.symlink(OPENSSL, box.bin / "openssl")
+    box.gpu(24576, 24000)
+    box.supervisorctl(0)
+    ca = PushCa(tmp_path / "ca")
+    return box, ca, box.write_payload(with_tls({"ca_sha256": ca.sha256, "leaf_days": 3}))
+
+
+def test_the_box_makes_its_key_and_prints_only_the_request(pushed, run_main):
+    box, ca, payload_path = pushed
+    dry = run_main("--payload", str(payload_path), "--cert-request", "--dry-run")
+    assert json.loads(dry.out) == {"tls": True, "due": "no certificate yet", "csr": None}
+    assert not (box.data / "llmao" / "tls" / "key.pem").exists()
+    outcome = run_main("--payload", str(payload_path), "--cert-request")
+    assert outcome.rc == 0, outcome.err
+    answer = json.loads(outcome.out)
+    assert answer["due"] == "no certificate yet"
+    key = box.data / "llmao" / "tls" / "key.pem"
+    assert stat.S_IMODE(key.stat().st_mode) == 0o600
+    assert "PRIVATE KEY" not in outcome.out + outcome.err
+    request = x509.load_pem_x509_csr(answer["csr"].encode())
+    assert request.is_signature_valid
+    kept = serialization.load_pem_private_key(key.read_bytes(), password=None)
+    assert request.public_key().public_numbers() == kept.public_key().public_numbers()
+    # asked again (an answer was lost), the box makes a new request for the same key
+    before = key.read_bytes()
+    assert json.loads(run_main("--payload", str(payload_path), "--cert-request").out)["csr"]
+    assert key.read_bytes() == before
+
+
+def test_the_answer_given_is_kept_and_the_apply_proceeds(pushed, run_main, install_set):
+    box, ca, payload_path = pushed
+    csr = json.loads(run_main("--payload", str(payload_path), "--cert-request").out)["csr"]
+    answer = box.write_payload(ca.answer(csr), "answer.json")
+    outcome = run_main("--payload", str(payload_path), "--certificate", str(answer), "--json")
+    assert outcome.rc == 0, outcome.err
+    folder = box.data / "llmao" / "tls"
+    assert (folder / "ca.pem").read_bytes() == ca.cert
+    ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(folder / "cert.pem",
+                                                            folder / "key.pem")
+    settings = settings_at(install_set, box.data)
+    assert install_set.certificate_due(settings, install_set.BoxTls(ca.sha256, 3),
+                                       time.time()) is None
+    assert f"--ssl-certfile {folder / 'cert.pem'}" in box.program("model-0").read_text()
+    again = run_main("--payload", str(payload_path), "--cert-request")
+    assert json.loads(again.out) == {"tls": True, "due": None, "csr": None}
+
+
+def test_an_answer_from_another_ca_or_for_another_key_is_not_kept(pushed, run_main, tmp_path):
+    box, ca, payload_path = pushed
+    csr = json.loads(run_main("--payload", str(payload_path), "--cert-request").out)["csr"]
+    other = PushCa(tmp_path / "other")
+    for name, doc in (("other-ca.json", other.answer(csr)),
+                      ("garbage.json", {"certificate": "x", "ca": "y"})):
+        outcome = run_main("--payload", str(payload_path), "--certificate",
+                           str(box.write_payload(doc, name)))
+        assert outcome.rc == 2 and "Traceback" not in outcome.err
+        assert not (box.data / "llmao" / "tls" / "cert.pem").exists()
+        assert box.ctl_calls() == []

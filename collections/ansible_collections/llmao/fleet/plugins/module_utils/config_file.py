@@ -257,8 +257,8 @@ def load_settings(path: str, problems: Problems, warnings: list[str],
     if settings.box_tls is not None and not settings.rollout.following:
         warnings.append(f"{path}: box_tls: boxes renew their certificates in the follow "
                         f"program, and rollout.follow_s is not set: a box renews only when it "
-                        f"boots, and its certificate expires after {settings.box_tls.leaf_days} "
-                        f"days (docs/box-tls.md)")
+                        f"boots or is pushed, and its certificate expires after "
+                        f"{settings.box_tls.leaf_days} days (docs/box-tls.md)")
     if settings.rollout.following:
         _check_follow_names(fleet, settings.fleet.hosts)
     check_distinct(top, settings.secret_paths())

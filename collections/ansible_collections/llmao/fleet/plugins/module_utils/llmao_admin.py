@@ -28,7 +28,7 @@ VERDICTS_PATH = "/admin/api/verdicts"
 PASS_LEASE_PATH = "/admin/api/pass-lease"
 TURNS_PATH = "/admin/api/turns"
 TAKE_TURN_PATH = "/admin/api/turns/take"
-# One box's resources: /admin/api/boxes/<name>/applied, /turn, /binding.
+# One box's resources: /admin/api/boxes/<name>/applied, /turn, /binding, /cert.
 BOXES_PATH = "/admin/api/boxes"
 
 
@@ -123,6 +123,18 @@ class LlmaoAdmin(JsonService):
         ``servers``), as the controller; llmao refuses a revision it does not intend."""
         self._call("POST", box_path(box, "applied"), dict(report))
 
+    def sign_certificate(self, box: str, csr: str) -> dict[str, str]:
+        """Have the fleet CA sign ``box``'s certificate request (PEM), as the push path does
+        for a box that has no box token; llmao's answer: ``certificate``, ``ca``,
+        ``not_after``."""
+        answer = self._call("POST", box_path(box, "cert"), {"csr": csr})
+        fields = ("certificate", "ca", "not_after")
+        if not isinstance(answer, Mapping) or not all(isinstance(answer.get(name), str)
+                                                      for name in fields):
+            raise LlmaoAdminError("llmao's answer to the certificate request lacks the "
+                                  "certificate, the CA or not_after")
+        return {name: answer[name] for name in fields}
+
     def box_turn(self, box: str) -> Turn | None:
         """``box``'s latest rollout turn, if it holds one."""
         answer = self._call("GET", box_path(box, "turn"), None)
@@ -157,7 +169,9 @@ class LlmaoAdmin(JsonService):
         except HttpCallError as exc:
             if exc.status is None:
                 raise LlmaoAdminError(f"llmao at {self.url} {exc.reason}") from None
-            if exc.status in (401, 403):
+            # A 403 that is not about the token (a certificate for an address llmao does not
+            # attribute to the box) says llmao's own reason, below.
+            if exc.status == 401 or (exc.status == 403 and "admin token" in exc.reason):
                 raise LlmaoAdminError(f"llmao at {self.url} refused the admin token "
                                       f"(HTTP {exc.status}): check admin.token") from None
             raise LlmaoAdminError(f"llmao at {self.url}: {exc}") from None

@@ -25,6 +25,13 @@ description:
     program itself.
   - When the assignment does not fit the box (exit 1) or is refused (exit 2), the task fails with
     the program's own message, and nothing was written.
+  - "Box TLS (C(docs/box-tls.md)): when the assignment turns it on, the program needs a
+    certificate from llmao's fleet CA before it writes the programs. The push path brings it in
+    two steps: O(certificate_request=true) only says whether the box needs one (missing, from
+    another CA, or less than a third of its life left) and, when it does, makes the box's key
+    (0600, never shown) and returns a certificate request; M(llmao.fleet.box_cert) has llmao
+    sign it; O(certificate) then gives llmao's answer to the program, which checks it against
+    the key and the assignment's CA and keeps it before the apply."
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
 attributes:
@@ -74,6 +81,21 @@ options:
         itself afterwards.
     type: bool
     default: true
+  certificate_request:
+    description:
+      - Under box TLS, only check the box's certificate (C(--cert-request)) and write no
+        program. When a certificate is due, make the box's key if it has none and return a
+        request for it (RV(csr)). Reports a change when a certificate is due.
+      - In check mode nothing is made; RV(certificate_due) still says why one is due.
+    type: bool
+    default: false
+  certificate:
+    description:
+      - Path on the box of llmao's answer to the box's certificate request (JSON with
+        C(certificate), C(ca) and C(not_after), the result of M(llmao.fleet.box_cert)). The
+        program checks it and keeps it under O(data_directory) before it applies the
+        assignment (C(--certificate)).
+    type: path
 notes:
   - The result holds no secret, the program masks every bearer in what it prints.
 seealso:
@@ -163,6 +185,21 @@ rc:
   description: The program's exit code (1 does not fit, 2 refused, 3 unreachable, 4 handover).
   returned: failure
   type: int
+tls:
+  description: Whether the assignment turns box TLS on.
+  returned: success and O(certificate_request=true)
+  type: bool
+certificate_due:
+  description: Why the box needs a certificate now; null when the one it has is good.
+  returned: success and O(certificate_request=true)
+  type: str
+  sample: less than a third of its life is left
+csr:
+  description:
+    - A certificate request (PEM) for the box's key when a certificate is due, else null. The
+      key itself stays on the box.
+  returned: success and O(certificate_request=true)
+  type: str
 """
 
 import json
@@ -179,14 +216,22 @@ ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
     "supervisor_conf_dir": {"type": "path", "default": "/etc/supervisor/conf.d"},
     "vllm_bin": {"type": "str", "default": "vllm"},
     "handover": {"type": "bool", "default": True},
+    "certificate_request": {"type": "bool", "default": False},
+    "certificate": {"type": "path"},
 }
 
 
 def program_argv(params: dict[str, Any], check_mode: bool) -> list[str]:
     """The command line: the payload, JSON output, and the flags of check mode and handover."""
-    argv = [params["python"], params["program"], "--payload", params["payload"], "--json"]
-    if not params["handover"]:
-        argv.append("--no-handover")
+    argv = [params["python"], params["program"], "--payload", params["payload"]]
+    if params["certificate_request"]:
+        argv.append("--cert-request")
+    else:
+        argv.append("--json")
+        if params["certificate"]:
+            argv += ["--certificate", params["certificate"]]
+        if not params["handover"]:
+            argv.append("--no-handover")
     return argv + ["--dry-run"] if check_mode else argv
 
 
@@ -237,6 +282,21 @@ def summarize(answer: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def certificate_result(answer: dict[str, Any], data_directory: str,
+                       diff: bool) -> dict[str, Any]:
+    """The result of O(certificate_request): whether a certificate is due, and the request.
+    Its diff says why the box's certificate changes; no key is ever in it."""
+    due = answer.get("due")
+    result = {"changed": due is not None, "tls": bool(answer.get("tls")),
+              "certificate_due": due, "csr": answer.get("csr")}
+    if diff and due is not None:
+        path = os.path.join(data_directory, "llmao", "tls", "cert.pem")
+        result["diff"] = {"before_header": path, "after_header": path,
+                          "before": f"certificate: {due}\n",
+                          "after": "certificate: new, signed by llmao's fleet CA\n"}
+    return result
+
+
 def read_record(path: str) -> dict[str, Any]:
     """The applied record on the box, as the next reader (reconcile, an operator) sees it."""
     try:
@@ -248,10 +308,11 @@ def read_record(path: str) -> dict[str, Any]:
 
 
 def main() -> None:
-    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True,
+                           mutually_exclusive=[("certificate_request", "certificate")])
     params = module.params
-    for option in ("program", "payload"):
-        if not os.path.isfile(params[option]):
+    for option in ("program", "payload", "certificate"):
+        if params[option] is not None and not os.path.isfile(params[option]):
             module.fail_json(msg=f"{option} {params[option]} is not a file on the box")
     rc, stdout, stderr = module.run_command(program_argv(params, module.check_mode),
                                             environ_update=program_environment(params))
@@ -260,6 +321,9 @@ def main() -> None:
     if rc != 0 or answer is None or answer.get("failed"):
         reason = (answer or {}).get("msg") or (messages[-1] if messages else "no output")
         module.fail_json(msg=reason, rc=rc, messages=messages)
+    if params["certificate_request"]:
+        module.exit_json(**certificate_result(answer, params["data_directory"], module._diff),
+                         messages=messages)
     result = summarize(answer)
     result["applied"] = read_record(result["record"])
     if module._diff:

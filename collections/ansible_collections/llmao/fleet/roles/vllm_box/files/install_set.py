@@ -66,7 +66,10 @@ Box TLS (docs/box-tls.md)
   ``--ssl-certfile`` and ``--enable-ssl-refresh`` (it reloads the files when they change,
   so a renewal restarts nothing). A certificate is asked for when missing, from another
   CA, or with less than a third of its life left: at boot, and by the follow program at
-  every check. No ``openssl``: refused, nothing written.
+  every check. No ``openssl``: refused, nothing written. A pushed box cannot ask (no URL,
+  no key): ``--payload FILE --cert-request`` prints why a certificate is due and a request
+  for the box's key (made here), the controller has llmao sign it, and ``--payload FILE
+  --certificate ANSWER`` checks and keeps the answer as above, then applies.
 
 Following (``--follow``, run by the follow program)
   When llmao's config sets ``rollout.follow_s``, the payload carries ``rollout``
@@ -777,8 +780,9 @@ def not_a_number(text: str) -> Decimal:
     raise Refused(f"{text} is not a number an assignment holds")
 
 
-def load_payload(path: str) -> Any:
-    """Read an assignment given with --payload (``-`` reads standard input), size bounded."""
+def load_payload(path: str, what: str = "payload") -> Any:
+    """Read an assignment given with --payload (``-`` reads standard input), size bounded;
+    or, ``what`` said, another JSON file given to the push path (--certificate)."""
     try:
         if path == "-":
             raw = sys.stdin.buffer.read(MAX_ANSWER_BYTES + 1)
@@ -786,10 +790,10 @@ def load_payload(path: str) -> Any:
             with open(path, "rb") as payload:
                 raw = payload.read(MAX_ANSWER_BYTES + 1)
     except OSError as exc:
-        raise Refused(f"cannot read the payload {path}: {exc.strerror}") from None
+        raise Refused(f"cannot read the {what} {path}: {exc.strerror}") from None
     if len(raw) > MAX_ANSWER_BYTES:
-        raise Refused(f"the payload {path} is over {MAX_ANSWER_BYTES} bytes")
-    return decode_json(raw, f"payload {path}")
+        raise Refused(f"the {what} {path} is over {MAX_ANSWER_BYTES} bytes")
+    return decode_json(raw, f"{what} {path}")
 
 
 # --------------------------------------------------------------------------- validate
@@ -1860,16 +1864,20 @@ def rfc3339_seconds(text: Any) -> float | None:
         return None
 
 
+def certificate_request(settings: Settings) -> str:
+    """A certificate request (PEM) for the box's key, made here; the key stays on the box."""
+    key = box_key(settings)
+    return openssl(["req", "-new", "-key", str(key), "-subj", "/O=llmao box"],
+                   "req").decode("ascii")
+
+
 def request_certificate(settings: Settings, tls: BoxTls, say: Callable[[str], None]) -> str:
     """Ask llmao to sign a request for the box's key; keep what it answers. Returns the
-    certificate's not_after. The certificate is checked against the key and the CA against
-    the assignment's before anything is written: vLLM reloads whatever lands there."""
+    certificate's not_after."""
     if settings.url is None or settings.fleet_key is None:
         raise Refused("box TLS needs a certificate from llmao: set LLMAO_URL and FLEET_KEY")
-    key = box_key(settings)
-    request = openssl(["req", "-new", "-key", str(key), "-subj", "/O=llmao box"], "req")
     url = f"{settings.url}{CERT_PATH}"
-    body = json.dumps({"csr": request.decode("ascii")}).encode("utf-8")
+    body = json.dumps({"csr": certificate_request(settings)}).encode("utf-8")
     headers = {**auth_headers(settings), "Content-Type": "application/json"}
     for attempt in range(1, settings.attempts + 1):
         status, answer = with_retries(
@@ -1887,12 +1895,24 @@ def request_certificate(settings: Settings, tls: BoxTls, say: Callable[[str], No
         time.sleep(delay)
     if status != 200:
         raise refusal(status, answer, settings.host)
-    doc = decode_json(answer, f"llmao's answer from {url}")
+    return keep_certificate(settings, tls, decode_json(answer, f"llmao's answer from {url}"),
+                            f"llmao's answer from {url}")
+
+
+def keep_certificate(settings: Settings, tls: BoxTls, doc: Any, source: str) -> str:
+    """Keep llmao's answer to a certificate request (``certificate``, ``ca``, ``not_after``)
+    for the box's key; its not_after. The certificate is checked against the key and the CA
+    against the assignment's before anything is written: vLLM reloads whatever lands there.
+    The box's own request and the push path's (``--certificate``) both land here."""
+    key = settings.tls_dir / KEY_FILE
+    if not key.is_file():
+        raise Refused(f"{source}: this box has no key for it (make the request here first: "
+                      "--cert-request); nothing kept")
     fields = [doc.get(name) if isinstance(doc, dict) else None
               for name in ("certificate", "ca", "not_after")]
     not_after = rfc3339_seconds(fields[2])
     if not all(isinstance(f, str) and len(f) <= MAX_PEM for f in fields) or not_after is None:
-        raise Refused(f"llmao's answer from {url} is not a certificate: certificate, ca (PEM) "
+        raise Refused(f"{source} is not a certificate: certificate, ca (PEM) "
                       "and not_after (RFC 3339) are needed")
     certificate, ca = fields[0], fields[1]
     try:
@@ -1935,24 +1955,35 @@ def replace_in_place(staged: Path, path: Path) -> None:
     staged.unlink()
 
 
-def require_certificate_source(settings: Settings, tls: BoxTls | None) -> None:
+def require_certificate_source(settings: Settings, tls: BoxTls | None,
+                               given: Any = None) -> None:
     """Refuse, before anything is written, an assignment that needs a certificate the box
-    cannot ask for: a pushed one (--payload) runs without LLMAO_URL and FLEET_KEY."""
-    if tls is None or (settings.url is not None and settings.fleet_key is not None):
+    cannot ask for: a pushed one (--payload) runs without LLMAO_URL and FLEET_KEY, so the
+    push path brings it (``given``, --certificate)."""
+    if given is not None and tls is None:
+        raise Refused("--certificate was given but the assignment does not turn box TLS on")
+    if tls is None or given is not None or (settings.url is not None
+                                            and settings.fleet_key is not None):
         return
     why = certificate_due(settings, tls, time.time())
     if why is not None:
         raise Refused(f"the assignment turns on box TLS and the box needs a certificate ({why}), "
-                      "which it asks llmao for with LLMAO_URL and FLEET_KEY: the push path "
-                      "(--payload) does not support box_tls yet; let the box fetch its "
-                      "assignment instead (docs/box-tls.md)")
+                      "which it asks llmao for with LLMAO_URL and FLEET_KEY; on the push path "
+                      "the role brings it: make the request with --cert-request and give "
+                      "llmao's answer with --certificate (docs/box-tls.md)")
 
 
 def ensure_certificate(settings: Settings, tls: BoxTls | None,
-                       say: Callable[[str], None]) -> None:
+                       say: Callable[[str], None], given: Any = None) -> None:
     """A good certificate on the box before vLLM starts or while it runs: asked for when
-    missing, from another CA, or with less than a third of its life left."""
+    missing, from another CA, or with less than a third of its life left. ``given`` is the
+    push path's: llmao's answer the controller had signed for this box's request, kept as
+    it is (the role asked for it because it was due)."""
     if tls is None:
+        return
+    if given is not None:
+        say(f"certificate: kept, valid until "
+            f"{keep_certificate(settings, tls, given, 'the --certificate answer')}")
         return
     why = certificate_due(settings, tls, time.time())
     if why is None:
@@ -1960,6 +1991,15 @@ def ensure_certificate(settings: Settings, tls: BoxTls | None,
     say(f"certificate: {why}: asking llmao for one")
     not_after = request_certificate(settings, tls, say)
     say(f"certificate: kept, valid until {not_after}")
+
+
+def cert_request_answer(settings: Settings, tls: BoxTls | None, dry_run: bool,
+                        now: float) -> dict[str, Any]:
+    """``--cert-request``: why the box needs a certificate (None: it does not) and, when it
+    does, a request for its key (made here, 0600, never printed); a dry run makes nothing."""
+    why = None if tls is None else certificate_due(settings, tls, now)
+    csr = certificate_request(settings) if why is not None and not dry_run else None
+    return {"tls": tls is not None, "due": why, "csr": csr}
 
 
 # --------------------------------------------------------------------------- apply
@@ -2159,6 +2199,7 @@ class Mode:
     dry_run: bool = False
     handover: bool = True
     following: bool = False  # run by the follow program: its own program is handed over last
+    certificate: Any = None  # the push path's: llmao's answer to the box's certificate request
 
 
 def plan_assignment(assignment: Assignment, settings: Settings,
@@ -2191,7 +2232,8 @@ def apply_assignment(assignment: Assignment, settings: Settings, console: Consol
     console.secrets.update(server.api_key for server in assignment.servers)
     console.say(f"assignment for {assignment.host}: revision {assignment.revision}, "
                 f"{len(assignment.servers)} server(s)")
-    require_certificate_source(settings, assignment.tls)
+    if not mode.dry_run:
+        require_certificate_source(settings, assignment.tls, mode.certificate)
     placement, plan, notes = plan_assignment(assignment, settings,
                                              mode.fetched and assignment.rollout is not None)
     for note in notes:
@@ -2217,7 +2259,7 @@ def apply_assignment(assignment: Assignment, settings: Settings, console: Consol
         console.result(plan, assignment.revision, True, settings.record_path)
         return
 
-    ensure_certificate(settings, assignment.tls, console.say)
+    ensure_certificate(settings, assignment.tls, console.say, mode.certificate)
     own_path = settings.conf_dir / FOLLOW_FILE
     own = [c for c in plan.programs if mode.following and c.path == own_path]
     programs = [c for c in plan.programs if c not in own]
@@ -2428,9 +2470,24 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="keep following llmao, as the llmao-follow program does: check "
                              "every rollout.follow_s seconds, take a turn for a new revision, "
                              "apply it as a boot does, report it; runs until stopped")
+    parser.add_argument("--cert-request", action="store_true",
+                        help="with --payload, under box TLS: print one JSON object, why the "
+                             "box needs a certificate (due, null when it does not) and, when "
+                             "it does, a certificate request (csr) for its key, made here "
+                             "(0600) and never printed; with --dry-run nothing is made")
+    parser.add_argument("--certificate", metavar="FILE",
+                        help="with --payload, under box TLS: llmao's answer (JSON: "
+                             "certificate, ca, not_after) to this box's --cert-request, "
+                             "checked and kept before the apply")
     args = parser.parse_args(argv)
-    if args.follow and (args.payload or args.dry_run or args.json or args.no_handover):
+    if args.follow and (args.payload or args.dry_run or args.json or args.no_handover
+                        or args.cert_request or args.certificate):
         parser.error("--follow runs alone: it fetches, applies, hands over and reports")
+    if (args.cert_request or args.certificate) and not args.payload:
+        parser.error("--cert-request and --certificate are the push path's: give --payload")
+    if args.cert_request and args.certificate:
+        parser.error("--cert-request makes the request, --certificate keeps its answer: "
+                     "one at a time")
     return args
 
 
@@ -2445,9 +2502,14 @@ def run(args: argparse.Namespace, environ: Mapping[str, str], console: Console) 
     if args.follow:
         Follower(settings, console).run()
     doc = fetch_assignment(settings, console.say) if fetching else load_payload(args.payload)
+    if args.cert_request:
+        print(json.dumps(cert_request_answer(settings, validate_assignment(doc).tls,
+                                             args.dry_run, time.time())))
+        return
+    given = load_payload(args.certificate, "certificate") if args.certificate else None
     apply_assignment(validate_assignment(doc), settings, console,
                      Mode(fetched=fetching, dry_run=args.dry_run,
-                          handover=not args.no_handover))
+                          handover=not args.no_handover, certificate=given))
 
 
 def main(argv: list[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
