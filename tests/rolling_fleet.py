@@ -225,14 +225,17 @@ class RollingFleet:
             return None
         return json.loads(body)["data"][0]["max_model_len"] if status == 200 else None
 
+    def box_diagnostics(self, name: str) -> str:
+        """What one box's follower and Supervisor say."""
+        box = self.boxes[name]
+        follow = box.exec(["sh", "-c", f"tail -n 25 {FOLLOW_LOG} 2>&1"], check=False)
+        status = box.supervisorctl("status")
+        return (f"--- {name}: supervisorctl status\n{status.stdout.decode()}"
+                f"--- {name}: {FOLLOW_LOG}\n{follow.stdout.decode()}")
+
     def diagnostics(self) -> str:
         """What each box's follower and Supervisor say, llmao's view, and the last pass."""
-        parts = []
-        for name, box in self.boxes.items():
-            follow = box.exec(["sh", "-c", f"tail -n 25 {FOLLOW_LOG} 2>&1"], check=False)
-            status = box.supervisorctl("status")
-            parts.append(f"--- {name}: supervisorctl status\n{status.stdout.decode()}"
-                         f"--- {name}: {FOLLOW_LOG}\n{follow.stdout.decode()}")
+        parts = [self.box_diagnostics(name) for name in self.boxes]
         try:
             parts.append(f"--- applied {self.applied()}\n--- turns {self.turns()}")
         except (OSError, RuntimeError, ValueError) as exc:
