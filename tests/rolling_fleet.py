@@ -26,11 +26,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from ansible_collections.llmao.fleet.plugins.module_utils.intent import deployment_id
 from ansible_collections.llmao.fleet.plugins.module_utils.litellm_client import LiteLLM
 from rig import web
 from rig.boxes import Box, free_port, host_gateway_address, start_box
 from rig.chat_load import ChatLoad, Shape
+from rig.litellm_process import LiteLLMProcess
 from rig.local_fleet import LocalFleet, one_model_hosts
 from rig.route_watch import RouteWatch
 from rig.tls import make_server_tls
@@ -74,6 +77,11 @@ class Knobs:
     drain_s: float = 6.0
     health_grace_s: float = 30.0
     max_model_len: int = 4096
+
+
+# The pull path's fleet checks every second; the push path's boxes do not follow.
+FOLLOWING = Knobs(follow_s=1.0, drain_s=DRAIN_S, health_grace_s=25)
+PUSHED = Knobs(follow_s=None, drain_s=DRAIN_S, health_grace_s=25)
 
 
 class ReconcileLoop:
@@ -308,7 +316,7 @@ def mask(text: str, hidden: list[str]) -> str:
 
 @contextmanager
 def rolling_fleet(folder: Path, image: str, litellm_url: str, master_key: str, knobs: Knobs,
-                  behaviour: Mapping[str, Any]) -> Iterator[RollingFleet]:
+                  behaviour: Mapping[str, Any] = BEHAVIOUR) -> Iterator[RollingFleet]:
     """The fleet of the module's docstring, up and settled (every box routed on its revision);
     boxes, server and routes gone when the block ends."""
     gateway = host_gateway_address()
@@ -349,6 +357,20 @@ def rolling_fleet(folder: Path, image: str, litellm_url: str, master_key: str, k
         fleet = RollingFleet(local, server, boxes, litellm, loop)
         fleet.wait("every box serving its revision and routed", fleet.settled, SETTLE_TIMEOUT_S)
         yield fleet
+
+
+def fleet_fixture(knobs: Knobs) -> Callable[..., Iterator[RollingFleet]]:
+    """A test module's ``fleet`` fixture (``fleet = fleet_fixture(FOLLOWING)``): this fleet with
+    ``knobs`` against the session's real LiteLLM proxy, up for one test."""
+
+    @pytest.fixture
+    def fleet(tmp_path: Path, box_image: str, real_litellm: LiteLLMProcess,
+              litellm_master_key: str) -> Iterator[RollingFleet]:
+        with rolling_fleet(tmp_path, box_image, real_litellm.url, litellm_master_key,
+                           knobs) as running:
+            yield running
+
+    return fleet
 
 
 def rollout_section(knobs: Knobs) -> dict[str, float]:
