@@ -18,7 +18,6 @@ import json
 import os
 import secrets
 import subprocess
-import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import ExitStack, contextmanager
@@ -31,6 +30,7 @@ import pytest
 from ansible_collections.llmao.fleet.plugins.module_utils.intent import deployment_id
 from ansible_collections.llmao.fleet.plugins.module_utils.litellm_client import LiteLLM
 from rig import web
+from rig.background import Background
 from rig.boxes import Box, free_port, host_gateway_address, start_box
 from rig.chat_load import ChatLoad, Shape
 from rig.litellm_process import LiteLLMProcess
@@ -84,23 +84,14 @@ FOLLOWING = Knobs(follow_s=1.0, drain_s=DRAIN_S, health_grace_s=25)
 PUSHED = Knobs(follow_s=None, drain_s=DRAIN_S, health_grace_s=25)
 
 
-class ReconcileLoop:
+class ReconcileLoop(Background):
     """reconcile.yml run back to back in a thread until stopped; every run is kept."""
 
     def __init__(self, inventory: Path, env: Mapping[str, str]) -> None:
+        super().__init__("reconcile-loop", PASS_PAUSE_S)
         self.inventory = inventory
         self.env = dict(env)
         self.runs: list[tuple[float, float, PlaybookRun]] = []  # (began, ended, run)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="reconcile-loop", daemon=True)
-
-    def __enter__(self) -> ReconcileLoop:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self._stop.set()
-        self._thread.join()
 
     def passes_since(self, began: float) -> list[PlaybookRun]:
         return [run for start, _, run in self.runs if start >= began]
@@ -108,17 +99,15 @@ class ReconcileLoop:
     def last_output(self) -> str:
         return self.runs[-1][2].output if self.runs else "(no reconcile pass ran)"
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            began = time.monotonic()
-            try:
-                run = run_reconcile(self.inventory, env=self.env)
-            except subprocess.TimeoutExpired as slow:
-                # A pass past its time limit is one failed pass (a systemd timer would start the
-                # next one too); the loop, like the operator's timer, goes on.
-                run = PlaybookRun(-1, f"reconcile timed out after {slow.timeout:g} s")
-            self.runs.append((began, time.monotonic(), run))
-            self._stop.wait(PASS_PAUSE_S)
+    def step(self) -> None:
+        began = time.monotonic()
+        try:
+            run = run_reconcile(self.inventory, env=self.env)
+        except subprocess.TimeoutExpired as slow:
+            # A pass past its time limit is one failed pass (a systemd timer would start the
+            # next one too); the loop, like the operator's timer, goes on.
+            run = PlaybookRun(-1, f"reconcile timed out after {slow.timeout:g} s")
+        self.runs.append((began, time.monotonic(), run))
 
 
 @dataclass
