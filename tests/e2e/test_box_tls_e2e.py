@@ -34,6 +34,7 @@ from rig.boxes import free_port, host_gateway_address
 from rig.fleet_files import strong_secret
 from rig.litellm_process import LiteLLMProcess, start_litellm
 from rig.local_fleet import MODEL, LocalFleet
+from rig.processes import stop_all
 from rig.tls import make_server_tls
 from rig.wire_tap import tapped
 from tests.box_pull import SERVER, plan_line, pull_assignment
@@ -161,6 +162,4 @@ def test_box_tls_end_to_end(tmp_path, monkeypatch, box_factory):
         for secret in local.secrets():
             assert not any(secret in text for text in said)
     finally:
-        litellm.stop()
-        if server is not None:
-            server.stop()
+        stop_all(litellm, server)

@@ -31,6 +31,7 @@ from rig.boxes import LocalStub, free_port, host_gateway_address
 from rig.fleet_files import strong_secret
 from rig.litellm_process import LiteLLMProcess, start_litellm
 from rig.local_fleet import MODEL, LocalFleet, loopback_boxes
+from rig.processes import stop_all
 from rig.tls import make_server_tls
 from tests.box_pull import SERVER, plan_line, pull_assignment
 from tests.llmao_process import start_llmao_server
@@ -160,6 +161,4 @@ def test_reconcile_end_to_end(tmp_path, monkeypatch, box_factory, local_stub_fac
         for secret in local.secrets():
             assert not any(secret in text for text in texts)
     finally:
-        litellm.stop()
-        if server is not None:
-            server.stop()
+        stop_all(litellm, server)
