@@ -442,10 +442,8 @@ def check_base_url(url: str) -> None:
 
 
 def is_loopback(hostname: str) -> bool:
-    if hostname == "localhost":
-        return True
     try:
-        return ipaddress.ip_address(hostname).is_loopback
+        return hostname == "localhost" or ipaddress.ip_address(hostname).is_loopback
     except ValueError:
         return False
 
@@ -2395,6 +2393,21 @@ def utc_now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
+# The program's on/off options and what --help says of each.
+SWITCHES = (
+    ("--dry-run", "write nothing, run no supervisorctl, report nothing: print what would "
+                  "change, with diffs (secrets masked). Without --payload the assignment is "
+                  "still fetched"),
+    ("--json", "print one JSON object (changed, written, removed, unchanged, revision, diff) "
+               "instead of prose"),
+    ("--no-handover", "do not run supervisorctl reread/update (the caller drives supervisord "
+                      "itself)"),
+    ("--follow", "keep following llmao, as the llmao-follow program does: check every "
+                 "rollout.follow_s seconds, take a turn for a new revision, apply it as a boot "
+                 "does, report it; runs until stopped"),
+)
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="install_set.py",
@@ -2407,20 +2420,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--payload", metavar="FILE",
                         help="apply this assignment (JSON; - for stdin) instead of fetching it; "
                              "nothing is reported to llmao")
-    parser.add_argument("--dry-run", action="store_true",
-                        help="write nothing, run no supervisorctl, report nothing: print what "
-                             "would change, with diffs (secrets masked). Without --payload the "
-                             "assignment is still fetched")
-    parser.add_argument("--json", action="store_true",
-                        help="print one JSON object (changed, written, removed, unchanged, "
-                             "revision, diff) instead of prose")
-    parser.add_argument("--no-handover", action="store_true",
-                        help="do not run supervisorctl reread/update (the caller drives "
-                             "supervisord itself)")
-    parser.add_argument("--follow", action="store_true",
-                        help="keep following llmao, as the llmao-follow program does: check "
-                             "every rollout.follow_s seconds, take a turn for a new revision, "
-                             "apply it as a boot does, report it; runs until stopped")
+    for switch, said in SWITCHES:
+        parser.add_argument(switch, action="store_true", help=said)
     args = parser.parse_args(argv)
     if args.follow and (args.payload or args.dry_run or args.json or args.no_handover):
         parser.error("--follow runs alone: it fetches, applies, hands over and reports")
