@@ -7,7 +7,7 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 module: fleet_verdicts
-short_description: Record the verdicts of a reconcile pass in llmao
+short_description: Record a reconcile pass's verdicts and turn updates in llmao
 version_added: 0.1.0
 author:
   - llmao fleet contributors (!UNKNOWN)
@@ -43,7 +43,7 @@ notes:
 """
 
 EXAMPLES = r"""
-- name: Record the verdicts of this pass
+- name: Record this pass's verdicts and turn updates
   llmao.fleet.fleet_verdicts:
     config: "{{ llmao_config_file }}"
     models: "{{ llmao_models_file }}"
