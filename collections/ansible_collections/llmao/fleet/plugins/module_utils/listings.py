@@ -59,7 +59,8 @@ class ListingError(RuntimeError):
 
 @dataclass(frozen=True)
 class Endpoint:
-    """Where to dial one server: the public address and port, and how we know it."""
+    """Where to dial one server: the public address and port, and how we know it (``source``:
+    the provider's listing, the row's fourth element, or the listen port itself)."""
 
     host: str
     port: int
