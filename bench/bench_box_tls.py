@@ -16,14 +16,13 @@ than the other: the rounds' spread is printed.
 
 from __future__ import annotations
 
-import argparse
 import secrets
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
+from bench.arguments import run_bench
 from bench.bench_reconcile import ANSWER_DELAY_S, SERVERS_PER_BOX, module_chain, timed
 from rig.boxes import free_port
 from rig.litellm_process import start_litellm
@@ -31,19 +30,11 @@ from rig.local_fleet import LocalFleet, loopback_boxes, one_model_hosts, start_s
 from tests.llmao_process import start_llmao_server
 from tests.tls_files import make_test_ca
 
-BOXES = 100
-ROUNDS = 3
+OPTIONS = [("--boxes", 100, "boxes of three servers"), ("--rounds", 3, "steady passes timed")]
 
 
 def say(text: str) -> None:
     print(f"bench_box_tls: {text}", flush=True)
-
-
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m bench.bench_box_tls")
-    parser.add_argument("--boxes", type=int, default=BOXES, help="boxes of three servers")
-    parser.add_argument("--rounds", type=int, default=ROUNDS, help="steady passes timed")
-    return parser.parse_args(argv)
 
 
 def steady_passes(folder: Path, boxes: list[str], rounds: int, tls: bool) -> list[float]:
@@ -76,22 +67,24 @@ def steady_passes(folder: Path, boxes: list[str], rounds: int, tls: bool) -> lis
             stop_stubs(stubs)
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    boxes = loopback_boxes(args.boxes)
+def run(boxes: int, rounds: int) -> None:
+    names = loopback_boxes(boxes)
     began = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="bench-box-tls-") as scratch:
-        plain = steady_passes(Path(scratch) / "http", boxes, args.rounds, tls=False)
-        secure = steady_passes(Path(scratch) / "https", boxes, args.rounds, tls=True)
+        plain = steady_passes(Path(scratch) / "http", names, rounds, tls=False)
+        secure = steady_passes(Path(scratch) / "https", names, rounds, tls=True)
     over_http, over_https = statistics.median(plain), statistics.median(secure)
-    say(f"steady pass of {args.boxes * SERVERS_PER_BOX} servers answering after "
+    say(f"steady pass of {boxes * SERVERS_PER_BOX} servers answering after "
         f"{ANSWER_DELAY_S * 1000:.0f} ms: over HTTPS {over_https:.2f} s "
         f"({', '.join(f'{t:.2f}' for t in secure)}), over HTTP {over_http:.2f} s "
         f"({', '.join(f'{t:.2f}' for t in plain)}), ratio {over_https / over_http:.2f} "
         "(target <= 1.3)")
     say(f"{time.perf_counter() - began:.0f} s in all")
-    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_bench("bench_box_tls", __doc__, OPTIONS, run, argv)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())

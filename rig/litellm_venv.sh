@@ -14,7 +14,6 @@ venv_dir="${1:-$repo_root/.venv-litellm}"
 stamp="$venv_dir/.llmao-litellm-stamp"
 # prisma is the Python client only (LiteLLM's error handling imports it); no engine is fetched.
 wanted="litellm[proxy]==$LITELLM_VERSION prisma>=0.11,<1 uvicorn"
-python_bin="${PYTHON:-python3}"
 
 if [[ -x "$venv_dir/bin/python" && -f "$stamp" && "$(cat "$stamp")" == "$wanted" ]]; then
     echo "litellm venv: $venv_dir is up to date (litellm $LITELLM_VERSION)"
@@ -23,7 +22,7 @@ fi
 
 echo "litellm venv: installing litellm $LITELLM_VERSION into $venv_dir (about a minute, 750 MB)"
 rm -f "$stamp"
-"$python_bin" -m venv "$venv_dir"
+"${PYTHON:-python3}" -m venv "$venv_dir"
 # pip's chatter goes to a log inside the venv; it is shown only when the install fails.
 log="$venv_dir/.llmao-install.log"
 # shellcheck disable=SC2086  # $wanted is a list of requirement words

@@ -10,7 +10,8 @@ traffic leaves the machine.
 from __future__ import annotations
 
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -66,6 +67,12 @@ class LocalFleet(FleetFolder):
         write_fleet(self.folder, config, models_document(self.models, self.recipes),
                     inventory=True)
         return self.load()
+
+    def of_boxes(self, boxes: Iterable[str], name: str) -> Fleet:
+        """These boxes alone, written beside this fleet (in ``folder/name``) with its salt, so
+        their servers' bearers are this fleet's: what a test starts stubs for."""
+        return LocalFleet(self.folder / name, {box: self.hosts[box] for box in boxes},
+                          salt=self.salt).write()
 
     def secrets(self) -> list[str]:
         """Every secret of this fleet, to check that none shows anywhere."""
@@ -127,3 +134,13 @@ def start_stubs(fleet: Fleet, behaviours: Mapping[str, Mapping] | None = None,
 def stop_stubs(stubs: Sequence[LocalStub]) -> None:
     for stub in stubs:
         stub.stop()
+
+
+@contextmanager
+def running_stubs(fleet: Fleet) -> Iterator[list[LocalStub]]:
+    """``start_stubs`` for the block: stopped when it ends."""
+    stubs = start_stubs(fleet)
+    try:
+        yield stubs
+    finally:
+        stop_stubs(stubs)

@@ -11,7 +11,7 @@ import multiprocessing
 import subprocess
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar, Protocol, Self
 
 
 def stop_child(process: subprocess.Popen, timeout: float) -> None:
@@ -24,6 +24,17 @@ def stop_child(process: subprocess.Popen, timeout: float) -> None:
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait()
+
+
+class Stoppable(Protocol):
+    def stop(self) -> None: ...
+
+
+def stop_all(*services: Stoppable | None) -> None:
+    """Stop each service a test started, in order; None stands for one it never got to start."""
+    for service in services:
+        if service is not None:
+            service.stop()
 
 
 def run_forked(target: Callable[..., Any], argsets: Sequence[tuple[Any, ...]],

@@ -9,7 +9,6 @@ as an empty sample, so it can never pass for a gap nor hide one.
 
 from __future__ import annotations
 
-import threading
 import time
 from dataclasses import dataclass
 
@@ -17,6 +16,7 @@ from ansible_collections.llmao.fleet.plugins.module_utils.litellm_client import 
     LiteLLM,
     LiteLLMError,
 )
+from rig.background import Background
 
 
 @dataclass(frozen=True)
@@ -25,29 +25,18 @@ class Sample:
     routes: frozenset[str]     # llmao's deployment ids of the model
 
 
-class RouteWatch:
+class RouteWatch(Background):
     """``with RouteWatch(client, model) as watch: ...``, then ``watch.fewest()``."""
 
     def __init__(self, client: LiteLLM, model: str, interval_s: float = 0.5) -> None:
+        super().__init__("route-watch", interval_s)
         self.client = client
         self.model = model
-        self.interval_s = interval_s
         self.samples: list[Sample] = []
         self.errors: list[str] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="route-watch", daemon=True)
 
-    def __enter__(self) -> RouteWatch:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop()
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread.ident is not None:
-            self._thread.join()
+    def step(self) -> None:
+        self.sample()
 
     def sample(self) -> None:
         """Read the listing once and keep what it says."""
@@ -73,8 +62,3 @@ class RouteWatch:
         return (f"{len(counts)} sample(s) of {self.model}'s routes, fewest "
                 f"{min(counts, default=0)}, most {max(counts, default=0)}, "
                 f"{len(self.errors)} unreadable; changes (s, routes) {changes}")
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self.sample()
-            self._stop.wait(self.interval_s)

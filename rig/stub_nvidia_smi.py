@@ -40,7 +40,6 @@ class Gpu:
     free_mib: int
     uuid: str = ""
 
-    @property
     def used_mib(self) -> int:
         return self.total_mib - self.free_mib
 
@@ -51,7 +50,7 @@ FIELDS = {
     "uuid": (lambda gpu: gpu.uuid, None),
     "name": (lambda gpu: gpu.name, None),
     "memory.total": (lambda gpu: gpu.total_mib, "MiB"),
-    "memory.used": (lambda gpu: gpu.used_mib, "MiB"),
+    "memory.used": (lambda gpu: gpu.used_mib(), "MiB"),
     "memory.free": (lambda gpu: gpu.free_mib, "MiB"),
 }
 
@@ -143,7 +142,7 @@ def table(gpus: list[Gpu]) -> str:
         f"| {'GPU  Name':<30}{'Memory-Usage':>26} |",
     ]
     for gpu in gpus:
-        usage = f"{gpu.used_mib}MiB / {gpu.total_mib}MiB"
+        usage = f"{gpu.used_mib()}MiB / {gpu.total_mib}MiB"
         rows.append(f"| {gpu.index:<4} {gpu.name:<25}{usage:>26} |")
     rows.append(rule)
     return "\n".join(rows)

@@ -53,6 +53,16 @@ def answers(url: str, context: ssl.SSLContext | None = None) -> bool:
         return False
 
 
+def wait_answering(url: str, timeout: float, context: ssl.SSLContext | None = None) -> None:
+    """Poll ``url`` until it answers 200 (a server coming up); TimeoutError after ``timeout``
+    seconds."""
+    deadline = time.monotonic() + timeout
+    while not answers(url, context):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{url} did not answer 200 in {timeout} s")
+        time.sleep(0.5)
+
+
 def events(url: str, *, headers: Mapping[str, str] | None = None, body: Any = None,
            context: ssl.SSLContext | None = None,
            timeout: float = 30.0) -> tuple[int, list[tuple[float, str]]]:

@@ -181,19 +181,11 @@ class RealVllmFleet(RollingFleet):
     def real_server(self) -> IntendedServer:
         return next(s for s in self.local.load().servers() if s.box == self.real_box)
 
-    def diagnostics(self) -> str:
-        parts = []
-        for name, box in self.boxes.items():
-            parts.append(f"--- {name}: supervisorctl status\n{box.supervisorctl('status')}"
-                         f"--- {name}: follow.log\n{box.log_tail('llmao/follow.log')}\n"
-                         f"--- {name}: {SERVER}.log\n{box.log_tail(f'logs/{SERVER}.log', 15)}")
-        try:
-            parts.append(f"--- applied {self.applied()}\n--- turns {self.turns()}")
-        except (OSError, RuntimeError, ValueError) as exc:
-            parts.append(f"--- llmao's observations unreadable: {exc}")
-        parts.append(f"--- intended {self.intended()}")
-        parts.append(self.loop.report())
-        return mask("\n".join(parts), self.local.secrets())
+    def box_diagnostics(self, name: str) -> str:
+        box = self.boxes[name]
+        return (f"--- {name}: supervisorctl status\n{box.supervisorctl('status')}"
+                f"--- {name}: follow.log\n{box.log_tail('llmao/follow.log')}\n"
+                f"--- {name}: {SERVER}.log\n{box.log_tail(f'logs/{SERVER}.log', 15)}")
 
 
 @contextmanager

@@ -18,7 +18,6 @@ import json
 import os
 import secrets
 import subprocess
-import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import ExitStack, contextmanager
@@ -26,11 +25,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from ansible_collections.llmao.fleet.plugins.module_utils.intent import deployment_id
 from ansible_collections.llmao.fleet.plugins.module_utils.litellm_client import LiteLLM
 from rig import web
+from rig.background import Background
 from rig.boxes import Box, free_port, host_gateway_address, start_box
 from rig.chat_load import ChatLoad, Shape
+from rig.litellm_process import LiteLLMProcess
 from rig.local_fleet import LocalFleet, one_model_hosts
 from rig.route_watch import RouteWatch
 from rig.tls import make_server_tls
@@ -80,23 +83,19 @@ class Knobs:
     max_model_len: int = 4096
 
 
-class ReconcileLoop:
+# The pull path's fleet checks every second; the push path's boxes do not follow.
+FOLLOWING = Knobs(follow_s=1.0, drain_s=DRAIN_S, health_grace_s=25)
+PUSHED = Knobs(follow_s=None, drain_s=DRAIN_S, health_grace_s=25)
+
+
+class ReconcileLoop(Background):
     """reconcile.yml run back to back in a thread until stopped; every run is kept."""
 
     def __init__(self, inventory: Path, env: Mapping[str, str]) -> None:
+        super().__init__("reconcile-loop", PASS_PAUSE_S)
         self.inventory = inventory
         self.env = dict(env)
         self.runs: list[tuple[float, float, PlaybookRun]] = []  # (began, ended, run)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="reconcile-loop", daemon=True)
-
-    def __enter__(self) -> ReconcileLoop:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self._stop.set()
-        self._thread.join()
 
     def passes_since(self, began: float) -> list[PlaybookRun]:
         return [run for start, _, run in self.runs if start >= began]
@@ -117,19 +116,17 @@ class ReconcileLoop:
         parts.append(f"--- last reconcile pass\n{self.last_output()[-4000:]}")
         return "\n".join(parts)
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            began = time.monotonic()
-            try:
-                run = run_reconcile(self.inventory, "-e", f"llmao_pass_lease_s={PASS_TIMEOUT_S}",
-                                    env=self.env, timeout=PASS_TIMEOUT_S)
-            except subprocess.TimeoutExpired as slow:
-                # A pass past its time limit is one failed pass (a systemd timer would start the
-                # next one too); the loop, like the operator's timer, goes on.
-                run = PlaybookRun(-1, f"reconcile timed out after {slow.timeout:g} s; its "
-                                      f"output so far:\n{partial_output(slow)}")
-            self.runs.append((began, time.monotonic(), run))
-            self._stop.wait(PASS_PAUSE_S)
+    def step(self) -> None:
+        began = time.monotonic()
+        try:
+            run = run_reconcile(self.inventory, "-e", f"llmao_pass_lease_s={PASS_TIMEOUT_S}",
+                                env=self.env, timeout=PASS_TIMEOUT_S)
+        except subprocess.TimeoutExpired as slow:
+            # A pass past its time limit is one failed pass (a systemd timer would start the
+            # next one too); the loop, like the operator's timer, goes on.
+            run = PlaybookRun(-1, f"reconcile timed out after {slow.timeout:g} s; its output "
+                                  f"so far:\n{partial_output(slow)}")
+        self.runs.append((began, time.monotonic(), run))
 
 
 def partial_output(slow: subprocess.TimeoutExpired) -> str:
@@ -250,14 +247,17 @@ class RollingFleet:
             return None
         return json.loads(body)["data"][0]["max_model_len"] if status == 200 else None
 
+    def box_diagnostics(self, name: str) -> str:
+        """What one box's follower and Supervisor say."""
+        box = self.boxes[name]
+        follow = box.exec(["sh", "-c", f"tail -n 25 {FOLLOW_LOG} 2>&1"], check=False)
+        status = box.supervisorctl("status")
+        return (f"--- {name}: supervisorctl status\n{status.stdout.decode()}"
+                f"--- {name}: {FOLLOW_LOG}\n{follow.stdout.decode()}")
+
     def diagnostics(self) -> str:
         """What each box's follower and Supervisor say, llmao's view, and the last pass."""
-        parts = []
-        for name, box in self.boxes.items():
-            follow = box.exec(["sh", "-c", f"tail -n 25 {FOLLOW_LOG} 2>&1"], check=False)
-            status = box.supervisorctl("status")
-            parts.append(f"--- {name}: supervisorctl status\n{status.stdout.decode()}"
-                         f"--- {name}: {FOLLOW_LOG}\n{follow.stdout.decode()}")
+        parts = [self.box_diagnostics(name) for name in self.boxes]
         try:
             parts.append(f"--- applied {self.applied()}\n--- turns {self.turns()}")
         except (OSError, RuntimeError, ValueError) as exc:
@@ -330,7 +330,7 @@ def mask(text: str, hidden: list[str]) -> str:
 
 @contextmanager
 def rolling_fleet(folder: Path, image: str, litellm_url: str, master_key: str, knobs: Knobs,
-                  behaviour: Mapping[str, Any]) -> Iterator[RollingFleet]:
+                  behaviour: Mapping[str, Any] = BEHAVIOUR) -> Iterator[RollingFleet]:
     """The fleet of the module's docstring, up and settled (every box routed on its revision);
     boxes, server and routes gone when the block ends."""
     gateway = host_gateway_address()
@@ -371,6 +371,20 @@ def rolling_fleet(folder: Path, image: str, litellm_url: str, master_key: str, k
         fleet = RollingFleet(local, server, boxes, litellm, loop)
         fleet.wait("every box serving its revision and routed", fleet.settled, SETTLE_TIMEOUT_S)
         yield fleet
+
+
+def fleet_fixture(knobs: Knobs) -> Callable[..., Iterator[RollingFleet]]:
+    """A test module's ``fleet`` fixture (``fleet = fleet_fixture(FOLLOWING)``): this fleet with
+    ``knobs`` against the session's real LiteLLM proxy, up for one test."""
+
+    @pytest.fixture
+    def fleet(tmp_path: Path, box_image: str, real_litellm: LiteLLMProcess,
+              litellm_master_key: str) -> Iterator[RollingFleet]:
+        with rolling_fleet(tmp_path, box_image, real_litellm.url, litellm_master_key,
+                           knobs) as running:
+            yield running
+
+    return fleet
 
 
 def rollout_section(knobs: Knobs) -> dict[str, float]:

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from rig.boxes import LocalStub, free_port
+from rig.boxes import free_port
 from rig.fleet_files import strong_secret
 from rig.litellm_process import start_litellm
 from rig.local_fleet import (
@@ -32,8 +32,7 @@ from rig.local_fleet import (
     LocalFleet,
     loopback_boxes,
     one_model_hosts,
-    start_stubs,
-    stop_stubs,
+    running_stubs,
 )
 from tests.llmao_process import start_llmao_server
 
@@ -200,15 +199,12 @@ def local_fleet(tmp_path: Path) -> Iterator[LocalFleet]:
                 server={"url": f"http://127.0.0.1:{port}",
                         "state": str(tmp_path / "state.sqlite3")})
     first = next(iter(local.hosts))
-    stubs: list[LocalStub] = []
     try:
-        stubs = start_stubs(LocalFleet(tmp_path / "first", {first: local.hosts[first]},
-                                       salt=local.salt).write())
-        with start_llmao_server(local.config_path, local.models_path, tmp_path, port=port,
-                                workers=1):
+        with running_stubs(local.of_boxes([first], "first")), \
+                start_llmao_server(local.config_path, local.models_path, tmp_path, port=port,
+                                   workers=1):
             yield local
     finally:
-        stop_stubs(stubs)
         litellm.stop()
 
 

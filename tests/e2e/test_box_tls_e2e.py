@@ -23,8 +23,6 @@ import json
 import secrets
 import ssl
 import time
-import urllib.request
-from pathlib import Path
 
 import pytest
 
@@ -32,54 +30,21 @@ from ansible_collections.llmao.fleet.plugins.module_utils.listings import Endpoi
 from ansible_collections.llmao.fleet.plugins.module_utils.litellm_routes import deployment_body
 from llmao_server.fleet_ca_cli import init
 from rig import web
-from rig.boxes import Box, free_port, host_gateway_address
+from rig.boxes import free_port, host_gateway_address
 from rig.fleet_files import strong_secret
 from rig.litellm_process import LiteLLMProcess, start_litellm
 from rig.local_fleet import MODEL, LocalFleet
+from rig.processes import stop_all
 from rig.tls import make_server_tls
 from rig.wire_tap import tapped
-from tests.llmao_process import LlmaoServer, start_llmao_server
-from tests.reconcile_run import REPO, PlaybookRun, run_reconcile
+from tests.box_pull import SERVER, plan_line, pull_assignment
+from tests.llmao_process import start_llmao_server
+from tests.reconcile_run import PlaybookRun, run_reconcile
 from tests.tls_files import make_test_ca
 
 pytestmark = [pytest.mark.docker, pytest.mark.litellm, pytest.mark.slow]
 
-INSTALL_SET = REPO / "roles" / "vllm_box" / "files" / "install_set.py"
-BOX_PROGRAM = "/opt/llmao/install_set.py"
-BOX_CA = "/etc/llmao/ca.pem"
-SERVER = f"{MODEL}-8001"
 PROMPT = "a prompt nobody on the path may read " + secrets.token_hex(6)
-
-
-def pull_assignment(box: Box, server: LlmaoServer, local: LocalFleet, ca: Path) -> None:
-    """What a box's provision script does at boot: run the box program, which fetches."""
-    box.put_file(BOX_PROGRAM, INSTALL_SET.read_bytes(), 0o755)
-    box.put_file(BOX_CA, ca.read_bytes())
-    box.exec(["python3", BOX_PROGRAM], env={
-        "LLMAO_URL": server.url, "FLEET_KEY": local.fleet_key, "LLMAO_HOST": box.name,
-        "SSL_CERT_FILE": BOX_CA}, timeout=300)
-
-
-def wait_serving_https(port: int, fleet_ca: Path, timeout: float = 60.0) -> None:
-    context = ssl.create_default_context(cafile=str(fleet_ca))
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            with urllib.request.urlopen(f"https://127.0.0.1:{port}/health", timeout=2,
-                                        context=context) as answer:
-                if answer.status == 200:
-                    return
-        except OSError:
-            pass
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"nothing serves HTTPS at 127.0.0.1:{port} after {timeout} s")
-        time.sleep(0.5)
-
-
-def plan_line(run: PlaybookRun, box: str) -> str:
-    lines = [line for line in run.output.splitlines() if f'"{box} {SERVER} (' in line]
-    assert lines, f"no plan line for {box}:\n{run.output}"
-    return lines[0]
 
 
 def routes(litellm: LiteLLMProcess, master_key: str) -> dict[str, str]:
@@ -145,7 +110,8 @@ def test_box_tls_end_to_end(tmp_path, monkeypatch, box_factory):
         assert key_mode == b"600"
         program = box.read_file(f"/etc/supervisor/conf.d/llmao-{SERVER}.conf").decode()
         assert "--ssl-certfile /data/llmao/tls/cert.pem --enable-ssl-refresh" in program
-        wait_serving_https(public_port, Path(ca_cert))
+        web.wait_answering(f"https://127.0.0.1:{public_port}/health", 60.0,
+                           ssl.create_default_context(cafile=ca_cert))
 
         # 3. Healthy over HTTPS and registered with an https api_base.
         for _ in range(3):
@@ -196,6 +162,4 @@ def test_box_tls_end_to_end(tmp_path, monkeypatch, box_factory):
         for secret in local.secrets():
             assert not any(secret in text for text in said)
     finally:
-        litellm.stop()
-        if server is not None:
-            server.stop()
+        stop_all(litellm, server)

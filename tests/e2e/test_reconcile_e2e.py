@@ -21,58 +21,25 @@ from __future__ import annotations
 
 import json
 import secrets
-import time
 import urllib.request
-from pathlib import Path
 
 import pytest
 
 from ansible_collections.llmao.fleet.plugins.module_utils.llmao_admin import LlmaoAdmin
-from rig.boxes import Box, LocalStub, free_port, host_gateway_address
+from rig import web
+from rig.boxes import LocalStub, free_port, host_gateway_address
 from rig.fleet_files import strong_secret
 from rig.litellm_process import LiteLLMProcess, start_litellm
 from rig.local_fleet import MODEL, LocalFleet, loopback_boxes
+from rig.processes import stop_all
 from rig.tls import make_server_tls
-from tests.llmao_process import LlmaoServer, start_llmao_server
-from tests.reconcile_run import REPO, PlaybookRun, run_reconcile
+from tests.box_pull import SERVER, plan_line, pull_assignment
+from tests.llmao_process import start_llmao_server
+from tests.reconcile_run import PlaybookRun, run_reconcile
 
 pytestmark = [pytest.mark.docker, pytest.mark.litellm, pytest.mark.slow]
 
-INSTALL_SET = REPO / "roles" / "vllm_box" / "files" / "install_set.py"
-BOX_PROGRAM = "/opt/llmao/install_set.py"
-BOX_CA = "/etc/llmao/ca.pem"
 LOAD_DELAY_S = 15
-SERVER = f"{MODEL}-8001"
-
-
-def pull_assignment(box: Box, server: LlmaoServer, local: LocalFleet, ca: Path) -> None:
-    """What a box's provision script does at boot: run the box program, which fetches."""
-    box.put_file(BOX_PROGRAM, INSTALL_SET.read_bytes(), 0o755)
-    box.put_file(BOX_CA, ca.read_bytes())
-    box.exec(["python3", BOX_PROGRAM], env={
-        "LLMAO_URL": server.url, "FLEET_KEY": local.fleet_key, "LLMAO_HOST": box.name,
-        "SSL_CERT_FILE": BOX_CA})
-
-
-def wait_serving(box: Box, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            with urllib.request.urlopen(f"{box.url(8001)}/health", timeout=2) as answer:
-                if answer.status == 200:
-                    return
-        except OSError:
-            pass
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{box.name}'s vLLM did not come up in {timeout} s")
-        time.sleep(0.5)
-
-
-def plan_line(run: PlaybookRun, box: str) -> str:
-    """The plan's line for the one server of ``box``."""
-    lines = [line for line in run.output.splitlines() if f'"{box} {SERVER} (' in line]
-    assert lines, f"no plan line for {box}:\n{run.output}"
-    return lines[0]
 
 
 def chat(litellm: LiteLLMProcess, master_key: str) -> str:
@@ -136,7 +103,7 @@ def test_reconcile_end_to_end(tmp_path, monkeypatch, box_factory, local_stub_fac
         assert owned_routes(litellm, master_key) == []
 
         # 2. --check shows the registration and changes nothing.
-        wait_serving(slow_box)
+        web.wait_answering(f"{slow_box.url(8001)}/health", 60.0)
         checked = reconcile("--check", "--diff")
         assert checked.returncode == 0, checked.output
         assert "=> register: Healthy, not in LiteLLM" in plan_line(checked, slow)
@@ -194,6 +161,4 @@ def test_reconcile_end_to_end(tmp_path, monkeypatch, box_factory, local_stub_fac
         for secret in local.secrets():
             assert not any(secret in text for text in texts)
     finally:
-        litellm.stop()
-        if server is not None:
-            server.stop()
+        stop_all(litellm, server)

@@ -65,9 +65,7 @@ def test_one_hostile_box_never_stops_a_pass(tmp_path: Path, fake_litellm, litell
     ids = {server.box: f"llmao:{server.box}:{server.listen_port}:{server.name}"
            for server in fleet.servers()}
     served = next(s.served_model_name for s in fleet.servers() if s.box == hostile)
-    honest_only = LocalFleet(local.folder / "honest", {box: local.hosts[box] for box in honest},
-                             salt=local.salt)
-    stubs = start_stubs(honest_only.write())
+    stubs = start_stubs(local.of_boxes(honest, "honest"))
     try:
         with start_llmao_server(local.config_path, local.models_path, tmp_path, port=port,
                                 workers=1) as server, \

@@ -50,8 +50,7 @@ def local(tmp_path: Path, fake_litellm: LiteLLMProcess, litellm_master_key: str)
 def serving(local: LocalFleet) -> Iterator[list[LocalStub]]:
     fleet = local.load()
     first = next(iter(fleet.assignments))
-    only_first = LocalFleet(local.folder / "first", {first: local.hosts[first]}, salt=local.salt)
-    stubs = start_stubs(only_first.write())
+    stubs = start_stubs(local.of_boxes([first], "first"))
     yield stubs
     stop_stubs(stubs)
 
@@ -372,9 +371,8 @@ def test_two_passes_at_once_one_acts_the_other_names_it_and_changes_nothing(
     first holds the lease: the second must end without a write and name the first."""
     fleet = local.load()
     first_box = next(iter(fleet.assignments))
-    only_first = LocalFleet(local.folder / "first", {first_box: local.hosts[first_box]},
-                            salt=local.salt)
-    stubs = start_stubs(only_first.write(), {first_box: {"*": {"answer_delay_s": 1.5}}})
+    stubs = start_stubs(local.of_boxes([first_box], "first"),
+                        {first_box: {"*": {"answer_delay_s": 1.5}}})
     admin = lease_admin(local, server)
     try:
         runs: dict[str, PlaybookRun] = {}

@@ -27,36 +27,29 @@ import pytest
 from llmao_server.fleet_ca_cli import init as init_fleet_ca
 from rig.route_watch import RouteWatch
 from tests.rolling_fleet import (
-    BEHAVIOUR,
-    DRAIN_S,
+    FOLLOWING,
     LISTEN_PORT,
     MODEL,
     SERVER,
-    Knobs,
     assert_turns_never_overlap,
     chat_load,
-    rolling_fleet,
+    fleet_fixture,
 )
 
 pytestmark = [pytest.mark.docker, pytest.mark.litellm, pytest.mark.slow]
 
-KNOBS = Knobs(follow_s=1.0, drain_s=DRAIN_S, health_grace_s=25)
 ROLL_TIMEOUT_S = 600.0
 RENEW_TIMEOUT_S = 60.0
 AFTER_RENEWAL_S = 8.0  # the load goes on over the new certificate
 CERT_META = "/data/llmao/tls/cert.json"
 
 
+fleet = fleet_fixture(FOLLOWING)
+
+
 @pytest.fixture
 def fleet_ca(tmp_path):
     return init_fleet_ca(str(tmp_path / "fleet-ca"), "rolling fleet CA")
-
-
-@pytest.fixture
-def fleet(tmp_path, box_image, real_litellm, litellm_master_key):
-    with rolling_fleet(tmp_path, box_image, real_litellm.url, litellm_master_key, KNOBS,
-                       BEHAVIOUR) as running:
-        yield running
 
 
 def served_certificate(port: int, ca_cert: str) -> str:

@@ -24,21 +24,19 @@ from rig.chat_load import ChatLoad
 from rig.route_watch import RouteWatch
 from tests.rolling_fleet import (
     BAD_CONTEXT,
-    BEHAVIOUR,
-    DRAIN_S,
+    FOLLOWING,
     GOOD_CONTEXT,
     MODEL,
-    Knobs,
     RollingFleet,
     assert_rolled,
     assert_stopped_at_one,
     chat_load,
-    rolling_fleet,
+    fleet_fixture,
 )
 
 pytestmark = [pytest.mark.docker, pytest.mark.litellm, pytest.mark.slow]
+fleet = fleet_fixture(FOLLOWING)
 
-KNOBS = Knobs(follow_s=1.0, drain_s=DRAIN_S, health_grace_s=25)
 ROLL_TIMEOUT_S = 300.0
 PAUSE_TIMEOUT_S = 180.0
 WATCH_AFTER_PAUSE_S = 8.0  # several follow checks of the two waiting boxes
@@ -46,13 +44,6 @@ WATCH_AFTER_PAUSE_S = 8.0  # several follow checks of the two waiting boxes
 
 def report(fleet: RollingFleet, load: ChatLoad, watch: RouteWatch) -> str:
     return f"{load.summary()}\n{watch.summary()}\n{fleet.diagnostics()}"
-
-
-@pytest.fixture
-def fleet(tmp_path, box_image, real_litellm, litellm_master_key):
-    with rolling_fleet(tmp_path, box_image, real_litellm.url, litellm_master_key, KNOBS,
-                       BEHAVIOUR) as running:
-        yield running
 
 
 def test_a_change_rolls_box_by_box_and_a_failing_one_pauses(fleet, real_litellm,

@@ -26,22 +26,20 @@ from rig.chat_load import ChatLoad
 from rig.route_watch import RouteWatch
 from tests.rolling_fleet import (
     BAD_CONTEXT,
-    BEHAVIOUR,
-    DRAIN_S,
     GOOD_CONTEXT,
     MODEL,
-    Knobs,
+    PUSHED,
     RollingFleet,
     assert_rolled,
     assert_stopped_at_one,
     chat_load,
+    fleet_fixture,
     mask,
-    rolling_fleet,
 )
 
+fleet = fleet_fixture(PUSHED)
 pytestmark = [pytest.mark.docker, pytest.mark.litellm, pytest.mark.slow]
 
-KNOBS = Knobs(follow_s=None, drain_s=DRAIN_S, health_grace_s=25)
 LOAD_BOUND_S = 420.0  # the load ends when a step does; this only bounds the count
 SETTLE_TIMEOUT_S = 30.0
 WATCH_AFTER_FAILURE_S = 8.0
@@ -55,13 +53,6 @@ def report(fleet: RollingFleet, load: ChatLoad, watch: RouteWatch, *outputs: str
 def assert_no_secret(fleet: RollingFleet, output: str) -> None:
     leaked = [index for index, secret in enumerate(fleet.local.secrets()) if secret in output]
     assert leaked == [], f"provision.yml printed secrets (their indexes: {leaked})"
-
-
-@pytest.fixture
-def fleet(tmp_path, box_image, real_litellm, litellm_master_key):
-    with rolling_fleet(tmp_path, box_image, real_litellm.url, litellm_master_key, KNOBS,
-                       BEHAVIOUR) as running:
-        yield running
 
 
 def test_provision_rolls_box_by_box_and_stops_on_a_failing_one(fleet, real_litellm,

@@ -64,6 +64,13 @@ def fresh_log(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.WARNING)
 
 
+@pytest.fixture
+def granted(client: FlaskClient, state: ServerState, caplog: pytest.LogCaptureFixture) -> None:
+    """The known box has asked for its turn and been granted it; its audit line is cleared."""
+    ask(client, state)
+    caplog.clear()
+
+
 def test_a_box_gets_its_turn_and_asking_again_is_polling(
         client: FlaskClient, state: ServerState, caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.INFO):
@@ -79,9 +86,8 @@ def test_a_box_gets_its_turn_and_asking_again_is_polling(
 
 
 def test_another_box_of_the_model_waits_and_is_audited_once(
-        client: FlaskClient, state: ServerState, caplog: pytest.LogCaptureFixture) -> None:
-    ask(client, state)
-    caplog.clear()
+        client: FlaskClient, state: ServerState, caplog: pytest.LogCaptureFixture,
+        granted: None) -> None:
     with caplog.at_level(logging.INFO):
         waits = [ask(client, state, LEGACY) for _ in range(3)]
     assert all(answer.status_code == 200 for answer in waits)
@@ -95,9 +101,8 @@ def test_another_box_of_the_model_waits_and_is_audited_once(
 
 
 def test_a_turn_runs_through_reconcile_updates_to_apply_and_done(
-        client: FlaskClient, state: ServerState, caplog: pytest.LogCaptureFixture) -> None:
-    ask(client, state)
-    caplog.clear()
+        client: FlaskClient, state: ServerState, caplog: pytest.LogCaptureFixture,
+        granted: None) -> None:
     with caplog.at_level(logging.INFO):
         moved = update(client, state, "drained")
     assert moved.status_code == 200 and moved.json["refused"] == []
@@ -123,9 +128,8 @@ def test_apply_waits_for_drain_s_on_the_server_clock(make_app: Callable[..., Fla
 
 
 def test_moves_the_turn_may_not_make_are_refused_and_listed(
-        client: FlaskClient, state: ServerState, caplog: pytest.LogCaptureFixture) -> None:
-    ask(client, state)
-    caplog.clear()
+        client: FlaskClient, state: ServerState, caplog: pytest.LogCaptureFixture,
+        granted: None) -> None:
     with caplog.at_level(logging.INFO):
         answer = update(client, state, "done")
         unknown = update(client, state, "drained", box=OTHER_KNOWN)

@@ -59,7 +59,8 @@ class ListingError(RuntimeError):
 
 @dataclass(frozen=True)
 class Endpoint:
-    """Where to dial one server: the public address and port, and how we know it."""
+    """Where to dial one server: the public address and port, and how we know it (``source``:
+    the provider's listing, the row's fourth element, or the listen port itself)."""
 
     host: str
     port: int
@@ -344,9 +345,11 @@ class _Entries:
     def skip(self, what: str, reason: str, names: tuple[str, ...]) -> None:
         self.problems.append(EntryProblem(self.provider, what, _unprefixed(reason, what), names))
 
-    def add(self, names: tuple[str, ...], address: str, ports: dict[int, int], price: Any,
+    def add(self, listing_id: str, address: str, ports: dict[int, int], price: Any,
             what: str, status: str, interruptible: bool, gpus: Any = None) -> None:
-        """One instance; a stopped one's running rate is not its price."""
+        """One instance, named by its id and by its address when it has one; a stopped one's
+        running rate is not its price."""
+        names = (listing_id, address) if address else (listing_id,)
         try:
             priced = _price(price, what)
         except ListingError as exc:
@@ -394,8 +397,7 @@ def parse_vast(document: Any) -> tuple[list[ListedBox], list[EntryProblem]]:
             entries.skip(what, str(exc), _known_names(instance.get("id"),
                                                       instance.get("public_ipaddr")))
             continue
-        names = (instance_id, address) if address else (instance_id,)
-        entries.add(names, address, ports, instance.get("dph_total"), what,
+        entries.add(instance_id, address, ports, instance.get("dph_total"), what,
                     _status(instance.get("actual_status")), instance.get("is_bid") is True,
                     instance.get("num_gpus"))
     return entries.boxes, entries.problems
@@ -430,8 +432,7 @@ def parse_runpod(document: Any) -> tuple[list[ListedBox], list[EntryProblem]]:
         except ListingError as exc:
             entries.skip(what, str(exc), _known_names(pod_id))
             continue
-        names = (pod_id, address) if address else (pod_id,)
-        entries.add(names, address, ports, pod.get("cost"), what,
+        entries.add(pod_id, address, ports, pod.get("cost"), what,
                     _status(pod.get("desiredStatus")), pod.get("interruptible") is True,
                     pod.get("gpuCount"))
     return entries.boxes, entries.problems

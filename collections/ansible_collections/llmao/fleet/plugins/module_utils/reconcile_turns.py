@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from .audit_log import stamped
 from .json_values import enum_member
 from .lifecycle import Action, State, Verdict
 from .rollout import ACTIVE, Phase, Turn
@@ -53,6 +54,11 @@ class TurnUpdate:
     def line(self) -> str:
         return f"turn of {self.box} (rev {self.revision}): {self.phase.value}" + (
             f": {self.why}" if self.why else "")
+
+    def audit_entry(self, now: float) -> dict[str, Any]:
+        """Its line in the controller's audit log, once llmao took it."""
+        return stamped({"action": "turn", "box": self.box, "revision": self.revision,
+                        "phase": self.phase.value, "reason": self.why}, now)
 
 
 def holding_turns(turns: Iterable[Turn], applied: Mapping[str, str | None]) -> dict[str, Turn]:

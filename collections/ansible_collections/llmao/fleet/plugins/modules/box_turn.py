@@ -37,8 +37,6 @@ description:
     result says what the task would do.
 extends_documentation_fragment:
   - llmao.fleet.fleet_files
-  - llmao.fleet.fleet_files.required
-  - ansible.builtin.action_common_attributes
   - llmao.fleet.controller
   - llmao.fleet.llmao_timeout
 options:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 module: fleet_verdicts
-short_description: Record the verdicts of a reconcile pass in llmao
+short_description: Record a reconcile pass's verdicts and turn updates in llmao
 version_added: 0.1.0
 author:
   - llmao fleet contributors (!UNKNOWN)
@@ -43,7 +43,7 @@ notes:
 """
 
 EXAMPLES = r"""
-- name: Record the verdicts of this pass
+- name: Record this pass's verdicts and turn updates
   llmao.fleet.fleet_verdicts:
     config: "{{ llmao_config_file }}"
     models: "{{ llmao_models_file }}"
@@ -79,7 +79,6 @@ from ansible_collections.llmao.fleet.plugins.module_utils.audit_log import (
     AUDIT_LOG_OPTION,
     append_audit,
     audit_path,
-    stamped,
 )
 from ansible_collections.llmao.fleet.plugins.module_utils.fleet import Fleet
 from ansible_collections.llmao.fleet.plugins.module_utils.fleet_module import (
@@ -122,11 +121,6 @@ def plan_updates(plan: Mapping[str, Any]) -> list[TurnUpdate]:
         raise VerdictsError(f"plan.turn_updates: {exc}") from None
 
 
-def turn_audit_entry(update: TurnUpdate, now: float) -> dict[str, Any]:
-    return stamped({"action": "turn", "box": update.box, "revision": update.revision,
-                    "phase": update.phase.value, "reason": update.why}, now)
-
-
 def record_pass(fleet: Fleet, params: Mapping[str, Any], document: dict[str, Any],
                 updates: list[TurnUpdate]) -> list[str]:
     """Post the verdicts, then the turn updates, and audit each update llmao took; returns
@@ -140,7 +134,7 @@ def record_pass(fleet: Fleet, params: Mapping[str, Any], document: dict[str, Any
     path = audit_path(fleet, params["audit_log"])
     for update in updates:
         if (update.box, update.revision, update.phase.value) not in not_taken:
-            append_audit(path, turn_audit_entry(update, time.time()))
+            append_audit(path, update.audit_entry(time.time()))
     return [f"llmao refused to move the turn of {item.get('box')} to {item.get('phase')}: "
             f"{item.get('why')}" for item in refused]
 

@@ -27,8 +27,6 @@ description:
     released; C(granted) then says whether it is free.
 extends_documentation_fragment:
   - llmao.fleet.fleet_files
-  - llmao.fleet.fleet_files.required
-  - ansible.builtin.action_common_attributes
   - llmao.fleet.controller
   - llmao.fleet.llmao_timeout
 options:

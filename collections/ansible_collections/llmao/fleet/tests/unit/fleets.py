@@ -13,12 +13,16 @@ import copy
 from pathlib import Path
 from typing import Any
 
+from ansible_collections.llmao.fleet.plugins.module_utils.lifecycle import Models, Probe
 from rig.fleet_files import FleetSecrets, fleet_section, recipe, route, strong_secret, write_fleet
 
 KEYS = FleetSecrets()
 SALT, FLEET_KEY, SHARED_BEARER = KEYS.salt, KEYS.fleet_key, KEYS.shared_bearer
 LEGACY = ("198.51.100.7", 8000)
 KNOWN, OTHER_KNOWN, LEGACY_BOX = "203.0.113.10", "203.0.113.11", LEGACY[0]
+# What a pass's probe finds of a server: serving its model, or not answering.
+SERVING = Probe(True, Models.LISTS)
+DOWN = Probe(False, Models.SKIPPED, "connection refused")
 
 CORE_CONFIG: dict[str, Any] = {"fleet": fleet_section(KEYS, {
     "203.0.113.10": [["gemma", 8001], ["qwen", 8002]],

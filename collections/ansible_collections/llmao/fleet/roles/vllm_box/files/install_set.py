@@ -186,19 +186,19 @@ PROGRAM_SECTION_RE = re.compile(r"^\[program:([^\]\n]+)\]$", re.MULTILINE)
 UPDATE_LINE_RE = re.compile(r"^(\S+): (added|updated|removed) process group$", re.MULTILINE)
 # What a bearer may hold so it survives Supervisor's environment= parser intact.
 API_KEY_RE = re.compile(r"[!#-&(-~]{1,512}\Z")
+# The option a bearer must never be given as (vLLM reads it from VLLM_API_KEY).
+API_KEY_FLAG = "--api-key"
 UNSAFE_CHAR_RE = re.compile(
     "[\x00-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2060-\u206f\ufeff\ud800-\udfff]")
-MAX_TEXT = 512
-MAX_ARGS = 128
-MAX_ARG = 4096
-MAX_SERVERS = 3
-API_KEY_FLAG = "--api-key"
-NUMBER_LIMITS = {"gpu_memory_utilization": 1, "max_model_len": 10**8, "vram_gb": 10**5,
-                 "disk_gb": 10**6, "kv_bytes_per_token": 10**9, "gpus": 16}
-INTEGER_NUMBERS = frozenset({"max_model_len", "kv_bytes_per_token", "gpus"})
+# The longest model id or served name, the most extra arguments, the longest argument, and
+# the most servers on one box.
+MAX_TEXT, MAX_ARGS, MAX_ARG, MAX_SERVERS = 512, 128, 4096, 3
 PARALLEL_FLAGS = {"--tensor-parallel-size": "tensor", "-tp": "tensor",
                   "--pipeline-parallel-size": "pipeline", "-pp": "pipeline"}
 PARALLEL_SIZE_RE = re.compile(r"[0-9]{1,2}\Z")
+NUMBER_LIMITS = {"gpu_memory_utilization": 1, "max_model_len": 10**8, "vram_gb": 10**5,
+                 "disk_gb": 10**6, "kv_bytes_per_token": 10**9, "gpus": 16}
+INTEGER_NUMBERS = frozenset({"max_model_len", "kv_bytes_per_token", "gpus"})
 # The payload's ``rollout`` object (sent only when boxes follow): its keys and their bounds.
 ROLLOUT_LIMITS = {"follow_s": (1, 86400), "drain_s": (0, 3600)}
 # A JSON number is refused before conversion when its text is longer or its exponent larger:
@@ -445,10 +445,8 @@ def check_base_url(url: str) -> None:
 
 
 def is_loopback(hostname: str) -> bool:
-    if hostname == "localhost":
-        return True
     try:
-        return ipaddress.ip_address(hostname).is_loopback
+        return hostname == "localhost" or ipaddress.ip_address(hostname).is_loopback
     except ValueError:
         return False
 
@@ -820,28 +818,6 @@ class Server:
 
 
 @dataclass(frozen=True)
-class Rollout:
-    """The payload's ``rollout``: how often the box checks, and llmao's drain time."""
-
-    follow_s: float
-    drain_s: float
-
-    def record(self) -> dict[str, float]:
-        return {"follow_s": self.follow_s, "drain_s": self.drain_s}
-
-
-@dataclass(frozen=True)
-class BoxTls:
-    """The payload's ``tls``: the fleet CA's fingerprint and how many days a leaf lives."""
-
-    ca_sha256: str
-    leaf_days: int
-
-    def record(self) -> dict[str, Any]:
-        return {"ca_sha256": self.ca_sha256, "leaf_days": self.leaf_days}
-
-
-@dataclass(frozen=True)
 class Assignment:
     host: str
     revision: str | None
@@ -850,6 +826,22 @@ class Assignment:
     rollout: Rollout | None = None
     # Present when llmao's config has box_tls: vLLM serves HTTPS with a certificate of llmao's.
     tls: BoxTls | None = None
+
+
+@dataclass(frozen=True)
+class Rollout:
+    """The payload's ``rollout``: how often the box checks, and llmao's drain time."""
+
+    follow_s: float
+    drain_s: float
+
+
+@dataclass(frozen=True)
+class BoxTls:
+    """The payload's ``tls``: the fleet CA's fingerprint and how many days a leaf lives."""
+
+    ca_sha256: str
+    leaf_days: int
 
 
 def validate_assignment(doc: Any) -> Assignment:
@@ -1020,14 +1012,13 @@ def names_api_key_flag(arg: str) -> bool:
     prefix matching on, so ``--api_k=x`` and ``--api-key.x 1`` set the key too;
     ``--model=X`` moves ``X`` to the front, where it is parsed again.
     """
-    while arg.startswith("--"):
-        option, has_value, value = arg.partition("=")
-        option = option.split(".", 1)[0].replace("_", "-")
-        if len(option) > 2 and API_KEY_FLAG.startswith(option):
+    carried: str | None = arg
+    while carried is not None and carried.startswith("--"):
+        option, equals, rest = carried.partition("=")
+        name = option.split(".", 1)[0].replace("_", "-")
+        if len(name) > 2 and API_KEY_FLAG.startswith(name):
             return True
-        if not has_value:
-            return False
-        arg = value
+        carried = rest if equals else None
     return False
 
 
@@ -1058,52 +1049,52 @@ def normalize_args(value: Any, where: str) -> tuple[str, ...]:
     return tuple(args)
 
 
+def parallel_option(word: str) -> tuple[str, str | None]:
+    """``word`` as vLLM reads an option: its name (``_`` read as ``-``) and the value it
+    carries after ``=`` (None when the value is the next argument)."""
+    name, equals, carried = word.partition("=")
+    if name.startswith("--"):
+        name = name.replace("_", "-")
+    return name, carried if equals else None
+
+
 def parallel_sizes(args: list[str] | tuple[str, ...]) -> tuple[dict[str, int], str | None]:
     """The tensor and pipeline parallel sizes ``args`` set, and why they cannot be read.
 
-    vLLM turns ``_`` into ``-`` in an option's name and lets argparse take an
-    abbreviation, so ``--tensor_parallel_size`` counts, and a shortened name is
-    refused (write it in full): the box must know exactly what vLLM will read. A
-    size is an integer from 1 to 16, given once, as ``--flag N`` or ``--flag=N``.
+    The same verdict as the core's ``payload_rules.parallel_sizes`` (the spellings vLLM
+    reads, an abbreviation refused, each size an integer from 1 to 16 given once).
     """
     sizes: dict[str, int] = {}
-    pending = list(args)
-    while pending:
-        arg = pending.pop(0)
-        option, has_value, value = arg.partition("=")
-        option = option.replace("_", "-") if option.startswith("--") else option
-        kind = PARALLEL_FLAGS.get(option)
+    words = iter(args)
+    for word in words:
+        name, value = parallel_option(word)
+        kind = PARALLEL_FLAGS.get(name)
+        if kind is None and name.startswith("--") and len(name) > 2 \
+                and any(flag.startswith(name) for flag in PARALLEL_FLAGS):
+            return sizes, f"{name[:40]!r} abbreviates a parallel size option: write it in full"
         if kind is None:
-            if option.startswith("--") and len(option) > 2 and any(
-                    flag.startswith(option) for flag in PARALLEL_FLAGS):
-                return sizes, (f"{option[:40]!r} abbreviates a parallel size option: "
-                               "write it in full")
             continue
-        if not has_value:
-            value = pending.pop(0) if pending else ""
+        value = next(words, "") if value is None else value
         if kind in sizes:
-            return sizes, f"the {kind} parallel size is set twice"
-        if not (PARALLEL_SIZE_RE.match(value) and 1 <= int(value) <= NUMBER_LIMITS["gpus"]):
-            return sizes, f"{option} needs an integer from 1 to 16, not {value[:40]!r}"
-        sizes[kind] = int(value)
+            problem = f"the {kind} parallel size is set twice"
+        elif PARALLEL_SIZE_RE.match(value) and 1 <= int(value) <= NUMBER_LIMITS["gpus"]:
+            sizes[kind] = int(value)
+            continue
+        else:
+            problem = f"{name} needs an integer from 1 to 16, not {value[:40]!r}"
+        return sizes, problem
     return sizes, None
 
 
 def parallel_problem(args: list[str] | tuple[str, ...], gpus: int) -> str | None:
-    """Why ``args`` and ``gpus`` disagree on the cards one server spans, or None.
-
-    Without a parallel size in ``args`` the box adds ``--tensor-parallel-size``
-    itself (when ``gpus`` is above 1); with one, tensor x pipeline must be ``gpus``.
-    """
+    """Why ``args`` and ``gpus`` disagree on the cards one server spans, or None (as the
+    core's ``payload_rules.parallel_problem``: without a size the box sets one itself)."""
     sizes, problem = parallel_sizes(args)
-    if problem or not sizes:
+    tensor, pipeline = sizes.get("tensor", 1), sizes.get("pipeline", 1)
+    if problem or not sizes or tensor * pipeline == gpus:
         return problem
-    product = sizes.get("tensor", 1) * sizes.get("pipeline", 1)
-    if product != gpus:
-        return (f"tensor x pipeline parallel size is {sizes.get('tensor', 1)} x "
-                f"{sizes.get('pipeline', 1)} = {product} cards, but gpus is {gpus}: "
-                f"set gpus: {product}, or change the sizes")
-    return None
+    return (f"tensor x pipeline parallel size is {tensor} x {pipeline} = {tensor * pipeline} "
+            f"cards, but gpus is {gpus}: set gpus: {tensor * pipeline}, or change the sizes")
 
 
 # --------------------------------------------------------------------------- preflight
@@ -1744,9 +1735,9 @@ def build_record(assignment: Assignment, memory: Mapping[str, Decimal],
               "applied_at": applied_at, "servers": servers,
               **placement.record(with_uuid=True)}
     if assignment.rollout is not None:
-        record["rollout"] = assignment.rollout.record()
+        record["rollout"] = dataclasses.asdict(assignment.rollout)
     if assignment.tls is not None:
-        record["tls"] = assignment.tls.record()
+        record["tls"] = dataclasses.asdict(assignment.tls)
     return record
 
 
@@ -2444,6 +2435,25 @@ def utc_now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
+# The program's on/off options and what --help says of each.
+SWITCHES = (
+    ("--dry-run", "write nothing, run no supervisorctl, report nothing: print what would "
+                  "change, with diffs (secrets masked). Without --payload the assignment is "
+                  "still fetched"),
+    ("--json", "print one JSON object (changed, written, removed, unchanged, revision, diff) "
+               "instead of prose"),
+    ("--no-handover", "do not run supervisorctl reread/update (the caller drives supervisord "
+                      "itself)"),
+    ("--follow", "keep following llmao, as the llmao-follow program does: check every "
+                 "rollout.follow_s seconds, take a turn for a new revision, apply it as a boot "
+                 "does, report it; runs until stopped"),
+    ("--cert-request", "with --payload, under box TLS: print one JSON object, why the box needs "
+                       "a certificate (due, null when it does not) and, when it does, a "
+                       "certificate request (csr) for its key, made here (0600) and never "
+                       "printed; with --dry-run nothing is made"),
+)
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="install_set.py",
@@ -2456,25 +2466,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--payload", metavar="FILE",
                         help="apply this assignment (JSON; - for stdin) instead of fetching it; "
                              "nothing is reported to llmao")
-    parser.add_argument("--dry-run", action="store_true",
-                        help="write nothing, run no supervisorctl, report nothing: print what "
-                             "would change, with diffs (secrets masked). Without --payload the "
-                             "assignment is still fetched")
-    parser.add_argument("--json", action="store_true",
-                        help="print one JSON object (changed, written, removed, unchanged, "
-                             "revision, diff) instead of prose")
-    parser.add_argument("--no-handover", action="store_true",
-                        help="do not run supervisorctl reread/update (the caller drives "
-                             "supervisord itself)")
-    parser.add_argument("--follow", action="store_true",
-                        help="keep following llmao, as the llmao-follow program does: check "
-                             "every rollout.follow_s seconds, take a turn for a new revision, "
-                             "apply it as a boot does, report it; runs until stopped")
-    parser.add_argument("--cert-request", action="store_true",
-                        help="with --payload, under box TLS: print one JSON object, why the "
-                             "box needs a certificate (due, null when it does not) and, when "
-                             "it does, a certificate request (csr) for its key, made here "
-                             "(0600) and never printed; with --dry-run nothing is made")
+    for switch, said in SWITCHES:
+        parser.add_argument(switch, action="store_true", help=said)
     parser.add_argument("--certificate", metavar="FILE",
                         help="with --payload, under box TLS: llmao's answer (JSON: "
                              "certificate, ca, not_after) to this box's --cert-request, "

@@ -11,8 +11,6 @@ from ansible_collections.llmao.fleet.plugins.module_utils.intent import (
 )
 from ansible_collections.llmao.fleet.plugins.module_utils.lifecycle import (
     Memory,
-    Models,
-    Probe,
     State,
 )
 from ansible_collections.llmao.fleet.plugins.module_utils.listings import (
@@ -33,12 +31,15 @@ from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_plan import 
     probe_targets,
 )
 from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_records import Observations
-from ansible_collections.llmao.fleet.tests.unit.fleets import base_models, write_pair
+from ansible_collections.llmao.fleet.tests.unit.fleets import (
+    DOWN,
+    SERVING,
+    base_models,
+    write_pair,
+)
 from rig.provider_api import vast_instance
 
 NOW = 50_000.0
-SERVING = Probe(True, Models.LISTS)
-DOWN = Probe(False, Models.SKIPPED, "connection refused")
 GEMMA, QWEN, LEGACY = ("llmao:203.0.113.10:8001:gemma", "llmao:203.0.113.10:8002:qwen",
                        "llmao:198.51.100.7:8000:gemma")
 

@@ -13,7 +13,7 @@ import pytest
 
 from ansible_collections.llmao.fleet.plugins.module_utils.fleet import Fleet, load_fleet
 from ansible_collections.llmao.fleet.plugins.module_utils.intent import deployment_id
-from ansible_collections.llmao.fleet.plugins.module_utils.lifecycle import Models, Probe
+from ansible_collections.llmao.fleet.plugins.module_utils.lifecycle import Probe
 from ansible_collections.llmao.fleet.plugins.module_utils.litellm_routes import Route
 from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_plan import (
     Plan,
@@ -26,15 +26,15 @@ from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_records impo
 from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_turns import TurnUpdate
 from ansible_collections.llmao.fleet.plugins.module_utils.rollout import Phase, Turn
 from ansible_collections.llmao.fleet.tests.unit.fleets import (
+    DOWN,
     KNOWN,
     LEGACY_BOX,
     OTHER_KNOWN,
+    SERVING,
     rollout_pair,
 )
 
 NOW = 1_800_000_000.0
-SERVING = Probe(True, Models.LISTS)
-SILENT = Probe(False, Models.SKIPPED, "connection refused")
 QWEN = deployment_id(KNOWN, 8002, "qwen")        # the turn's server
 GEMMA = deployment_id(KNOWN, 8001, "gemma")      # same box, not in the turn
 OLD = "old-revision"
@@ -88,13 +88,13 @@ CASES = [
                  id="drained, not applied, a route came back: deleted"),
     pytest.param(Phase.DRAINED, None, False, SERVING, 30, 600, "register", Phase.DONE,
                  id="applied and Healthy: registered through the usual gate, done"),
-    pytest.param(Phase.DRAINED, None, False, SILENT, 30, 600, None, None,
+    pytest.param(Phase.DRAINED, None, False, DOWN, 30, 600, None, None,
                  id="applied, Loading within its grace: waits"),
-    pytest.param(Phase.DRAINED, None, False, SILENT, 1000, 600, None, Phase.FAILED,
+    pytest.param(Phase.DRAINED, None, False, DOWN, 1000, 600, None, Phase.FAILED,
                  id="applied, Stalled after its grace: failed"),
     pytest.param(Phase.DRAINED, OLD, False, SERVING, 3600, -1, None, Phase.FAILED,
                  id="expired before the box applied: failed"),
-    pytest.param(Phase.DRAINED, None, False, SILENT, 30, -1, None, Phase.FAILED,
+    pytest.param(Phase.DRAINED, None, False, DOWN, 30, -1, None, Phase.FAILED,
                  id="applied, expired while Loading: failed"),
     pytest.param(Phase.DRAINING, None, True, SERVING, 30, 600, None, Phase.DRAINED,
                  id="draining, yet the box applied: its route stays, drained at once"),
@@ -102,7 +102,7 @@ CASES = [
                  id="draining, the box applied, past its time: drained, never expired"),
     pytest.param(Phase.DONE, OLD, False, SERVING, 3600, 600, "register", None,
                  id="a done turn holds nothing back"),
-    pytest.param(Phase.FAILED, None, False, SILENT, 1000, 600, None, None,
+    pytest.param(Phase.FAILED, None, False, DOWN, 1000, 600, None, None,
                  id="a failed turn stays failed"),
 ]
 
@@ -130,7 +130,7 @@ def test_the_route_goes_with_why_and_the_updates_say_which_turn(fleet) -> None:
 
 
 def test_a_failed_turn_says_which_server_which_state_and_why(fleet) -> None:
-    plan = one_pass(fleet, (turn(fleet, Phase.DRAINED),), None, (GEMMA,), SILENT, 1000)
+    plan = one_pass(fleet, (turn(fleet, Phase.DRAINED),), None, (GEMMA,), DOWN, 1000)
     [update] = plan.turn_updates
     assert update.why.startswith(f"{QWEN} is Stalled: fetched its config 17 min ago, "
                                  "not answering (connection refused) after the 900 s grace")
@@ -141,7 +141,7 @@ def test_an_expired_turn_says_what_it_waited_for(fleet) -> None:
     before = one_pass(fleet, (turn(fleet, Phase.DRAINED, -1),), OLD, (GEMMA,))
     assert before.turn_updates[0].why == \
         f"the turn expired before {KNOWN} applied rev {revision}"
-    after = one_pass(fleet, (turn(fleet, Phase.DRAINED, -1),), None, (GEMMA,), SILENT, 30)
+    after = one_pass(fleet, (turn(fleet, Phase.DRAINED, -1),), None, (GEMMA,), DOWN, 30)
     assert after.turn_updates[0].why.startswith(f"the turn expired: {QWEN} is Loading: ")
 
 
