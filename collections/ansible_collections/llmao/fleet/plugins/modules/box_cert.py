@@ -26,14 +26,13 @@ description:
   - Reports a change whenever llmao signed. In check mode nothing is asked.
 extends_documentation_fragment:
   - llmao.fleet.fleet_files
-  - llmao.fleet.fleet_files.required
-  - ansible.builtin.action_common_attributes
   - llmao.fleet.controller
   - llmao.fleet.llmao_timeout
 options:
   box:
     description:
-      - The box's name in C(fleet.hosts).
+      - The pushed box, by its name in C(fleet.hosts). llmao signs only for the addresses it
+        attributes to that box.
     type: str
     required: true
   csr:
@@ -84,14 +83,11 @@ from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.llmao.fleet.plugins.module_utils import llmao_admin
 from ansible_collections.llmao.fleet.plugins.module_utils.fleet_module import (
     TIMEOUT_OPTION,
     load_module_fleet,
     module_args,
-)
-from ansible_collections.llmao.fleet.plugins.module_utils.llmao_admin import (
-    LlmaoAdmin,
-    LlmaoAdminError,
 )
 
 OPTIONS: dict[str, dict[str, Any]] = {
@@ -116,9 +112,9 @@ def main() -> None:
         module.exit_json(changed=True, box=assignment.box,
                          msg=f"would have llmao sign {assignment.box}'s certificate request")
     try:
-        admin = LlmaoAdmin.from_settings(fleet.settings, params["timeout"])
+        admin = llmao_admin.LlmaoAdmin.from_settings(fleet.settings, params["timeout"])
         signed = admin.sign_certificate(assignment.box, params["csr"])
-    except LlmaoAdminError as exc:
+    except llmao_admin.LlmaoAdminError as exc:
         module.fail_json(msg=f"{exc}: {assignment.box}'s certificate could not be signed")
     module.exit_json(changed=True, box=assignment.box, **signed,
                      msg=f"llmao signed {assignment.box}'s certificate, valid until "
