@@ -28,7 +28,7 @@ import logging
 import re
 import time
 from collections.abc import Callable, Container, Iterable
-from typing import Any
+from typing import Any, NamedTuple
 
 from .logs import RequestLog
 from .redaction import Redactor, clipped
@@ -42,6 +42,18 @@ SHOWN_METHOD_LENGTH = 16
 PLAIN_PATH = re.compile(r"[!#-&(-~]{1,100}")
 
 WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
+
+
+class LineHead(NamedTuple):
+    """The fields of a line that precede its peer, and their text (:meth:`AccessLog.head`)."""
+
+    method: str
+    path: str
+    status: int | str
+    box: str | None
+    via: str | None
+    text: str
+
 
 log = RequestLog(logging.getLogger(ACCESS_LOGGER))
 
@@ -80,23 +92,36 @@ class AccessLog:
     def write(self, environ: dict[str, Any], status: int | str, seconds: float,
               claim: tuple[str | None, str | None] = NO_CLAIM) -> None:
         """The line of one answered request; ``claim``: the box it named and how, when it is
-        a box API request (its peer and ``X-Forwarded-For`` are read here)."""
-        path = environ.get("PATH_INFO", "")
+        a box API request."""
+        self.write_after(self.head(environ.get("REQUEST_METHOD", ""),
+                                   environ.get("PATH_INFO", ""), status, claim),
+                         environ, seconds)
+
+    def head(self, method: str, path: str, status: int | str,
+             claim: tuple[str | None, str | None] = NO_CLAIM) -> LineHead:
+        """What a line says before its peer: the same for every answer of one kind to one
+        box, so the box API makes it once per box for the fetch a boot storm repeats."""
         plain = path in self.box_paths
         if not plain:
             path = clipped(self.redact(path))
-        method = environ.get("REQUEST_METHOD", "")[:SHOWN_METHOD_LENGTH]
+        method = method[:SHOWN_METHOD_LENGTH]
         name, via = claim
         box = None if name is None else self.shown_name(name)
+        return LineHead(method, path, status, box, via,
+                        text_head(method, path, status, box, via, plain))
+
+    def write_after(self, head: LineHead, environ: dict[str, Any], seconds: float) -> None:
+        """The line of a request whose :meth:`head` is known: its peer and
+        ``X-Forwarded-For`` are read here."""
         peer = environ.get("REMOTE_ADDR")
         forwarded = environ.get("HTTP_X_FORWARDED_FOR")
         xff = None if forwarded is None else clipped(self.redact(forwarded))
-        message = text_line(method, path, status, box, via, peer, xff, seconds, plain)
+        message = f"{head.text} peer={peer!r} xff={xff!r} {seconds * 1000:.3f}ms"
         if log.plain_text():  # the line is the message: no fields to make
             log.text(message)
             return
-        log.entry({"method": method, "path": path, "status": status,
-                   "duration_ms": round(seconds * 1000, 3), "box": box, "via": via,
+        log.entry({"method": head.method, "path": head.path, "status": head.status,
+                   "duration_ms": round(seconds * 1000, 3), "box": head.box, "via": head.via,
                    "peer": peer, "xff": xff}, message)
 
     def shown_name(self, name: str) -> str:
@@ -109,11 +134,12 @@ class AccessLog:
         return shown
 
 
-def text_line(method: str, path: str, status: int | str, box: str | None, via: str | None,
-              peer: str | None, xff: str | None, seconds: float, plain: bool = False) -> str:
-    """The fields as a text log line; values a caller chose are quoted, so that none can
-    pass for another field or line (a line break shows as ``\\n``). ``plain``: the path is
-    known to need no quotes."""
+def text_head(method: str, path: str, status: int | str, box: str | None, via: str | None,
+              plain: bool = False) -> str:
+    """The fields before the peer as the start of a text line (the peer, ``X-Forwarded-For``
+    and duration follow); values a caller chose are quoted, so that none can pass for
+    another field or line (a line break shows as ``\\n``). ``plain``: the path is known to
+    need no quotes."""
     shown_path = path if plain or PLAIN_PATH.fullmatch(path) else repr(path)
     claim = "" if via is None else f" host={box!r} via={via}"
-    return f"{method} {shown_path} {status}{claim} peer={peer!r} xff={xff!r} {seconds * 1000:.3f}ms"
+    return f"{method} {shown_path} {status}{claim}"

@@ -22,7 +22,7 @@ import json
 import time
 from collections.abc import Callable, Iterable
 from http import HTTPStatus
-from typing import Any
+from typing import Any, NamedTuple
 
 from werkzeug.wsgi import get_input_stream
 
@@ -34,7 +34,7 @@ from ansible_collections.llmao.fleet.plugins.module_utils.hostnames import (
 from ansible_collections.llmao.fleet.plugins.module_utils.intent import BoxAssignment
 from ansible_collections.llmao.fleet.plugins.module_utils.payload_rules import BOX_NAME_RE
 
-from .access_log import NO_CLAIM, AccessLog
+from .access_log import NO_CLAIM, AccessLog, LineHead
 from .api_errors import JSON, RequestRefused, error_answer
 from .applied_report import APPLIED_MAX_BYTES, read_applied_report
 from .bearer_header import presented_bearer
@@ -70,8 +70,15 @@ HEADER_CLAIM = "header"
 WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 # What a route answers: status, body and the headers of its own.
 Answer = tuple[int, bytes, list[tuple[str, str]]]
-# A 200 answer made once: its body and every header but HSTS.
-Prepared = tuple[bytes, list[tuple[str, str]]]
+
+
+class Prepared(NamedTuple):
+    """A configured box's 200 answer to a fetch, made once: its body, every header but HSTS,
+    and the head of its access line (None without an access log)."""
+
+    body: bytes
+    headers: list[tuple[str, str]]
+    line: LineHead | None
 
 
 class BoxRequest:
@@ -252,17 +259,17 @@ class BoxApi:
         if not path.startswith(PREFIX):
             return self.inner(environ, start_response)
         started = time.perf_counter()
-        status, claim = INTERNAL_ERROR, NO_CLAIM  # what the line says if this raises
+        # What the access line says if this raises: gunicorn then answers 500.
+        status, claim, line, seconds = INTERNAL_ERROR, NO_CLAIM, None, None
         try:
-            answered = self.confirmed_fetch(environ) if path == CONFIG_PATH else None
-            if answered is None:
+            prepared = self.confirmed_fetch(environ) if path == CONFIG_PATH else None
+            if prepared is None:
                 request = BoxRequest(environ)
                 claim = request.claim
                 status, body, headers = self.answer(request)
                 headers = answer_headers(status, body, headers)
             else:
-                claim = (environ[HOST_ENVIRON], HEADER_CLAIM)
-                status, (body, headers) = OK, answered
+                status, (body, headers, line) = OK, prepared
             seconds = time.perf_counter() - started
             self.stats.observe(path, status, seconds)
             if environ.get("wsgi.url_scheme") == "https":
@@ -271,7 +278,12 @@ class BoxApi:
             return [b""] if environ.get("REQUEST_METHOD") == "HEAD" else [body]
         finally:
             if self.access_log is not None:
-                self.access_log.write(environ, status, time.perf_counter() - started, claim)
+                if seconds is None:
+                    seconds = time.perf_counter() - started
+                if line is None:
+                    self.access_log.write(environ, status, seconds, claim)
+                else:
+                    self.access_log.write_after(line, environ, seconds)
 
     def confirmed_fetch(self, environ: dict[str, Any]) -> Prepared | None:
         """The answer to the fetch a boot storm is made of, or None for any other request.
@@ -295,14 +307,22 @@ class BoxApi:
             assignment = state.fleet.assignments.get(name)
             if assignment is None:
                 return None
-            answer = self._answers[name] = (assignment.body, answer_headers(
-                OK, assignment.body, [("ETag", assignment.etag)]))
+            answer = self._answers[name] = self.prepare(name, assignment)
         if state.binds_boxes:
             token = environ.get(TOKEN_ENVIRON)
             if token is None or not state.bindings.admits(name, token):
                 return None
         state.recorder.note_fetch(name, time.time())
         return answer
+
+    def prepare(self, name: str, assignment: BoxAssignment) -> Prepared:
+        """The answer :meth:`confirmed_fetch` gives box ``name``: :func:`fetch_config`'s 200,
+        and the head of the access line :meth:`__call__` would write for it."""
+        log = self.access_log
+        return Prepared(assignment.body,
+                        answer_headers(OK, assignment.body, [("ETag", assignment.etag)]),
+                        None if log is None else log.head("GET", CONFIG_PATH, OK,
+                                                          (name, HEADER_CLAIM)))
 
     def answer(self, request: BoxRequest) -> Answer:
         """Status, body and extra headers; every exception becomes a JSON error."""
