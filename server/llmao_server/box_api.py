@@ -5,14 +5,19 @@
 The fleet key is the gate, checked in constant time; the box is who the
 request claims to be (``X-LLMAO-Host``, else the leftmost ``X-Forwarded-For``,
 else the peer, by the core's rule). A known box gets the bytes the core built
-at load. The access log (:mod:`.access_log`) writes every request with the claim,
-handed over in the environ, and where it came from, and nothing else a caller sent.
+at load. The access log (:mod:`.access_log`) writes every request with the claim
+and where it came from, and nothing else a caller sent.
 
-This is a plain WSGI layer in front of the Flask app rather than a blueprint:
+This is a plain WSGI layer in front of the whole app rather than a blueprint:
 a boot storm hits ``GET /vllm/config`` and nothing else, and Flask's request
 machinery alone costs more than the rest of the answer (a minimal Flask route
-under the same gunicorn reached 0.6-0.7 of a bare WSGI app, below P1's
-0.8 in bench/README.md). Every other path goes on to Flask.
+under the same gunicorn reached 0.6-0.7 of a bare WSGI app, below P1 in
+bench/README.md). Every other path goes on to the access log, HSTS and Flask;
+a box request passes through no other layer: this one writes its HSTS header
+and its access line. The fetch a boot storm repeats (a confirmed box token
+this worker has checked before) is answered by :meth:`BoxApi.confirmed_fetch`
+from what it made for that box the first time; every other request, a refusal
+above all, is decided by the full path.
 """
 
 from __future__ import annotations
