@@ -43,7 +43,7 @@ from .access_log import NO_CLAIM, AccessLog, LineHead
 from .api_errors import JSON, RequestRefused, error_answer
 from .applied_report import APPLIED_MAX_BYTES, read_applied_report
 from .bearer_header import presented_bearer
-from .bindings import TOKEN_ENVIRON, TOKEN_HEADER, admit_box
+from .bindings import TOKEN_ENVIRON, TOKEN_HEADER, admit_box, admitted_by_memory
 from .box_certs import (
     CERT_REQUEST_MAX_BYTES,
     issue_certificate,
@@ -294,10 +294,10 @@ class BoxApi:
         """The answer to the fetch a boot storm is made of, or None for any other request.
 
         A ``GET`` that presents the fleet key, names a box of ``fleet.hosts`` as it is
-        written there in ``X-LLMAO-Host``, and presents the token this worker already
-        checked against the box's confirmed binding (any token with binding off), asks
-        for no ``ETag`` and binds nothing: :func:`fetch_config` would answer it 200 with
-        the box's bytes and note its fetch, and so does this, without building a request.
+        written there in ``X-LLMAO-Host``, presents a token the box's confirmed binding in
+        this worker's memory admits (any token with binding off) and asks for no ``ETag``:
+        :func:`fetch_config` would answer it 200 with the box's bytes and note its fetch,
+        and so does this, without building a request.
         Anything else, a refusal above all, takes the full path, which decides it alone.
         """
         if environ.get("REQUEST_METHOD") != "GET" or IF_NONE_MATCH_ENVIRON in environ:
@@ -315,7 +315,7 @@ class BoxApi:
             answer = self._answers[name] = self.prepare(name, assignment)
         if state.binds_boxes:
             token = environ.get(TOKEN_ENVIRON)
-            if token is None or not state.bindings.admits(name, token):
+            if token is None or not admitted_by_memory(state.bindings, name, token):
                 return None
         state.recorder.note_fetch(name, time.time())
         return answer
