@@ -78,6 +78,8 @@ class Load:
     requests_per_s: float
     p50_ms: float
     failures: int
+    # What the generator said of them (wrk's lines), to tell refusals from timeouts.
+    failure_lines: str = ""
 
 
 @dataclass(frozen=True)
@@ -279,8 +281,9 @@ def parse_wrk(output: str) -> Load:
     failed = int(failures.group(1)) if failures else 0
     if errors:
         failed += sum(int(n) for n in re.findall(r"\d+", errors.group(0)))
+    said = "; ".join(found.group(0).strip() for found in (failures, errors) if found)
     return Load(int(count.group(1)), float(rate.group(1)),
-                float(p50.group(1)) * WRK_UNITS_MS[p50.group(2)], failed)
+                float(p50.group(1)) * WRK_UNITS_MS[p50.group(2)], failed, said)
 
 
 def python_load(server: Server, connections: int, seconds: int) -> Load:
@@ -347,7 +350,8 @@ def measure(server: Server, connections: int, seconds: int, workdir: Path) -> Le
         load = python_load(server, connections, seconds)
     cpu = cpu_seconds(server.pid) - cpu_before
     if load.failures:
-        raise RuntimeError(f"{load.failures} fetches failed: the numbers would mean nothing")
+        raise RuntimeError(f"{load.failures} fetches failed ({load.failure_lines or 'not 200'}): "
+                           "the numbers would mean nothing")
     return Leg(load, cpu * 1000.0 / max(load.requests, 1))
 
 
