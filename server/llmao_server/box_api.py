@@ -49,7 +49,7 @@ from .box_certs import (
     issue_certificate,
     require_bound,
 )
-from .hsts import HSTS_HEADER
+from .hsts import HSTS_HEADER, over_https
 from .redaction import clipped
 from .state import ServerState
 from .turns import AskViews, ask_turn, read_ask
@@ -277,7 +277,7 @@ class BoxApi:
                 status, (body, headers, line) = OK, prepared
             seconds = time.perf_counter() - started
             self.stats.observe(path, status, seconds)
-            if environ.get("wsgi.url_scheme") == "https":
+            if over_https(environ):
                 headers = [*headers, HSTS_HEADER]
             start_response(STATUS_LINES[status], headers)
             return [b""] if environ.get("REQUEST_METHOD") == "HEAD" else [body]
