@@ -15,12 +15,11 @@ kilobytes into the log.
 peer='…' xff=None 0.080ms``. ``llmao-server --no-access-log`` leaves the layer
 out: nothing is written and nothing is spent.
 
-A WSGI layer around the whole app, so that one rule covers the box API, the
-admin API and the dashboard. A request is timed once: this layer notes when it
-came in (:data:`STARTED_KEY`), and the box API, which counts its requests
-(:mod:`.box_api_stats`), hands back its claim (:data:`CLAIM_KEY`) and its status
-and duration (:data:`ANSWERED_KEY`) in the environ, so that nothing is read or
-timed twice on a boot storm's hot path.
+A WSGI layer around the Flask app (admin API, dashboard, health, metrics), and
+the writer the box API calls (:meth:`AccessLog.write`): the box API stands in
+front of this layer, so that a boot storm's fetch passes through no wrapper, and
+writes its line with the claim, status and duration it already holds, so that
+nothing is read or timed twice on that hot path. One rule covers every line.
 """
 
 from __future__ import annotations
@@ -29,20 +28,14 @@ import logging
 import re
 import time
 from collections.abc import Callable, Container, Iterable
-from typing import Any
+from typing import Any, NamedTuple
 
 from .logs import RequestLog
 from .redaction import Redactor, clipped
 
 ACCESS_LOGGER = "llmao_server.access"
-# Where the box API leaves the (name, how) of the request's claim for this layer.
-CLAIM_KEY = "llmao.claim"
-NO_CLAIM = (None, None)
-# Where this layer leaves ``time.perf_counter()`` as the request came in: the one start of
-# its timing, which the box API's counters share.
-STARTED_KEY = "llmao.started"
-# Where the box API leaves the (status, seconds) of its answer for this layer.
-ANSWERED_KEY = "llmao.answered"
+# The claim of a request that names no box: the (name, how) the box API's claims have.
+NO_CLAIM: tuple[str | None, str | None] = (None, None)
 # HTTP methods are short tokens; a longer one is cut.
 SHOWN_METHOD_LENGTH = 16
 # A path shown as it is in a text line: printable ASCII, no space or quote, not too long.
@@ -50,18 +43,30 @@ PLAIN_PATH = re.compile(r"[!#-&(-~]{1,100}")
 
 WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 
+
+class LineHead(NamedTuple):
+    """The fields of a line that precede its peer, and their text (:meth:`AccessLog.head`)."""
+
+    method: str
+    path: str
+    status: int | str
+    box: str | None
+    via: str | None
+    text: str
+
+
 log = RequestLog(logging.getLogger(ACCESS_LOGGER))
 
 
 class AccessLog:
-    """WSGI layer: writes one access line per request that ``app`` answers."""
+    """WSGI layer: writes one access line per request that ``app`` answers; the box API
+    writes its own through :meth:`write`."""
 
     def __init__(self, app: WsgiApp, redact: Redactor, box_paths: Iterable[str] = (),
                  box_names: Container[str] = ()):
         self.app = app
         self.redact = redact
-        # The box API's routes: they hold nothing a caller chose, so are shown as they are,
-        # and the box API reports their answers (:data:`ANSWERED_KEY`).
+        # The box API's routes: they hold nothing a caller chose, so are shown as they are.
         self.box_paths = frozenset(box_paths)
         # Names of the fleet's boxes: each is redacted once per worker, then remembered (a
         # name nobody configured is redacted each time, so a caller cannot fill the memory).
@@ -70,15 +75,7 @@ class AccessLog:
 
     def __call__(self, environ: dict[str, Any],
                  start_response: Callable[..., Any]) -> Iterable[bytes]:
-        started = environ[STARTED_KEY] = time.perf_counter()
-        if environ.get("PATH_INFO") in self.box_paths:
-            try:
-                return self.app(environ, start_response)
-            finally:
-                # No answer handed back: the box API raised, and gunicorn answers 500.
-                status, seconds = environ.get(ANSWERED_KEY) or (
-                    500, time.perf_counter() - started)
-                self.write(environ, status, seconds)
+        started = time.perf_counter()
         status = ["500"]  # what gunicorn answers when the app raises
 
         def start(line: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Any:
@@ -92,23 +89,39 @@ class AccessLog:
             self.write(environ, int(code) if code.isdigit() else code,
                        time.perf_counter() - started)
 
-    def write(self, environ: dict[str, Any], status: int | str, seconds: float) -> None:
-        path = environ.get("PATH_INFO", "")
+    def write(self, environ: dict[str, Any], status: int | str, seconds: float,
+              claim: tuple[str | None, str | None] = NO_CLAIM) -> None:
+        """The line of one answered request; ``claim``: the box it named and how, when it is
+        a box API request."""
+        self.write_after(self.head(environ.get("REQUEST_METHOD", ""),
+                                   environ.get("PATH_INFO", ""), status, claim),
+                         environ, seconds)
+
+    def head(self, method: str, path: str, status: int | str,
+             claim: tuple[str | None, str | None] = NO_CLAIM) -> LineHead:
+        """What a line says before its peer: the same for every answer of one kind to one
+        box, so the box API makes it once per box for the fetch a boot storm repeats."""
         plain = path in self.box_paths
         if not plain:
             path = clipped(self.redact(path))
-        method = environ.get("REQUEST_METHOD", "")[:SHOWN_METHOD_LENGTH]
-        name, via = environ.get(CLAIM_KEY, NO_CLAIM)
+        method = method[:SHOWN_METHOD_LENGTH]
+        name, via = claim
         box = None if name is None else self.shown_name(name)
+        return LineHead(method, path, status, box, via,
+                        text_head(method, path, status, box, via, plain))
+
+    def write_after(self, head: LineHead, environ: dict[str, Any], seconds: float) -> None:
+        """The line of a request whose :meth:`head` is known: its peer and
+        ``X-Forwarded-For`` are read here."""
         peer = environ.get("REMOTE_ADDR")
         forwarded = environ.get("HTTP_X_FORWARDED_FOR")
         xff = None if forwarded is None else clipped(self.redact(forwarded))
-        message = text_line(method, path, status, box, via, peer, xff, seconds, plain)
+        message = f"{head.text} peer={peer!r} xff={xff!r} {seconds * 1000:.3f}ms"
         if log.plain_text():  # the line is the message: no fields to make
             log.text(message)
             return
-        log.entry({"method": method, "path": path, "status": status,
-                   "duration_ms": round(seconds * 1000, 3), "box": box, "via": via,
+        log.entry({"method": head.method, "path": head.path, "status": head.status,
+                   "duration_ms": round(seconds * 1000, 3), "box": head.box, "via": head.via,
                    "peer": peer, "xff": xff}, message)
 
     def shown_name(self, name: str) -> str:
@@ -121,11 +134,12 @@ class AccessLog:
         return shown
 
 
-def text_line(method: str, path: str, status: int | str, box: str | None, via: str | None,
-              peer: str | None, xff: str | None, seconds: float, plain: bool = False) -> str:
-    """The fields as a text log line; values a caller chose are quoted, so that none can
-    pass for another field or line (a line break shows as ``\\n``). ``plain``: the path is
-    known to need no quotes."""
+def text_head(method: str, path: str, status: int | str, box: str | None, via: str | None,
+              plain: bool = False) -> str:
+    """The fields before the peer as the start of a text line (the peer, ``X-Forwarded-For``
+    and duration follow); values a caller chose are quoted, so that none can pass for
+    another field or line (a line break shows as ``\\n``). ``plain``: the path is known to
+    need no quotes."""
     shown_path = path if plain or PLAIN_PATH.fullmatch(path) else repr(path)
     claim = "" if via is None else f" host={box!r} via={via}"
-    return f"{method} {shown_path} {status}{claim} peer={peer!r} xff={xff!r} {seconds * 1000:.3f}ms"
+    return f"{method} {shown_path} {status}{claim}"

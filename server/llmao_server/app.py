@@ -55,9 +55,13 @@ def create_app(test_config: Mapping[str, Any] | None = None) -> Flask:
     store.close()  # a worker forked from this process opens its own connection
     # Flask's routes answer errors in the box API's JSON shape.
     app.register_error_handler(Exception, flask_error_handler)
-    app.wsgi_app = StrictTransport(BoxApi(state, app.wsgi_app))
+    # The box API in front: its requests pass through no other layer (it writes their
+    # access lines and HSTS itself); the rest go through the access log and HSTS.
+    inner = StrictTransport(app.wsgi_app)
+    access_log = None
     if app.config.get("LLMAO_ACCESS_LOG", True):
-        app.wsgi_app = AccessLog(app.wsgi_app, state.redact, ROUTES, fleet.assignments)
+        inner = access_log = AccessLog(inner, state.redact, ROUTES, fleet.assignments)
+    app.wsgi_app = BoxApi(state, inner, access_log)
     return app
 
 

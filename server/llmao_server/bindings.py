@@ -79,13 +79,8 @@ def admit_box(state: ServerState, environ: dict[str, Any], box: str, peer: str |
         return None
     presented = environ.get(TOKEN_ENVIRON)
     cache: BindingCache = state.bindings
-    if presented is not None:
-        if cache.admits(box, presented):
-            return None
-        held = cache.held(box)
-        if held is not None and held.confirmed and matches(held, presented):
-            cache.admit(box, presented, held)
-            return None
+    if presented is not None and admitted_by_memory(cache, box, presented):
+        return None
     scope = None if presented is None else count_attempt(state, box, peer)
     cache.refresh_quietly()
     held = cache.held(box)
@@ -114,6 +109,19 @@ def admit_box(state: ServerState, environ: dict[str, Any], box: str, peer: str |
     audit(state.redact, "box_binding", "issued", f"box {box}", peer, instance=instance)
     cache.refresh_quietly()
     return token
+
+
+def admitted_by_memory(cache: BindingCache, box: str, presented: str) -> bool:
+    """Whether the confirmed binding of ``box`` this worker holds admits ``presented``: a
+    token it checked before by one lookup, else by its hash (then remembered). False
+    decides nothing: the store does (:func:`admit_box`)."""
+    if cache.admits(box, presented):
+        return True
+    held = cache.held(box)
+    if held is not None and held.confirmed and matches(held, presented):
+        cache.admit(box, presented, held)
+        return True
+    return False
 
 
 def count_attempt(state: ServerState, box: str, peer: str | None) -> str:

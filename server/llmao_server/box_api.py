@@ -5,14 +5,19 @@
 The fleet key is the gate, checked in constant time; the box is who the
 request claims to be (``X-LLMAO-Host``, else the leftmost ``X-Forwarded-For``,
 else the peer, by the core's rule). A known box gets the bytes the core built
-at load. The access log (:mod:`.access_log`) writes every request with the claim,
-handed over in the environ, and where it came from, and nothing else a caller sent.
+at load. The access log (:mod:`.access_log`) writes every request with the claim
+and where it came from, and nothing else a caller sent.
 
-This is a plain WSGI layer in front of the Flask app rather than a blueprint:
+This is a plain WSGI layer in front of the whole app rather than a blueprint:
 a boot storm hits ``GET /vllm/config`` and nothing else, and Flask's request
 machinery alone costs more than the rest of the answer (a minimal Flask route
-under the same gunicorn reached 0.6-0.7 of a bare WSGI app, below P1's
-0.8 in bench/README.md). Every other path goes on to Flask.
+under the same gunicorn reached 0.6-0.7 of a bare WSGI app, below P1 in
+bench/README.md). Every other path goes on to the access log, HSTS and Flask;
+a box request passes through no other layer: this one writes its HSTS header
+and its access line. The fetch a boot storm repeats (a confirmed box token
+this worker has checked before) is answered by :meth:`BoxApi.confirmed_fetch`
+from what it made for that box the first time; every other request, a refusal
+above all, is decided by the full path.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ import json
 import time
 from collections.abc import Callable, Iterable
 from http import HTTPStatus
-from typing import Any
+from typing import Any, NamedTuple
 
 from werkzeug.wsgi import get_input_stream
 
@@ -34,23 +39,28 @@ from ansible_collections.llmao.fleet.plugins.module_utils.hostnames import (
 from ansible_collections.llmao.fleet.plugins.module_utils.intent import BoxAssignment
 from ansible_collections.llmao.fleet.plugins.module_utils.payload_rules import BOX_NAME_RE
 
-from .access_log import ANSWERED_KEY, CLAIM_KEY, STARTED_KEY
+from .access_log import NO_CLAIM, AccessLog, LineHead
 from .api_errors import JSON, RequestRefused, error_answer
 from .applied_report import APPLIED_MAX_BYTES, read_applied_report
 from .bearer_header import presented_bearer
-from .bindings import TOKEN_HEADER, admit_box
+from .bindings import TOKEN_ENVIRON, TOKEN_HEADER, admit_box, admitted_by_memory
 from .box_certs import (
     CERT_REQUEST_MAX_BYTES,
     issue_certificate,
     require_bound,
 )
+from .hsts import HSTS_HEADER, over_https
 from .redaction import clipped
 from .state import ServerState
 from .turns import AskViews, ask_turn, read_ask
 
 PREFIX = "/vllm/"
+CONFIG_PATH = "/vllm/config"
 STATUS_LINES = {status.value: f"{status.value} {status.phrase}" for status in HTTPStatus}
+OK = HTTPStatus.OK.value
 NOT_MODIFIED = HTTPStatus.NOT_MODIFIED.value
+# What gunicorn answers when the app raises.
+INTERNAL_ERROR = HTTPStatus.INTERNAL_SERVER_ERROR.value
 # Headers of every answer, made once.
 JSON_TYPE = ("Content-Type", JSON)
 NO_STORE = ("Cache-Control", "no-store")
@@ -58,10 +68,22 @@ NO_STORE = ("Cache-Control", "no-store")
 # name upper-cased with ``-`` as ``_``).
 HOST_ENVIRON, FORWARDED_ENVIRON = ("HTTP_" + name.upper().replace("-", "_")
                                    for name in (HOST_HEADER, FORWARDED_HEADER))
+IF_NONE_MATCH_ENVIRON = "HTTP_IF_NONE_MATCH"
+# How a request claims its box when it names it in X-LLMAO-Host (the core's rule).
+HEADER_CLAIM = "header"
 
 WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 # What a route answers: status, body and the headers of its own.
 Answer = tuple[int, bytes, list[tuple[str, str]]]
+
+
+class Prepared(NamedTuple):
+    """A configured box's 200 answer to a fetch, made once: its body, every header but HSTS,
+    and the head of its access line (None without an access log)."""
+
+    body: bytes
+    headers: list[tuple[str, str]]
+    line: LineHead | None
 
 
 class BoxRequest:
@@ -76,11 +98,11 @@ class BoxRequest:
         self.path: str = environ.get("PATH_INFO", "")
         self.peer: str | None = environ.get("REMOTE_ADDR")
         self.authorization: str = environ.get("HTTP_AUTHORIZATION", "")
-        self.if_none_match: str = environ.get("HTTP_IF_NONE_MATCH", "")
+        self.if_none_match: str = environ.get(IF_NONE_MATCH_ENVIRON, "")
         # The box name the request claims, and how (``header``, ``forwarded``, ``peer``);
         # the access log shows it. The core's rule reads the two headers it names from a
         # plain dict (werkzeug's full header map cost a fetch more than the rest of its claim).
-        self.claim = environ[CLAIM_KEY] = claimed_box_name(
+        self.claim = claimed_box_name(
             {HOST_HEADER: environ.get(HOST_ENVIRON),
              FORWARDED_HEADER: environ.get(FORWARDED_ENVIRON)}, self.peer)
         # A box token this request's answer hands out (it bound the box's name).
@@ -101,12 +123,19 @@ def check_fleet_key(state: ServerState, request: BoxRequest) -> None:
         raise RequestRefused(503, "fleet_key_not_configured",
                              "this server has no fleet key (fleet.key in config.yaml is missing, "
                              "empty or CHANGE_ME); no box can be served until it is set")
-    presented = presented_bearer(request.authorization)
-    if presented is None:
+    if presented_bearer(request.authorization) is None:
         raise RequestRefused(403, "fleet_key_required",
                              "present the fleet key as 'Authorization: Bearer <fleet key>'")
-    if not hmac.compare_digest(presented.encode("utf-8"), state.fleet_key):
+    if not presents_fleet_key(state, request.authorization):
         raise RequestRefused(403, "fleet_key_wrong", "the fleet key is not this fleet's")
+
+
+def presents_fleet_key(state: ServerState, authorization: str) -> bool:
+    """Whether an ``Authorization`` value presents this fleet's key, compared in constant
+    time (False when the server has none)."""
+    presented = presented_bearer(authorization)
+    return (presented is not None and state.fleet_key is not None
+            and hmac.compare_digest(presented.encode("utf-8"), state.fleet_key))
 
 
 def resolve_box(state: ServerState, request: BoxRequest) -> BoxAssignment:
@@ -211,33 +240,94 @@ ROUTES: dict[str, tuple[tuple[str, ...], Callable[[ServerState, BoxRequest], Ans
 
 
 class BoxApi:
-    """WSGI middleware: answers every ``/vllm/`` path, hands the rest to ``inner``."""
+    """WSGI layer in front of the whole app: answers every ``/vllm/`` path itself, with its
+    access line and HSTS, and hands the rest to ``inner``.
 
-    def __init__(self, state: ServerState, inner: WsgiApp):
+    It is the outermost layer rather than one inside the access log and HSTS layers,
+    so that a box request passes through no wrapper: a boot storm's fetch is a
+    handful of calls (:meth:`confirmed_fetch`), its access line written by
+    ``access_log`` (None: ``--no-access-log``) from what this layer already holds.
+    """
+
+    def __init__(self, state: ServerState, inner: WsgiApp, access_log: AccessLog | None = None):
         self.state = state
         self.inner = inner
+        self.access_log = access_log
         self.stats = state.box_api_stats
+        # Box name -> the body and headers of a configured box's 200 answer, made on its
+        # first fetch in this worker (one per box of fleet.hosts at most).
+        self._answers: dict[str, Prepared] = {}
 
     def __call__(self, environ: dict[str, Any],
                  start_response: Callable[..., Any]) -> Iterable[bytes]:
-        if not environ.get("PATH_INFO", "").startswith(PREFIX):
+        path = environ.get("PATH_INFO", "")
+        if not path.startswith(PREFIX):
             return self.inner(environ, start_response)
-        # The access log's clock when it runs (:mod:`.access_log`): one timing for both.
-        started = environ.get(STARTED_KEY)
-        if started is None:
-            started = time.perf_counter()
-        request = BoxRequest(environ)
-        status, body, headers = self.answer(request)
-        seconds = time.perf_counter() - started
-        self.stats.observe(request.path, status, seconds)
-        environ[ANSWERED_KEY] = (status, seconds)
-        # A 304 has no body, so no length or type of one (RFC 9110 15.4.5).
-        if status == NOT_MODIFIED:
-            start_response(STATUS_LINES[status], [NO_STORE, *headers])
-        else:
-            start_response(STATUS_LINES[status], [JSON_TYPE, ("Content-Length", str(len(body))),
-                                                  NO_STORE, *headers])
-        return [b""] if request.method == "HEAD" else [body]
+        started = time.perf_counter()
+        # What the access line says if this raises: gunicorn then answers 500.
+        status, claim, line, seconds = INTERNAL_ERROR, NO_CLAIM, None, None
+        try:
+            prepared = self.confirmed_fetch(environ) if path == CONFIG_PATH else None
+            if prepared is None:
+                request = BoxRequest(environ)
+                claim = request.claim
+                status, body, headers = self.answer(request)
+                headers = answer_headers(status, body, headers)
+            else:
+                status, (body, headers, line) = OK, prepared
+            seconds = time.perf_counter() - started
+            self.stats.observe(path, status, seconds)
+            if over_https(environ):
+                headers = [*headers, HSTS_HEADER]
+            start_response(STATUS_LINES[status], headers)
+            return [b""] if environ.get("REQUEST_METHOD") == "HEAD" else [body]
+        finally:
+            if self.access_log is not None:
+                if seconds is None:
+                    seconds = time.perf_counter() - started
+                if line is None:
+                    self.access_log.write(environ, status, seconds, claim)
+                else:
+                    self.access_log.write_after(line, environ, seconds)
+
+    def confirmed_fetch(self, environ: dict[str, Any]) -> Prepared | None:
+        """The answer to the fetch a boot storm is made of, or None for any other request.
+
+        A ``GET`` that presents the fleet key, names a box of ``fleet.hosts`` as it is
+        written there in ``X-LLMAO-Host``, presents a token the box's confirmed binding in
+        this worker's memory admits (any token with binding off) and asks for no ``ETag``:
+        :func:`fetch_config` would answer it 200 with the box's bytes and note its fetch,
+        and so does this, without building a request.
+        Anything else, a refusal above all, takes the full path, which decides it alone.
+        """
+        if environ.get("REQUEST_METHOD") != "GET" or IF_NONE_MATCH_ENVIRON in environ:
+            return None
+        state = self.state
+        if not presents_fleet_key(state, environ.get("HTTP_AUTHORIZATION", "")):
+            return None
+        name = environ.get(HOST_ENVIRON, "")
+        answer = self._answers.get(name)
+        if answer is None:
+            # A fleet.hosts key is a normalised name: found as sent, the claim is that name.
+            assignment = state.fleet.assignments.get(name)
+            if assignment is None:
+                return None
+            answer = self._answers[name] = self.prepare(name, assignment)
+        if state.binds_boxes:
+            token = environ.get(TOKEN_ENVIRON)
+            if token is None or not admitted_by_memory(state.bindings, name, token):
+                return None
+        state.recorder.note_fetch(name, time.time())
+        return answer
+
+    def prepare(self, name: str, assignment: BoxAssignment) -> Prepared:
+        """The answer :meth:`confirmed_fetch` gives box ``name``: :func:`fetch_config`'s 200,
+        and the head of the access line :meth:`__call__` would write for it."""
+        log = self.access_log
+        return Prepared(assignment.body,
+                        answer_headers(OK, assignment.body, [("ETag", assignment.etag)]),
+                        None if log is None else log.head("GET", CONFIG_PATH, OK,
+                                                          (name, HEADER_CLAIM)))
 
     def answer(self, request: BoxRequest) -> Answer:
         """Status, body and extra headers; every exception becomes a JSON error."""
@@ -257,3 +347,11 @@ class BoxApi:
             if status == 405 and route:
                 extra.append(("Allow", ", ".join(route[0])))
             return status, body, extra
+
+
+def answer_headers(status: int, body: bytes, own: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """Every header of an answer but HSTS: a route's ``own`` after the common ones. A 304
+    has no body, so no length or type of one (RFC 9110 15.4.5)."""
+    if status == NOT_MODIFIED:
+        return [NO_STORE, *own]
+    return [JSON_TYPE, ("Content-Length", str(len(body))), NO_STORE, *own]
