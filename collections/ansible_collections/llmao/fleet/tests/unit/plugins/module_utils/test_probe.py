@@ -167,3 +167,47 @@ def test_the_pool_fits_the_descriptors_the_process_may_open(monkeypatch, room, m
         server.server_close()
     assert all(probe.models is Models.REJECTED for probe in probes.values())
     assert Crowd.most == most
+
+
+def test_the_pool_keeps_the_order_and_shares_the_work():
+    """Every item is worked on once, by at most ``workers`` threads, results in order."""
+    seen, lock = [], threading.Lock()
+
+    def work(item):
+        with lock:
+            seen.append((item, threading.get_ident()))
+        time.sleep(0.01)
+        return item * 2
+
+    assert probe_module.in_threads(work, list(range(40)), 8) == [n * 2 for n in range(40)]
+    assert sorted(item for item, _thread in seen) == list(range(40))
+    assert 1 < len({thread for _item, thread in seen}) <= 8
+
+
+def test_the_pool_raises_what_a_worker_raised():
+    def work(item):
+        if item == 3:
+            raise KeyError("three")
+        return item
+
+    with pytest.raises(KeyError, match="three"):
+        probe_module.in_threads(work, list(range(10)), 4)
+
+
+def test_the_pool_works_with_the_threads_it_could_start(monkeypatch):
+    """When the process may start no more threads, those already started do all the work;
+    when it may start none, the caller is told."""
+    start, started = probe_module._thread.start_new_thread, []
+
+    def few(function, args):
+        if len(started) >= 2:
+            raise RuntimeError("can't start new thread")
+        started.append(function)
+        return start(function, args)
+
+    monkeypatch.setattr(probe_module._thread, "start_new_thread", few)
+    assert probe_module.in_threads(lambda n: n + 1, list(range(20)), 6) == list(range(1, 21))
+    assert len(started) == 2
+    started.extend([None, None])
+    with pytest.raises(RuntimeError, match="can't start"):
+        probe_module.in_threads(lambda n: n, [1], 1)
