@@ -96,7 +96,9 @@ options:
         order. M(llmao.fleet.fleet_plan) returns a pass's changes in this form as
         C(deployments).
       - One task for the whole plan keeps a pass over hundreds of servers fast; a loop would pay
-        a module run per deployment.
+        a module run per deployment. The entries are looked up in one listing of LiteLLM's
+        deployments read at the start; an entry the listing shows as needing a change is read
+        again alone before it is changed.
       - The first failure stops the task; the changes made before it are done and audited.
     type: list
     elements: dict
