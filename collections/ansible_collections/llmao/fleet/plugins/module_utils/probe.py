@@ -27,17 +27,15 @@ TLS on yet may still answer plain HTTP (``plain_allowed``); nothing else falls b
 
 from __future__ import annotations
 
-import _thread
 import http.client
 import json
 import resource
 import socket
 import ssl
-import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from queue import Empty, SimpleQueue
 
 from .lifecycle import Models, Probe
 from .listings import Endpoint
@@ -342,56 +340,6 @@ def probe_many(targets: Iterable[Target], connect_timeout: float, timeout: float
     if not targets:
         return {}
     workers = max(1, min(concurrency, len(targets), descriptor_room() // SOCKETS_PER_PROBE))
-    probes = in_threads(lambda t: _probe_apart(t, connect_timeout, timeout, scrape), targets,
-                        workers)
-    return {target.key: result for target, result in zip(targets, probes, strict=True)}
-
-
-def in_threads(work: Callable[[Target], Probe], items: list[Target], workers: int) -> list[Probe]:
-    """``work`` on every item in ``workers`` threads at once; the results in the items' order.
-
-    The threads are started without waiting for each to run, as ``threading.Thread.start``
-    (and so a ``ThreadPoolExecutor``) does: on a busy controller each such wait is a
-    scheduling delay, and 300 of them, one after the other, made the last probe start
-    0.15 s after the first, a cost that grew with the fleet (issue 25). Whatever ``work``
-    raises is raised here once every thread is done.
-    """
-    results: list[Probe | None] = [None] * len(items)
-    indexes: SimpleQueue[int] = SimpleQueue()
-    for index in range(len(items)):
-        indexes.put(index)
-    failures: list[BaseException] = []
-    lock, done = threading.Lock(), threading.Event()
-
-    def worker() -> None:
-        try:
-            while not failures:
-                try:
-                    index = indexes.get_nowait()
-                except Empty:
-                    return
-                results[index] = work(items[index])
-        except BaseException as exc:  # noqa: BLE001 (raised again in the caller's thread)
-            failures.append(exc)
-        finally:
-            with lock:
-                running[0] -= 1
-                if running[0] == 0:
-                    done.set()
-
-    running = [workers]
-    for started in range(workers):
-        try:
-            _thread.start_new_thread(worker, ())
-        except RuntimeError:  # no more threads: those started share the work
-            if started == 0:
-                raise
-            with lock:
-                running[0] -= workers - started
-                if running[0] == 0:
-                    done.set()
-            break
-    done.wait()
-    if failures:
-        raise failures[0]
-    return [result for result in results if result is not None]
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="llmao-probe") as pool:
+        probes = pool.map(lambda t: _probe_apart(t, connect_timeout, timeout, scrape), targets)
+        return {target.key: result for target, result in zip(targets, probes, strict=True)}
