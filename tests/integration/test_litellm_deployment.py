@@ -29,6 +29,7 @@ from ansible_collections.llmao.fleet.plugins.modules.litellm_deployment import (
 from rig.boxes import free_port
 from rig.litellm_process import LiteLLMProcess
 from rig.local_fleet import LocalFleet, loopback_boxes, one_model_hosts, start_stubs, stop_stubs
+from tests.tls_files import make_test_ca
 
 MODEL = "deploy-model"
 
@@ -215,3 +216,91 @@ def test_the_audit_line_holds_no_secret(fleet, litellm, tmp_path):
                      "reason": "Healthy, not in LiteLLM"}
     assert second["action"] == "delete" and second["reason"] == "Unhealthy"
     assert all(server.api_key not in path.read_text() for server in fleet.servers())
+
+
+@pytest.fixture
+def asked(monkeypatch) -> list[str]:
+    """The deployment ids LiteLLM is asked for one by one (not through a listing)."""
+    ids: list[str] = []
+    ask_alone = LiteLLM.route
+    monkeypatch.setattr(LiteLLM, "route", lambda self, wanted: ids.append(wanted)
+                        or ask_alone(self, wanted))
+    return ids
+
+
+def test_many_in_one_call_read_litellm_once(fleet, litellm, asked):
+    """A bulk apply looks each deployment up in one listing (not one GET each); one it has
+    changed since is asked for again, so registering then removing it in one call works."""
+    present, absent = params(fleet), params(fleet, state="absent")
+    outcomes = apply_all(fleet, [present, absent], False, 15.0)
+    assert [o.action for o in outcomes] == ["register", "delete"]
+    assert asked == [our_id(fleet)]
+    assert litellm.route(our_id(fleet)) is None
+    asked.clear()
+    assert [o.action for o in apply_all(fleet, [present, present], False, 15.0)] == \
+        ["register", "none"]
+    assert asked == [our_id(fleet)]
+
+
+def https_items(fleet: Fleet) -> list[dict]:
+    return [params(fleet, box=server.box, listen_port=server.listen_port)
+            for server in fleet.servers()]
+
+
+def test_a_listed_https_route_with_its_ca_file_is_left_as_it_is(
+        tmp_path, litellm_proxy, litellm_master_key, asked):
+    """Under box TLS the listing carries each route's CA file (model_info), so a pass that
+    changes nothing replaces nothing and asks for no deployment alone."""
+    local = TlsFleet(tmp_path, litellm_proxy, litellm_master_key)
+    fleet = local.verifying_against("ca-on-proxy.pem")
+    try:
+        assert {o.action for o in apply_all(fleet, https_items(fleet), False, 15.0)} == \
+            {"register"}
+        asked.clear()
+        again = apply_all(fleet, https_items(fleet), False, 15.0)
+        assert [o.action for o in again] == ["none", "none"]
+        assert asked == []
+    finally:
+        remove_all(fleet)
+
+
+def test_a_route_whose_ca_file_changed_is_replaced(tmp_path, litellm_proxy,
+                                                    litellm_master_key, asked):
+    """A new litellm_ca_path replaces every https deployment, each read alone first."""
+    local = TlsFleet(tmp_path, litellm_proxy, litellm_master_key)
+    fleet = local.verifying_against("old-ca.pem")
+    try:
+        apply_all(fleet, https_items(fleet), False, 15.0)
+        fleet = local.verifying_against("new-ca.pem")
+        asked.clear()
+        again = apply_all(fleet, https_items(fleet), False, 15.0)
+        assert [o.action for o in again] == ["replace", "replace"]
+        assert sorted(asked) == sorted(server.id for server in fleet.servers())
+        client = LiteLLM.from_settings(fleet.settings)
+        assert {client.route(server.id).ca_path for server in fleet.servers()} == \
+            {str(tmp_path / "new-ca.pem")}
+    finally:
+        remove_all(fleet)
+
+
+class TlsFleet:
+    """Two servers under box TLS, against this test's LiteLLM."""
+
+    def __init__(self, folder, litellm_proxy: LiteLLMProcess, master_key: str):
+        self.folder, self.ca = folder, make_test_ca(folder / "ca")
+        self.local = LocalFleet(folder / "fleet", one_model_hosts(loopback_boxes(1), 2, MODEL),
+                                models=[MODEL])
+        self.litellm = {"url": litellm_proxy.url, "master_key": master_key}
+
+    def verifying_against(self, ca_file: str) -> Fleet:
+        """The fleet with LiteLLM told to verify its boxes against ``ca_file``."""
+        return self.local.write(litellm=self.litellm, box_tls={
+            "ca_cert": str(self.ca.cert), "ca_key": str(self.ca.key),
+            "litellm_ca_path": str(self.folder / ca_file)})
+
+
+def remove_all(fleet: Fleet) -> None:
+    client = LiteLLM.from_settings(fleet.settings)
+    for server in fleet.servers():
+        if client.route(server.id) is not None:
+            client.delete(server.id)

@@ -133,6 +133,15 @@ def _named(line: str, names: Collection[str]) -> str | None:
 
 
 def _read_line(line: str, names: Collection[str] | None) -> Sample | None:
+    # Most lines are a sample of the usual shape with nothing around it: one match reads it.
+    whole = SAMPLE_LINE.fullmatch(line) \
+        if line[:1] in NAME_STARTS and len(line) <= MAX_USUAL_LINE else None
+    if whole is not None:
+        if names is not None and whole.group("name") not in names:
+            return None
+        sample = _matched_sample(whole)
+        if sample is not None:
+            return sample
     stripped = line.strip(" \t\r")
     if not stripped:
         return None
@@ -149,8 +158,12 @@ def _read_line(line: str, names: Collection[str] | None) -> Sample | None:
 def _usual_sample(line: str) -> Sample | None:
     """The sample of a line of the usual shape, read at once; None for any other line."""
     whole = SAMPLE_LINE.fullmatch(line) if len(line) <= MAX_USUAL_LINE else None
-    if whole is None:
-        return None
+    return None if whole is None else _matched_sample(whole)
+
+
+def _matched_sample(whole: re.Match) -> Sample | None:
+    """The sample of a :data:`SAMPLE_LINE` match; None when its value or labels are not
+    of the usual kind (the line is then read piece by piece, which says what is wrong)."""
     name, label_text, text = whole.group("name", "labels", "value")
     if text in SPECIAL_VALUES:
         value = SPECIAL_VALUES[text]
@@ -158,14 +171,35 @@ def _usual_sample(line: str) -> Sample | None:
         value = float(text)
     else:
         return None
-    pairs = LABEL_PAIR.findall(label_text or "")
+    labels = _LABEL_SETS.get(label_text or "")
+    if labels is None:
+        labels = _usual_labels(label_text or "")
+    return None if labels is None else Sample(name, labels, value)
+
+
+# The label sets already read, by their text: the servers of one model write the same ones
+# (bucket bounds, model and engine), so 300 servers' answers hold a few hundred. Bounded in
+# number and length: a box writing new label text on every line only empties it.
+_LABEL_SETS: dict[str, Mapping[str, str]] = {}
+MAX_LABEL_SETS = 2048
+MAX_KEPT_LABEL_TEXT = 512
+
+
+def _usual_labels(label_text: str) -> Mapping[str, str] | None:
+    """The labels of a usual line (escapes undone); None when a name is given twice."""
+    pairs = LABEL_PAIR.findall(label_text)
     labels = dict(pairs)
     if len(labels) != len(pairs):
         return None
     for label, raw in pairs:
         if "\\" in raw:
             labels[label] = ESCAPE.sub(_unescape, raw)
-    return Sample(name, MappingProxyType(labels), value)
+    found = MappingProxyType(labels)
+    if len(label_text) <= MAX_KEPT_LABEL_TEXT:
+        if len(_LABEL_SETS) >= MAX_LABEL_SETS:
+            _LABEL_SETS.clear()
+        _LABEL_SETS[label_text] = found
+    return found
 
 
 def _check_comment(line: str, names: Collection[str] | None) -> None:

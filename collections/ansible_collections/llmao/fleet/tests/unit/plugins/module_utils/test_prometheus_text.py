@@ -141,3 +141,41 @@ def test_a_long_line_is_read_the_careful_way_only(monkeypatch):
     long, short = read_exposition(f'm{{a="{long_label}"}} 1\nm{{b="1"}} 2\n', {"m"}).named({"m"})
     assert len(long.labels["a"]) == MAX_USUAL_LINE and short.labels == {"b": "1"}
     assert matched == ['m{b="1"} 2']
+
+
+def test_a_label_set_is_read_once_for_all_its_lines(monkeypatch):
+    """The servers of one model write the same label text pass after pass: each is split into
+    pairs once, and every line of it still gets its own value."""
+    monkeypatch.setattr(prometheus_text, "_LABEL_SETS", {})
+    split = []
+    pairs = prometheus_text.LABEL_PAIR
+
+    def spy(text):
+        split.append(text)
+        return pairs.findall(text)
+
+    monkeypatch.setattr(prometheus_text, "LABEL_PAIR",
+                        type("Spy", (), {"findall": spy, "match": pairs.match}))
+    text = "".join(f'b{{le="0.5",model_name="m"}} {count}\nb{{le="+Inf",model_name="m"}} '
+                   f'{count + 1}\n' for count in range(50))
+    for _server in range(3):
+        read = read_exposition(text, {"b"}).named({"b"})
+        assert [s.value for s in read] == [float(n) for c in range(50) for n in (c, c + 1)]
+        assert read[0].labels == {"le": "0.5", "model_name": "m"}
+    assert sorted(split) == ['le="+Inf",model_name="m"', 'le="0.5",model_name="m"']
+
+
+def test_the_label_sets_kept_are_bounded(monkeypatch):
+    """A box writing new label text on every line costs memory up to a bound only, a long
+    text is never kept, and a refused escape is refused every time."""
+    monkeypatch.setattr(prometheus_text, "_LABEL_SETS", {})
+    lines = [f'b{{n="{number}"}} 1' for number in range(prometheus_text.MAX_LABEL_SETS + 10)]
+    assert len(read_exposition("\n".join(lines), {"b"}).named({"b"})) == len(lines)
+    assert 0 < len(prometheus_text._LABEL_SETS) <= prometheus_text.MAX_LABEL_SETS
+    long_text = "x" * (prometheus_text.MAX_KEPT_LABEL_TEXT + 1)
+    (sample,) = read_exposition(f'b{{a="{long_text}"}} 1', {"b"}).named({"b"})
+    assert sample.labels["a"] == long_text
+    assert all(long_text not in text for text in prometheus_text._LABEL_SETS)
+    for _time in range(2):
+        with pytest.raises(ExpositionError, match="unknown escape"):
+            read_exposition('b{a="\\q"} 1', {"b"}).named({"b"})
