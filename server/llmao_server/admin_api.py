@@ -114,7 +114,10 @@ def report_box_applied(name: str) -> Response:
                              f"llmao serves {assignment.box} revision {assignment.revision}, "
                              f"not {clipped(report.revision)}: reload llmao (SIGHUP) with the "
                              "same config.yaml and models.yaml")
-    state.note_fetch(assignment.box, now)
+    # Written through, before the record: a pass that reads this revision as applied must
+    # also read the Loading window it starts, or a restarting server reads as a Healthy one
+    # failing (the recorder would hold the time for up to a flush interval).
+    state.store.note_fetches({assignment.box: now})
     state.store.record_applied(report)
     return json_answer({"host": assignment.box, "revision": report.revision,
                         "intended_revision": assignment.revision, "current": True})

@@ -171,6 +171,13 @@ class Verdict:
         return ACTIONS[self.state]
 
     @property
+    def answered_healthy(self) -> bool:
+        """Healthy on this pass's own probe. A Healthy server whose probe failed (fewer than
+        ``health_fail_threshold`` times in a row) keeps its state and route, but has not shown
+        that it serves: a restarted server is proven only by an answer."""
+        return self.state is State.HEALTHY and self.memory.consecutive_failures == 0
+
+    @property
     def outlives_instance(self) -> bool:
         """The ``fleet.hosts`` row points at nothing a provider runs: flag it, never retire it."""
         return self.state is State.UNLISTED

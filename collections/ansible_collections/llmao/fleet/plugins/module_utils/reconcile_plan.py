@@ -240,6 +240,11 @@ def _decide(server: IntendedServer, endpoint: Endpoint | None, verdict: Verdict,
     if turn is not None:
         return _held(server, endpoint, verdict, route, turn)
     if verdict.action is Action.ENSURE and verdict.state is State.HEALTHY and endpoint:
+        if route is None and not verdict.answered_healthy:
+            # Kept Healthy through a failed probe, which keeps a route; it earns a new one
+            # only by answering (a restarted server that never served must not be routed).
+            return ServerPlan(server, endpoint, verdict, route,
+                              why="Healthy, not in LiteLLM: registered once it answers")
         if route is None:
             return ServerPlan(server, endpoint, verdict, route, Change.REGISTER,
                               "Healthy, not in LiteLLM")

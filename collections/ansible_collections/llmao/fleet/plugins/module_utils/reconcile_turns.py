@@ -17,7 +17,7 @@ from typing import Any
 
 from .audit_log import stamped
 from .json_values import enum_member
-from .lifecycle import Action, State, Verdict
+from .lifecycle import Action, Verdict
 from .rollout import ACTIVE, Phase, Turn
 
 
@@ -76,8 +76,11 @@ def next_phase(turn: Turn, applied: str | None, verdicts: Mapping[str, Verdict],
     """The phase this pass moves ``turn`` to, or None when it stays (or has ended).
 
     Once its box has applied the turn's revision, only its servers' health decides:
-    a draining turn is drained at once (then done when they are Healthy), so a box
+    a draining turn is drained at once (then done when they answer Healthy), so a box
     that applied without waiting never leaves a turn to expire and pause its models.
+    Done takes an answer on this pass's probe (:attr:`Verdict.answered_healthy`): a
+    server Healthy before its restart that fails fewer probes than the threshold is
+    still Healthy, and must not end a turn it never served.
 
     ``verdicts`` are this pass's, by server id; ``routed`` the ids LiteLLM has a
     route for once this pass's changes are made.
@@ -87,7 +90,7 @@ def next_phase(turn: Turn, applied: str | None, verdicts: Mapping[str, Verdict],
     applied_it = applied == turn.revision
     states = [(server, verdicts.get(server)) for server in turn.servers]
     if turn.phase is Phase.DRAINED and applied_it and all(
-            verdict is not None and verdict.state is State.HEALTHY
+            verdict is not None and verdict.answered_healthy
             for verdict in (verdicts.get(server) for server in turn.servers)):
         return TurnUpdate(turn.box, turn.revision, Phase.DONE)
     failing = [(server, verdict) for server, verdict in states
@@ -126,6 +129,6 @@ def _expired_text(turn: Turn, applied_it: bool,
     for server, verdict in states:
         if verdict is None:
             return f"the turn expired: {server} is no longer intended"
-        if verdict.state is not State.HEALTHY:
+        if not verdict.answered_healthy:
             return f"the turn expired: {_server_text(server, verdict)}"
     return "the turn expired"

@@ -13,7 +13,11 @@ import pytest
 
 from ansible_collections.llmao.fleet.plugins.module_utils.fleet import Fleet, load_fleet
 from ansible_collections.llmao.fleet.plugins.module_utils.intent import deployment_id
-from ansible_collections.llmao.fleet.plugins.module_utils.lifecycle import Probe
+from ansible_collections.llmao.fleet.plugins.module_utils.lifecycle import (
+    Memory,
+    Probe,
+    State,
+)
 from ansible_collections.llmao.fleet.plugins.module_utils.litellm_routes import Route
 from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_plan import (
     Plan,
@@ -57,14 +61,17 @@ def turn(fleet: Fleet, phase: Phase, expires_in: float = 600.0, **changes: objec
 
 
 def one_pass(fleet: Fleet, turns: tuple[Turn, ...], applied: str | None, routed: tuple[str, ...],
-             qwen_probe: Probe = SERVING, fetched_ago: float = 3600.0) -> Plan:
+             qwen_probe: Probe = SERVING, fetched_ago: float = 3600.0,
+             qwen_memory: Memory | None = None) -> Plan:
     """A pass where every server serves except the turn's (``qwen_probe``); ``applied`` is
-    KNOWN's revision (None: the intended one), ``routed`` the servers LiteLLM has."""
+    KNOWN's revision (None: the intended one), ``routed`` the servers LiteLLM has,
+    ``qwen_memory`` what the pass before left of the turn's server."""
     models = {s.id: s.model_name for s in fleet.servers()}
     revisions = {box: a.revision for box, a in fleet.assignments.items()}
     revisions[KNOWN] = applied or revisions[KNOWN]
     observations = Observations(
         NOW, dict.fromkeys(fleet.assignments, NOW - fetched_ago), revisions,
+        memories={QWEN: qwen_memory} if qwen_memory else {},
         routes=tuple(route(key, models[key]) for key in routed), turns=turns)
     probes = {key: SERVING for key in models} | {QWEN: qwen_probe}
     return plan_pass(fleet, observations, probes)
@@ -134,6 +141,28 @@ def test_a_failed_turn_says_which_server_which_state_and_why(fleet) -> None:
     [update] = plan.turn_updates
     assert update.why.startswith(f"{QWEN} is Stalled: fetched its config 17 min ago, "
                                  "not answering (connection refused) after the 900 s grace")
+
+
+def test_a_server_healthy_only_by_tolerance_neither_ends_the_turn_nor_is_routed(fleet) -> None:
+    """Healthy before the restart, failing since, and the applied report's Loading window not
+    seen yet (llmao's last fetch reads older than the last Healthy pass): the verdict stays
+    Healthy for fewer failures than the threshold, but only an answer ends the turn or earns
+    a route."""
+    was_healthy = Memory(State.HEALTHY, 0, 0, last_healthy_at=NOW - 10)
+    plan = one_pass(fleet, (turn(fleet, Phase.DRAINED),), None, (GEMMA,), DOWN, 3600,
+                    was_healthy)
+    qwen = next(s for s in plan.servers if s.id == QWEN)
+    assert qwen.verdict.state is State.HEALTHY and not qwen.verdict.answered_healthy
+    assert qwen_change(plan) == (None, "Healthy, not in LiteLLM: registered once it answers")
+    assert plan.turn_updates == ()
+    expired = one_pass(fleet, (turn(fleet, Phase.DRAINED, -1),), None, (GEMMA,), DOWN, 3600,
+                       was_healthy)
+    assert expired.turn_updates[0].phase is Phase.FAILED
+    assert expired.turn_updates[0].why.startswith(f"the turn expired: {QWEN} is Healthy: ")
+    answered = one_pass(fleet, (turn(fleet, Phase.DRAINED),), None, (GEMMA,), SERVING, 3600,
+                        was_healthy)
+    assert qwen_change(answered)[0] == "register"
+    assert [u.phase for u in answered.turn_updates] == [Phase.DONE]
 
 
 def test_an_expired_turn_says_what_it_waited_for(fleet) -> None:
