@@ -18,6 +18,10 @@ from dataclasses import replace
 from typing import Any, NoReturn
 
 from ansible_collections.llmao.fleet.plugins.module_utils.fleet import Fleet
+from ansible_collections.llmao.fleet.plugins.module_utils.lifecycle import (
+    State,
+    stored_answered_healthy,
+)
 from ansible_collections.llmao.fleet.plugins.module_utils.payload_rules import (
     MAX_SERVERS,
     SERVER_NAME_RE,
@@ -142,16 +146,18 @@ class AskViews(StateView):
         self._asks: dict[str, tuple[float, float]] = {}
 
     def healthy(self, fleet: Fleet) -> Mapping[str, frozenset[str]]:
-        """Model name → its servers the last stored pass called Healthy."""
+        """Model name → its servers that answered Healthy in the last stored pass."""
         stamp = self.state.store.pass_stamp()
         if stamp is None:
             return {}
         if self._healthy is None or self._healthy[0] is not fleet \
                 or self._healthy[1] != stamp:
             last = self.state.store.last_pass()
+            # Only servers that answered count: one kept Healthy through a failed probe may
+            # be down, and must not be the healthy server another box's restart leans on.
             states = {} if last is None else {
-                key: verdict.get("state") for key, verdict in last.verdicts.items()
-                if isinstance(verdict, Mapping)}
+                key: State.HEALTHY for key, verdict in last.verdicts.items()
+                if isinstance(verdict, Mapping) and stored_answered_healthy(verdict)}
             kept = stamp if last is None else (last.pass_at, last.recorded_at)
             self._healthy = (fleet, kept, healthy_by_model(fleet, states))
         return self._healthy[2]

@@ -118,6 +118,19 @@ def test_a_turn_runs_through_reconcile_updates_to_apply_and_done(
     assert ask(client, state, LEGACY).json["granted"] is True
 
 
+def test_a_server_healthy_only_through_a_failed_probe_is_not_the_last_healthy_one(
+        client: FlaskClient, state: ServerState) -> None:
+    """The other box's server kept its Healthy state through one failed probe: it may be down,
+    so this box's restart cannot lean on it."""
+    now = time.time()
+    failing = {"state": "Healthy", "memory": {"state": "Healthy", "consecutive_failures": 1}}
+    state.store.record_pass(ReconcilePass(now, {
+        GEMMA_KNOWN: {"state": "Healthy", "memory": {"consecutive_failures": 0}},
+        GEMMA_LEGACY: failing}, (), now))
+    answer = ask(client, state).json
+    assert answer["granted"] is False and "never the last healthy" in answer["why"]
+
+
 def test_apply_waits_for_drain_s_on_the_server_clock(make_app: Callable[..., Flask]) -> None:
     app = make_app(following(drain_s=3600))
     client, state = app.test_client(), app_state(app)

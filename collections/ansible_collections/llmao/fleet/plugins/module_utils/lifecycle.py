@@ -175,7 +175,19 @@ class Verdict:
         """Healthy on this pass's own probe. A Healthy server whose probe failed (fewer than
         ``health_fail_threshold`` times in a row) keeps its state and route, but has not shown
         that it serves: a restarted server is proven only by an answer."""
-        return self.state is State.HEALTHY and self.memory.consecutive_failures == 0
+        return _answered(self.state, self.memory.consecutive_failures)
+
+
+def stored_answered_healthy(verdict: Mapping[str, Any]) -> bool:
+    """:attr:`Verdict.answered_healthy` of a verdict as llmao stores it (``POST
+    /admin/api/verdicts``: its state, and its memory with the failures in a row)."""
+    memory = verdict.get("memory")
+    failures = memory.get("consecutive_failures") if isinstance(memory, Mapping) else 0
+    return _answered(verdict.get("state"), failures)
+
+
+def _answered(state: Any, consecutive_failures: Any) -> bool:
+    return state == State.HEALTHY and not consecutive_failures
 
     @property
     def outlives_instance(self) -> bool:
