@@ -343,6 +343,17 @@ def ask_round(server: Server, revisions: dict[str, str]) -> list[dict]:
             connection.close()
 
 
+def logged_turn_pids(server: Server, count: int) -> list[str]:
+    """The worker pid of each ``POST /vllm/turn`` access line, once ``count`` are written (a
+    worker gathers its lines for up to ``GATHER_S``; at most 5 s)."""
+    deadline = time.monotonic() + 5
+    pids = [match["pid"] for match in TURN_LINE.finditer(server.log_text())]
+    while len(pids) < count and time.monotonic() < deadline:
+        time.sleep(GATHER_S)
+        pids = [match["pid"] for match in TURN_LINE.finditer(server.log_text())]
+    return pids
+
+
 def end_turn(server: Server, box: str, revision: str) -> None:
     """Reconcile's part, through the admin API: the turn drains, then is done."""
     for phase in ("drained", "done"):
@@ -370,7 +381,7 @@ def test_boxes_asking_at_once_across_workers_get_one_turn(tmp_path: Path) -> Non
         # A large fleet: deciding takes a few milliseconds, the window a lock must close.
         boxes = fleet[:32]
         revisions = {box: revision_of(running, box) for box in boxes}
-        for _ in range(10):
+        for done in range(1, 11):
             answers = ask_round(running, revisions)
             granted = [answer["host"] for answer in answers if answer["granted"]]
             assert len(granted) == 1, answers
@@ -379,7 +390,7 @@ def test_boxes_asking_at_once_across_workers_get_one_turn(tmp_path: Path) -> Non
             (turn,) = [t for t in SqliteStore(str(running.state)).turns() if t.active]
             assert (turn.box, turn.revision) == (granted[0], revisions[granted[0]])
             end_turn(running, turn.box, turn.revision)
-            pids = [match["pid"] for match in TURN_LINE.finditer(running.log_text())]
+            pids = logged_turn_pids(running, done * len(boxes))
             if len(set(pids[-len(boxes):])) == 2:
                 break
         else:
