@@ -11,8 +11,9 @@ That thread is a native one even in a gevent worker, whose ``threading`` is
 patched to make greenlets: a flush run as a greenlet held the worker's one loop
 for as long as the store took, and while another worker held SQLite's write
 lock the busy wait slept inside it, so every connection of that worker waited
-(a round of bench P1 fell to half the others'). On its own thread the flush
-waits with the interpreter lock released, and the loop goes on answering.
+with it. On its own thread the flush waits with the interpreter lock released,
+and the loop goes on answering. (It has a store connection of its own: one more
+per worker.)
 
 When the store cannot be written (disk full, read-only, database down) the
 fetches stay in memory (bounded: one time per known box, the newest unknown
