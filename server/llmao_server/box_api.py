@@ -257,10 +257,11 @@ class BoxApi:
         self.inner = inner
         self.access_log = access_log
         self.stats = state.box_api_stats
-        # Box name -> a configured box's answers to a fetch (200) and to a check naming its
-        # revision (304), made on its first fetch in this worker (one per box of fleet.hosts
-        # at most).
-        self._answers: dict[str, tuple[Prepared, Prepared]] = {}
+        # Box name -> a configured box's answer to a fetch (200), and to a check naming its
+        # revision (304), each made the first time this worker gives it (one per box of
+        # fleet.hosts at most).
+        self._fetched: dict[str, Prepared] = {}
+        self._checked: dict[str, Prepared] = {}
 
     def __call__(self, environ: dict[str, Any],
                  start_response: Callable[..., Any]) -> Iterable[bytes]:
@@ -313,14 +314,13 @@ class BoxApi:
         if not presents_fleet_key(state, environ.get("HTTP_AUTHORIZATION", "")):
             return None
         name = environ.get(HOST_ENVIRON, "")
-        answers = self._answers.get(name)
-        if answers is None:
+        fetched = self._fetched.get(name)
+        if fetched is None:
             # A fleet.hosts key is a normalised name: found as sent, the claim is that name.
             assignment = state.fleet.assignments.get(name)
             if assignment is None:
                 return None
-            answers = self._answers[name] = (self.prepare(name, assignment, OK),
-                                             self.prepare(name, assignment, NOT_MODIFIED))
+            fetched = self._fetched[name] = self.prepare(name, assignment, OK)
         if state.binds_boxes:
             token = environ.get(TOKEN_ENVIRON)
             if token is None or not admitted_by_memory(state.bindings, name, token):
@@ -328,11 +328,15 @@ class BoxApi:
         if_none_match = environ.get(IF_NONE_MATCH_ENVIRON)
         if if_none_match is None:
             state.recorder.note_fetch(name, time.time())
-            return answers[0]
-        if not names_etag(if_none_match, state.fleet.assignments[name].etag):
+            return fetched
+        assignment = state.fleet.assignments[name]
+        if not names_etag(if_none_match, assignment.etag):
             return None
+        checked = self._checked.get(name)
+        if checked is None:
+            checked = self._checked[name] = self.prepare(name, assignment, NOT_MODIFIED)
         state.recorder.note_check(name, time.time())
-        return answers[1]
+        return checked
 
     def prepare(self, name: str, assignment: BoxAssignment, status: int) -> Prepared:
         """An answer :meth:`confirmed_fetch` gives box ``name``: :func:`fetch_config`'s 200
