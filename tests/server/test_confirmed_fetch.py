@@ -69,15 +69,17 @@ def test_a_confirmed_fetch_builds_no_request_and_is_noted(
     assert KNOWN in state.store.fetch_times()
 
 
+@pytest.mark.parametrize("written", ["{tag}", "W/{tag}", '"another", {tag}'],
+                         ids=["tag", "weak-tag", "list"])
 def test_a_confirmed_check_builds_no_request_and_is_noted_as_a_check(
-        client: FlaskClient, state: ServerState, full_requests: list[str]) -> None:
+        client: FlaskClient, state: ServerState, full_requests: list[str], written: str) -> None:
     token = confirmed_token(client)
     state.recorder.flush()
     fetched = state.store.fetch_times()[KNOWN]
     full_requests.clear()
     etag = state.fleet.assignment(KNOWN).etag
-    answer = client.get("/vllm/config",
-                        headers={**box_headers(), TOKEN_HEADER: token, "If-None-Match": etag})
+    answer = client.get("/vllm/config", headers={**box_headers(), TOKEN_HEADER: token,
+                                                 "If-None-Match": written.format(tag=etag)})
     assert (answer.status_code, answer.get_data(), answer.headers["ETag"]) == (304, b"", etag)
     assert full_requests == []
     state.recorder.flush()
