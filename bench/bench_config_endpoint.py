@@ -17,9 +17,9 @@ and every other slice in the reverse order; a round's figure for a server is
 what its slices made together. So load from elsewhere on the machine that
 grows or fades during a run favours neither side, and a burst of a second or
 two is shared by every server of the round rather than landing on one leg (on
-a shared machine, whole legs of two seconds each gave single rounds of 0.49
-and 0.67 between rounds of 0.8-1.05). Every figure is the median of its
-rounds.
+a shared machine, whole legs of two seconds gave rounds from 0.67 to 1.29 in
+one run; in slices, most runs kept their rounds within 0.15 of each other).
+Every figure is the median of its rounds.
 
 P1 is llmao's throughput over the bare app's (target: a median >= 0.85, every
 round >= 0.8), the median of the rounds' ratios, each round's beside it, printed
