@@ -10,12 +10,16 @@ Four servers run side by side on loopback:
 - ``llmao-server`` on a 10-box fleet (bound and confirmed too).
 
 Each round drives the first three with many connections (throughput) and the
-two llmao servers with one (the latency of a single fetch), one leg after the
-other, the bound llmao server's leg between those it is compared with (the
-bare app, binding off), and every other round in the reverse order, so that
-load from elsewhere on the machine that grows or fades during a run favours
-neither side; every figure is the median of its rounds, so a burst of load
-does not land on one leg alone.
+two llmao servers with one (the latency of a single fetch). The throughput legs
+run in slices of one second, one server after the other, the bound llmao
+server's slice between those it is compared with (the bare app, binding off),
+and every other slice in the reverse order; a round's figure for a server is
+what its slices made together. So load from elsewhere on the machine that
+grows or fades during a run favours neither side, and a burst of a second or
+two is shared by every server of the round rather than landing on one leg (on
+a shared machine, whole legs of two seconds gave rounds from 0.67 to 1.29 in
+one run; in slices, most runs kept their rounds within 0.15 of each other).
+Every figure is the median of its rounds.
 
 P1 is llmao's throughput over the bare app's (target: a median >= 0.85, every
 round >= 0.8), the median of the rounds' ratios, each round's beside it, printed
@@ -28,7 +32,7 @@ comes from Debian's ``wrk`` when installed, else from a small Python
 generator (which then bounds both legs, so its ratios say less). Nothing here
 asserts on time: the numbers are printed.
 
-    python -m bench.bench_config_endpoint [--seconds 2] [--rounds 5] [--connections 16]
+    python -m bench.bench_config_endpoint [--seconds 3] [--rounds 5] [--connections 16]
         [--boxes 10000]
 """
 
@@ -62,6 +66,8 @@ SMALL_FLEET = 10
 WORKERS = 2
 START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 20.0
+# Length of a throughput leg's slice, whole seconds (wrk's least duration).
+SLICE_S = 1
 MAX_SAMPLES_PER_THREAD = 200_000
 REPO = Path(__file__).resolve().parents[1]
 TOKEN_HEADER = "X-LLMAO-Box-Token"
@@ -355,12 +361,24 @@ def measure(server: Server, connections: int, seconds: int, workdir: Path) -> Le
     return Leg(load, cpu * 1000.0 / max(load.requests, 1))
 
 
+def joined(slices: Sequence[Leg]) -> Leg:
+    """The slices of one server's leg in a round, as one leg: their requests over their time,
+    their server CPU over their requests (the median of their p50s)."""
+    requests = sum(part.load.requests for part in slices)
+    seconds = sum(part.load.requests / part.load.requests_per_s for part in slices)
+    cpu_ms = sum(part.cpu_ms_per_request * part.load.requests for part in slices)
+    p50_ms = statistics.median(part.load.p50_ms for part in slices)
+    load = Load(requests, requests / seconds, p50_ms, sum(part.load.failures for part in slices))
+    return Leg(load, cpu_ms / max(requests, 1))
+
+
 # ----------------------------------------------------------------------- main
 
 
 def run(seconds: int, connections: int, rounds: int, boxes: int = LARGE_FLEET) -> None:
-    """Start the four servers, bind every box, then measure every leg once per round, in turn
-    (every other round backwards).
+    """Start the four servers, bind every box, then measure every leg once per round: the
+    throughput legs in slices of :data:`SLICE_S`, in turn (every other slice backwards),
+    then the latency legs (every other round backwards).
 
     Interleaving the legs means a burst of load from elsewhere on the machine
     hits all of them alike; each leg reports its median round. The server CPU
@@ -368,8 +386,9 @@ def run(seconds: int, connections: int, rounds: int, boxes: int = LARGE_FLEET) -
     """
     generator = "wrk" if shutil.which("wrk") else "a Python generator (install wrk for more)"
     print(f"bench_config_endpoint: gunicorn with {WORKERS} workers, load by {generator}; "
-          f"{rounds} rounds of {seconds} s per leg; {connections} connections for "
-          f"throughput, 1 for latency; load average {os.getloadavg()[0]:.1f}")
+          f"{rounds} rounds of {seconds} s per leg (throughput in slices of {SLICE_S} s); "
+          f"{connections} connections for throughput, 1 for latency; "
+          f"load average {os.getloadavg()[0]:.1f}")
     with tempfile.TemporaryDirectory(prefix="llmao-bench-") as tmp, ExitStack() as running:
         work = Path(tmp)
         large = write_fleet(work / "large", boxes, binding="first_fetch")
@@ -392,18 +411,21 @@ def run(seconds: int, connections: int, rounds: int, boxes: int = LARGE_FLEET) -
         print(f"  bound and confirmed {boxes:,} boxes in {time.monotonic() - started:.1f} s")
         bare = with_tokens(bare, llmao.tokens)  # the very same requests
         # The compared legs side by side: bare | llmao | off.
-        legs = {
-            "bare": lambda: measure(bare, connections, seconds, work),
-            "llmao": lambda: measure(llmao, connections, seconds, work),
-            "off": lambda: measure(off, connections, seconds, work),
-            "large_one": lambda: measure(llmao, 1, seconds, work),
-            "small_one": lambda: measure(small_llmao, 1, seconds, work),
-        }
-        results: dict[str, list[Leg]] = {name: [] for name in legs}
+        throughput = {"bare": bare, "llmao": llmao, "off": off}
+        latency = {"large_one": llmao, "small_one": small_llmao}
+        results: dict[str, list[Leg]] = {name: [] for name in [*throughput, *latency]}
+        slices = max(seconds // SLICE_S, 1)
         for number in range(rounds):
-            order = list(legs.items())
-            for name, leg in order if number % 2 == 0 else reversed(order):
-                results[name].append(leg())
+            parts: dict[str, list[Leg]] = {name: [] for name in throughput}
+            for part in range(slices):
+                order = list(throughput.items())
+                for name, server in order if (number + part) % 2 == 0 else reversed(order):
+                    parts[name].append(measure(server, connections, SLICE_S, work))
+            for name, legs in parts.items():
+                results[name].append(joined(legs))
+            order = list(latency.items())
+            for name, server in order if number % 2 == 0 else reversed(order):
+                results[name].append(measure(server, 1, seconds, work))
     report(results, boxes)
 
 
@@ -437,7 +459,7 @@ def report(results: dict[str, list[Leg]], boxes: int) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = bench_parser("bench_config_endpoint", __doc__, [
-        ("--seconds", 2, "length of one leg in one round, whole seconds (2)"),
+        ("--seconds", 3, "length of one leg in one round, whole seconds (3)"),
         ("--rounds", 5, "rounds over every leg (5)"),
         ("--connections", 16, "concurrent connections of the throughput legs (16)"),
         ("--boxes", LARGE_FLEET, f"boxes of the large fleet ({LARGE_FLEET})"),

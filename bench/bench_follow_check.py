@@ -167,6 +167,10 @@ def run(checks: int, rounds: int) -> None:
     print(f"  {checks:,} full fetches: {statistics.median(f.wall_s for f, _ in results):.3f} s, "
           f"{checks:,} checks answered 304: "
           f"{statistics.median(n.wall_s for _, n in results):.3f} s (median round)")
+    print(f"  server CPU per answer: full fetch "
+          f"{statistics.median(f.cpu_s for f, _ in results) * 1e6 / checks:.0f} us, "
+          f"304 {statistics.median(n.cpu_s for _, n in results) * 1e6 / checks:.0f} us "
+          "(median round)")
     for name, values in ratios.items():
         spread = ", ".join(f"{value:.2f}" for value in values)
         print(f"  P8 304 checks / full fetches, {name}: {statistics.median(values):.2f} "

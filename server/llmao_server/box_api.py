@@ -15,9 +15,10 @@ under the same gunicorn reached 0.6-0.7 of a bare WSGI app, below P1 in
 bench/README.md). Every other path goes on to the access log, HSTS and Flask;
 a box request passes through no other layer: this one writes its HSTS header
 and its access line. The fetch a boot storm repeats (a confirmed box token
-this worker has checked before) is answered by :meth:`BoxApi.confirmed_fetch`
-from what it made for that box the first time; every other request, a refusal
-above all, is decided by the full path.
+this worker has checked before), and a following box's check that names the
+box's current revision (answered 304), are answered by
+:meth:`BoxApi.confirmed_fetch` from what it made for that box the first time;
+every other request, a refusal above all, is decided by the full path.
 """
 
 from __future__ import annotations
@@ -78,9 +79,11 @@ Answer = tuple[int, bytes, list[tuple[str, str]]]
 
 
 class Prepared(NamedTuple):
-    """A configured box's 200 answer to a fetch, made once: its body, every header but HSTS,
-    and the head of its access line (None without an access log)."""
+    """A configured box's answer to a fetch (200) or to a check naming its revision (304),
+    made once: its status, body, every header but HSTS, and the head of its access line
+    (None without an access log)."""
 
+    status: int
     body: bytes
     headers: list[tuple[str, str]]
     line: LineHead | None
@@ -254,9 +257,11 @@ class BoxApi:
         self.inner = inner
         self.access_log = access_log
         self.stats = state.box_api_stats
-        # Box name -> the body and headers of a configured box's 200 answer, made on its
-        # first fetch in this worker (one per box of fleet.hosts at most).
-        self._answers: dict[str, Prepared] = {}
+        # Box name -> a configured box's answer to a fetch (200), and to a check naming its
+        # revision (304), each made the first time this worker gives it (one per box of
+        # fleet.hosts at most).
+        self._fetched: dict[str, Prepared] = {}
+        self._checked: dict[str, Prepared] = {}
 
     def __call__(self, environ: dict[str, Any],
                  start_response: Callable[..., Any]) -> Iterable[bytes]:
@@ -274,7 +279,7 @@ class BoxApi:
                 status, body, headers = self.answer(request)
                 headers = answer_headers(status, body, headers)
             else:
-                status, (body, headers, line) = OK, prepared
+                status, body, headers, line = prepared
             seconds = time.perf_counter() - started
             self.stats.observe(path, status, seconds)
             if over_https(environ):
@@ -291,42 +296,57 @@ class BoxApi:
                     self.access_log.write_after(line, environ, seconds)
 
     def confirmed_fetch(self, environ: dict[str, Any]) -> Prepared | None:
-        """The answer to the fetch a boot storm is made of, or None for any other request.
+        """The answer to the fetch a boot storm is made of, or to the check a following box
+        repeats, or None for any other request.
 
         A ``GET`` that presents the fleet key, names a box of ``fleet.hosts`` as it is
-        written there in ``X-LLMAO-Host``, presents a token the box's confirmed binding in
-        this worker's memory admits (any token with binding off) and asks for no ``ETag``:
-        :func:`fetch_config` would answer it 200 with the box's bytes and note its fetch,
-        and so does this, without building a request.
-        Anything else, a refusal above all, takes the full path, which decides it alone.
+        written there in ``X-LLMAO-Host``, and presents a token the box's confirmed binding
+        in this worker's memory admits (any token with binding off): without
+        ``If-None-Match``, :func:`fetch_config` would answer it 200 with the box's bytes and
+        note its fetch; with one that names the box's ``ETag``, 304 and note its check.
+        So does this, without building a request. Anything else (an ``If-None-Match`` that
+        names another revision too, a refusal above all) takes the full path, which decides
+        it alone.
         """
-        if environ.get("REQUEST_METHOD") != "GET" or IF_NONE_MATCH_ENVIRON in environ:
+        if environ.get("REQUEST_METHOD") != "GET":
             return None
         state = self.state
         if not presents_fleet_key(state, environ.get("HTTP_AUTHORIZATION", "")):
             return None
         name = environ.get(HOST_ENVIRON, "")
-        answer = self._answers.get(name)
-        if answer is None:
+        fetched = self._fetched.get(name)
+        if fetched is None:
             # A fleet.hosts key is a normalised name: found as sent, the claim is that name.
             assignment = state.fleet.assignments.get(name)
             if assignment is None:
                 return None
-            answer = self._answers[name] = self.prepare(name, assignment)
+            fetched = self._fetched[name] = self.prepare(name, assignment, OK)
         if state.binds_boxes:
             token = environ.get(TOKEN_ENVIRON)
             if token is None or not admitted_by_memory(state.bindings, name, token):
                 return None
-        state.recorder.note_fetch(name, time.time())
-        return answer
+        if_none_match = environ.get(IF_NONE_MATCH_ENVIRON)
+        if if_none_match is None:
+            state.recorder.note_fetch(name, time.time())
+            return fetched
+        assignment = state.fleet.assignments[name]
+        # As a following box sends it, the tag alone; else the header's whole rule.
+        if if_none_match != assignment.etag and not names_etag(if_none_match, assignment.etag):
+            return None
+        checked = self._checked.get(name)
+        if checked is None:
+            checked = self._checked[name] = self.prepare(name, assignment, NOT_MODIFIED)
+        state.recorder.note_check(name, time.time())
+        return checked
 
-    def prepare(self, name: str, assignment: BoxAssignment) -> Prepared:
-        """The answer :meth:`confirmed_fetch` gives box ``name``: :func:`fetch_config`'s 200,
-        and the head of the access line :meth:`__call__` would write for it."""
+    def prepare(self, name: str, assignment: BoxAssignment, status: int) -> Prepared:
+        """An answer :meth:`confirmed_fetch` gives box ``name``: :func:`fetch_config`'s 200
+        or 304, and the head of the access line :meth:`__call__` would write for it."""
         log = self.access_log
-        return Prepared(assignment.body,
-                        answer_headers(OK, assignment.body, [("ETag", assignment.etag)]),
-                        None if log is None else log.head("GET", CONFIG_PATH, OK,
+        body = assignment.body if status == OK else b""
+        return Prepared(status, body,
+                        answer_headers(status, body, [("ETag", assignment.etag)]),
+                        None if log is None else log.head("GET", CONFIG_PATH, status,
                                                           (name, HEADER_CLAIM)))
 
     def answer(self, request: BoxRequest) -> Answer:

@@ -7,6 +7,14 @@ names, bounded like the store's list) and a background thread writes them in
 one transaction every :data:`FLUSH_INTERVAL_S`: the state reaches every worker
 within about that long, and a clean exit writes what is left.
 
+That thread is a native one even in a gevent worker, whose ``threading`` is
+patched to make greenlets: a flush run as a greenlet held the worker's one loop
+for as long as the store took, and while another worker held SQLite's write
+lock the busy wait slept inside it, so every connection of that worker waited
+with it. On its own thread the flush waits with the interpreter lock released,
+and the loop goes on answering. (It has a store connection of its own: one more
+per worker.)
+
 When the store cannot be written (disk full, read-only, database down) the
 fetches stay in memory (bounded: one time per known box, the newest unknown
 names), the flusher backs off, and the log gets one line when a failure streak
@@ -17,8 +25,10 @@ from __future__ import annotations
 
 import atexit
 import logging
-import threading
 from collections.abc import Callable
+from typing import Any
+
+from gevent import monkey
 
 from .process_id import pid
 from .store import UNKNOWN_LIMIT, StateStore, StoreError, UnknownBox
@@ -29,6 +39,10 @@ MAX_RETRY_INTERVAL_S = 30.0
 MAX_BACKOFF_DOUBLINGS = 10
 
 log = logging.getLogger(__name__)
+# What ``_thread`` held before gevent patched it (as it is, unpatched): a thread and a lock
+# of the operating system's, never a greenlet or a lock only greenlets can share.
+start_native_thread, native_lock = monkey.get_original(
+    "_thread", ("start_new_thread", "allocate_lock"))
 
 
 class FetchRecorder:
@@ -41,12 +55,16 @@ class FetchRecorder:
         self.interval_s = interval_s
         self.redact = redact
         self.failures = 0  # consecutive failed flushes: the current failure streak
-        self._lock = threading.Lock()
+        # Held briefly by requests and the flusher alike (no call inside it waits).
+        self._lock = native_lock()
+        # Held for a whole flush, so that close() waits for the flusher's write in progress.
+        self._flushing = native_lock()
         self._fetches: dict[str, float] = {}
         self._checks: dict[str, float] = {}
         self._unknown: dict[str, UnknownBox] = {}
         self._flusher_pid: int | None = None
-        self._stop = threading.Event()
+        # Held while this process's flusher runs; close() releases it to end its wait.
+        self._stop = native_lock()
 
     def note_fetch(self, box: str, when: float) -> None:
         with self._lock:
@@ -68,6 +86,10 @@ class FetchRecorder:
 
     def flush(self) -> None:
         """Write what this process holds in one go; on failure keep it for the next try."""
+        with self._flushing:
+            self._flush()
+
+    def _flush(self) -> None:
         with self._lock:
             fetches, checks, unknown = self._fetches, self._checks, list(self._unknown.values())
             self._fetches, self._checks, self._unknown = {}, {}, {}
@@ -107,7 +129,9 @@ class FetchRecorder:
 
     def close(self) -> None:
         """Stop this process's flusher and write what is left (a clean exit loses nothing)."""
-        self._stop.set()
+        with self._lock:
+            if self._stop.locked():
+                self._stop.release()
         atexit.unregister(self.close)
         self.flush()
 
@@ -131,12 +155,14 @@ class FetchRecorder:
             if self._flusher_pid == pid():
                 return
             self._flusher_pid = pid()
-            self._stop = threading.Event()
-        threading.Thread(target=self._run, name="llmao-fetch-recorder", daemon=True).start()
+            stop = self._stop = native_lock()
+            stop.acquire()
+        start_native_thread(self._run, (stop,))
         atexit.register(self.close)
 
-    def _run(self) -> None:
-        while not self._stop.wait(self.next_wait_s()):
+    def _run(self, stop: Any) -> None:
+        """The flusher: a flush each wait until ``stop`` is released (it is then taken)."""
+        while not stop.acquire(timeout=self.next_wait_s()):
             self.flush()
 
 

@@ -1,6 +1,7 @@
 """The short path of ``GET /vllm/config`` (``BoxApi.confirmed_fetch``): the fetch a boot storm is
-made of is answered without a request object, exactly as the full path answers it, and every
-other request still takes the full path, which alone refuses."""
+made of, and the check a following box repeats (answered 304), are answered without a request
+object, exactly as the full path answers them, and every other request still takes the full
+path, which alone refuses."""
 
 from __future__ import annotations
 
@@ -68,13 +69,36 @@ def test_a_confirmed_fetch_builds_no_request_and_is_noted(
     assert KNOWN in state.store.fetch_times()
 
 
+@pytest.mark.parametrize("written", ["{tag}", "W/{tag}", '"another", {tag}'],
+                         ids=["tag", "weak-tag", "list"])
+def test_a_confirmed_check_builds_no_request_and_is_noted_as_a_check(
+        client: FlaskClient, state: ServerState, full_requests: list[str], written: str) -> None:
+    token = confirmed_token(client)
+    state.recorder.flush()
+    fetched = state.store.fetch_times()[KNOWN]
+    full_requests.clear()
+    etag = state.fleet.assignment(KNOWN).etag
+    answer = client.get("/vllm/config", headers={**box_headers(), TOKEN_HEADER: token,
+                                                 "If-None-Match": written.format(tag=etag)})
+    assert (answer.status_code, answer.get_data(), answer.headers["ETag"]) == (304, b"", etag)
+    assert full_requests == []
+    state.recorder.flush()
+    assert state.store.fetch_times()[KNOWN] == fetched  # a check starts no Loading window
+    assert KNOWN in state.store.check_times()
+
+
 @pytest.mark.parametrize("base_url", ["http://localhost", "https://localhost"])
+@pytest.mark.parametrize("check", [False, True], ids=["fetch", "check"])
 def test_the_short_path_answers_what_the_full_path_answers(
-        client: FlaskClient, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch,
-        full_requests: list[str], base_url: str) -> None:
+        client: FlaskClient, state: ServerState, caplog: pytest.LogCaptureFixture,
+        monkeypatch: pytest.MonkeyPatch, full_requests: list[str], base_url: str,
+        check: bool) -> None:
     headers = {**box_headers(xff="198.51.100.1"), TOKEN_HEADER: confirmed_token(client)}
+    if check:
+        headers["If-None-Match"] = state.fleet.assignment(KNOWN).etag
     full_requests.clear()
     short = answer_and_line(client, caplog, headers, base_url)
+    assert short[0] == (304 if check else 200)
     assert full_requests == []
     monkeypatch.setattr(BoxApi, "confirmed_fetch", lambda self, environ: None)
     assert answer_and_line(client, caplog, headers, base_url) == short
@@ -95,12 +119,14 @@ def test_with_binding_off_a_keyed_fetch_takes_the_short_path(
     ({"Authorization": "Bearer wrong"}, "GET", 403, True),
     ({"Authorization": None}, "GET", 403, True),
     ({"X-LLMAO-Host": f" ::ffff:{KNOWN} "}, "GET", 200, True),
-    ({"If-None-Match": "*"}, "GET", 304, True),
+    ({"If-None-Match": '"another-revision"'}, "GET", 200, True),
+    ({"If-None-Match": "*"}, "GET", 304, False),
     ({}, "HEAD", 200, True),
     # The one rule of a presented key (bearer_header), on either path.
     ({"Authorization": f"bearer   {FLEET_KEY} "}, "GET", 200, False),
 ], ids=["no-token", "wrong-token", "wrong-key", "no-key", "name-written-otherwise",
-        "follow-check", "head", "key-written-otherwise"])
+        "check-naming-another-revision", "check-naming-any-revision", "head",
+        "key-written-otherwise"])
 def test_every_other_fetch_takes_the_full_path(
         client: FlaskClient, full_requests: list[str], changes: dict[str, str | None],
         method: str, status: int, full: bool) -> None:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import textwrap
 import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -101,3 +104,46 @@ def test_checks_are_kept_apart_from_fetches(store: ObservedStore) -> None:
     recorder.flush()
     assert store.check_times() == {"a": 2.0}
     assert store.fetch_times() == {"b": 3.0}
+
+
+# A gevent worker's process (threading patched), and a store whose write waits natively for
+# 1.5 s, as SQLite's busy wait does while another worker holds the write lock.
+FLUSH_UNDER_GEVENT = textwrap.dedent("""
+    from gevent import monkey
+    monkey.patch_all()
+    import time
+    import gevent
+    from llmao_server.recorder import FetchRecorder
+
+    native_sleep = monkey.get_original("time", "sleep")
+    written = {}
+
+    class WaitingStore:
+        def note_fetches(self, fetches):
+            native_sleep(1.5)
+            written.update(fetches)
+
+        def note_checks(self, checks):
+            pass
+
+        def note_unknown(self, unknown):
+            pass
+
+    recorder = FetchRecorder(WaitingStore(), interval_s=0.05)
+    recorder.note_fetch("a", 1.0)
+    started = time.monotonic()
+    for tick in range(20):
+        gevent.sleep(0.01)
+    answered_in = time.monotonic() - started
+    recorder.close()
+    assert written == {"a": 1.0}, written
+    assert answered_in < 1.0, f"the loop stood still for {answered_in:.2f} s of a flush"
+""")
+
+
+def test_a_flush_under_gevent_leaves_the_loop_free() -> None:
+    # The flusher is a native thread: its write waiting on the store does not stop the
+    # greenlets that answer requests, and close() still writes what it was writing.
+    done = subprocess.run([sys.executable, "-c", FLUSH_UNDER_GEVENT], capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
