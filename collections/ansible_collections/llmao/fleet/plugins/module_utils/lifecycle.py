@@ -177,6 +177,11 @@ class Verdict:
         that it serves: a restarted server is proven only by an answer."""
         return _answered(self.state, self.memory.consecutive_failures)
 
+    @property
+    def outlives_instance(self) -> bool:
+        """The ``fleet.hosts`` row points at nothing a provider runs: flag it, never retire it."""
+        return self.state is State.UNLISTED
+
 
 def stored_answered_healthy(verdict: Mapping[str, Any]) -> bool:
     """:attr:`Verdict.answered_healthy` of a verdict as llmao stores it (``POST
@@ -188,11 +193,6 @@ def stored_answered_healthy(verdict: Mapping[str, Any]) -> bool:
 
 def _answered(state: Any, consecutive_failures: Any) -> bool:
     return state == State.HEALTHY and not consecutive_failures
-
-    @property
-    def outlives_instance(self) -> bool:
-        """The ``fleet.hosts`` row points at nothing a provider runs: flag it, never retire it."""
-        return self.state is State.UNLISTED
 
 
 def classify(now: float, last_fetch: float | None, probe: Probe, listed: Listed,
