@@ -26,6 +26,14 @@ class BadAnswer(ValueError):
     """The bytes are not an HTTP/1.1 answer this reader takes."""
 
 
+class BadStatusLine(BadAnswer):
+    """The first line is not an HTTP/1.x status line (the name http.client gives it)."""
+
+
+class RemoteDisconnected(BadAnswer):
+    """The box closed the connection before its answer ended."""
+
+
 class TooLarge(BadAnswer):
     """The body is (or is announced) over the cap."""
 
@@ -68,25 +76,25 @@ class Answer:
         if self._step == self._body_to_close:
             self._finish()
             return
-        raise BadAnswer("the connection closed before the answer ended")
+        raise RemoteDisconnected("the box closed the connection before its answer ended")
 
-    def _line(self) -> bytes | None:
+    def _line(self, fault: type[BadAnswer] = BadAnswer) -> bytes | None:
         end = self._buffer.find(b"\n", 0, MAX_LINE_BYTES + 1)
         if end < 0:
             if len(self._buffer) > MAX_LINE_BYTES:
-                raise BadAnswer(f"not HTTP: a line over {MAX_LINE_BYTES} bytes")
+                raise fault(f"not HTTP: a line over {MAX_LINE_BYTES} bytes")
             return None
         line = bytes(self._buffer[:end]).rstrip(b"\r")
         del self._buffer[:end + 1]
         return line
 
     def _status_line(self) -> bool:
-        line = self._line()
+        line = self._line(BadStatusLine)
         if line is None:
             return False
         matched = _STATUS.fullmatch(line)
         if matched is None:
-            raise BadAnswer("not HTTP: no status line")
+            raise BadStatusLine("not HTTP: no status line")
         self.status = int(matched.group(1))
         self._keep_alive = line.startswith(b"HTTP/1.1")
         self._step = self._header_line

@@ -40,7 +40,7 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 
-from .http_answer import Answer, BadAnswer, TooLarge
+from .http_answer import Answer, BadAnswer, RemoteDisconnected, TooLarge
 from .lifecycle import Models, Probe
 from .listings import Endpoint
 from .prometheus_text import read_exposition
@@ -237,8 +237,13 @@ class _Wire:
             self._open()
             return
         self._watch(0)
-        self.sock = self.tls.wrap_socket(self.sock, server_hostname=self.host,
-                                         do_handshake_on_connect=False, session=self.session)
+        try:
+            self.sock = self.tls.wrap_socket(self.sock, server_hostname=self.host,
+                                             do_handshake_on_connect=False,
+                                             session=self.session)
+        except (OSError, ValueError) as exc:
+            self.fail(exc)
+            return
         if self.pending:
             self.deadline = self.pending[0].deadline
             self.loop.arm(self)
@@ -253,6 +258,9 @@ class _Wire:
         except ssl.SSLWantWriteError:
             self._watch(selectors.EVENT_WRITE)
             return
+        except OSError as exc:
+            self.fail(exc)
+            return
         self._open()
 
     def _open(self) -> None:
@@ -266,6 +274,9 @@ class _Wire:
                 sent = self.sock.send(self.out)
             except (BlockingIOError, ssl.SSLWantWriteError, ssl.SSLWantReadError):
                 break
+            except OSError as exc:
+                self.fail(exc)
+                return
             del self.out[:sent]
         self._watch(selectors.EVENT_READ | (selectors.EVENT_WRITE if self.out else 0))
         self._rearm()
@@ -275,6 +286,9 @@ class _Wire:
             try:
                 data = self.sock.recv(READ_BYTES)
             except (BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
+                return
+            except OSError as exc:
+                self.fail(exc)
                 return
             if not data:
                 self._ended()
@@ -300,7 +314,7 @@ class _Wire:
             self._rearm()
             request.done(request.answer, None)
             if not self.reusable:
-                self.fail(BadAnswer("the connection closed before the answer ended"))
+                self.fail(RemoteDisconnected("the box closed the connection"))
 
     def _ended(self) -> None:
         """The box closed the connection: it ends an answer read to the close, or fails it."""
@@ -313,7 +327,7 @@ class _Wire:
                 self.fail(exc)
                 return
             request.done(request.answer, None)
-        self.fail(BadAnswer("the connection closed before the answer ended"))
+        self.fail(RemoteDisconnected("the box closed the connection"))
 
     def _rearm(self) -> None:
         if self.pending and self.pending[0].deadline != self.deadline:
@@ -517,8 +531,6 @@ def _describe(exc: BaseException) -> str:
         return "timed out"
     if isinstance(exc, ConnectionRefusedError):
         return "connection refused"
-    if isinstance(exc, BadAnswer):
-        return short_reason(str(exc))
     text = type(exc).__name__ if not str(exc) else f"{type(exc).__name__}: {exc}"
     return short_reason(text)
 
