@@ -5,24 +5,31 @@
 ``/health`` takes no key and only says something answers; ``/v1/models`` with
 the bearer says it is ours and serving the model. A 401 is kept apart from
 every other failure because it means "someone else is here", not "down".
-Probes run in a thread pool: a pass over 300 slow servers costs a few slow
-answers, not 300 of them. A server whose ``/health`` answers is scraped by the
-same worker: its ``/metrics`` (at the server root, beside ``/v1``) is asked
-for on the ``/health`` connection before the ``/v1/models`` answer is awaited,
-so both are in flight at once and the scrape adds no round trip; its figures
-are kept only when ``/v1/models`` accepted our bearer (docs/metrics.md).
+
+Every probe of a pass runs in the calling thread, as a small state machine that
+one ``selectors`` loop drives: connect, shake hands under TLS, send, read the
+answers as their bytes arrive (:mod:`http_answer`). Waiting costs a probe no
+thread, so a pass over 300 slow servers costs a few slow answers, not 300 of
+them, and the controller's CPU goes to reading answers, not to threads. A
+server whose ``/health`` answers is scraped: its ``/metrics`` (at the server
+root, beside ``/v1``) is asked for on the ``/health`` connection while
+``/v1/models`` is asked on a second one, so both slow answers are in flight at
+once and the scrape adds no round trip; its figures are kept only when
+``/v1/models`` accepted our bearer (docs/metrics.md).
 
 A box is rented and may answer anything, so every request ends by a deadline
 of its own, ``connect_timeout + timeout`` from its start, however slowly the
 box drips its status line, headers or body: a server's probe ends within
-``2 × (connect_timeout + timeout)`` (docs/metrics.md). Bodies are capped, and
-what a box says only reaches a reason cut to one short printable line.
+``2 × (connect_timeout + timeout)`` (docs/metrics.md). Bodies are capped, an
+answer that is not HTTP fails that probe only, and what a box says only reaches
+a reason cut to one short printable line.
 
 Under box TLS (docs/box-tls.md) every probe and scrape dials HTTPS and verifies the
 chain against the fleet CA and the certificate against the address dialled, under
-the same deadlines. A certificate that does not verify is the same verdict as a
-wrong bearer: not ours (rejected). A box that has not applied the revision turning
-TLS on yet may still answer plain HTTP (``plain_allowed``); nothing else falls back.
+the same deadlines; the ``/v1/models`` connection resumes the first one's session.
+A certificate that does not verify is the same verdict as a wrong bearer: not ours
+(rejected). A box that has not applied the revision turning TLS on yet may still
+answer plain HTTP (``plain_allowed``); nothing else falls back.
 """
 
 from __future__ import annotations
@@ -175,7 +182,8 @@ class _Wire:
         self.sock: socket.socket | None = None
         self.session = session
         self.deadline = time.monotonic() + owner.connect_timeout
-        self.host = endpoint.host
+        host = f"[{endpoint.host}]" if ":" in endpoint.host else endpoint.host
+        self.host, self.authority = endpoint.host, f"{host}:{endpoint.port}"
         try:
             family, kind, proto, _name, address = socket.getaddrinfo(
                 endpoint.host, endpoint.port, type=socket.SOCK_STREAM)[0]
@@ -199,7 +207,7 @@ class _Wire:
         if self.error is not None:
             done(None, self.error)
             return
-        lines = [f"GET {path} HTTP/1.1", f"Host: {self.host}", "Accept-Encoding: identity",
+        lines = [f"GET {path} HTTP/1.1", f"Host: {self.authority}", "Accept-Encoding: identity",
                  *(f"{name}: {value}" for name, value in headers.items())]
         self.out += ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
         self.pending.append(_Request(Answer(limit), time.monotonic() + self.whole, done))
