@@ -36,15 +36,17 @@ from __future__ import annotations
 
 import errno
 import heapq
+import ipaddress
 import json
 import os
 import resource
 import selectors
 import socket
 import ssl
+import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
 from .http_answer import Answer, BadAnswer, RemoteDisconnected, TooLarge
@@ -77,6 +79,11 @@ SCRAPED = FIGURES_READ | LATENCY_READ
 READ_BYTES = 1 << 16
 READS_PER_WAKEUP = 16
 _CONNECTING = (0, errno.EINPROGRESS, errno.EWOULDBLOCK, errno.EALREADY)
+# DNS names are looked up before the loop runs, this many at once (boxes are mostly dialled
+# by address; a hand-launched one may have a name).
+LOOKUP_THREADS = 16
+# One address as socket.getaddrinfo gives it: family, type, protocol, canonical name, address.
+AddressInfo = tuple
 
 
 @dataclass(frozen=True)
@@ -110,8 +117,10 @@ class _Loop:
     deadline it was given and skips those that are no longer the connection's own.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, names: Mapping[tuple[str, int], AddressInfo | OSError] | None = None
+                 ) -> None:
         self.selector = selectors.DefaultSelector()
+        self.names = dict(names or {})
         self.deadlines: list[tuple[float, int, _Wire]] = []
         self.count = 0
         # Connections whose TLS layer holds bytes already read from the socket: the selector
@@ -151,6 +160,18 @@ class _Loop:
         while (head := self._live()) is not None and head[0] <= now:
             heapq.heappop(self.deadlines)
             _guarded(head[2], head[2].fail, TimeoutError("timed out"))
+
+    def address(self, host: str, port: int) -> AddressInfo:
+        """Where to dial: a name's address as :func:`look_up` found it before the loop ran
+        (never looked up in the loop: a slow resolver would stall every probe), an
+        address as written."""
+        found = self.names.get((host, port))
+        if isinstance(found, OSError):
+            raise found
+        if found is not None:
+            return found
+        return socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                  flags=socket.AI_NUMERICHOST)[0]
 
     def _serve(self, wait: float) -> None:
         events = self.selector.select(wait) if self.selector.get_map() else ()
@@ -194,8 +215,8 @@ class _Wire:
         host = f"[{endpoint.host}]" if ":" in endpoint.host else endpoint.host
         self.host, self.authority = endpoint.host, f"{host}:{endpoint.port}"
         try:
-            family, kind, proto, _name, address = socket.getaddrinfo(
-                endpoint.host, endpoint.port, type=socket.SOCK_STREAM)[0]
+            family, kind, proto, _name, address = self.loop.address(endpoint.host,
+                                                                    endpoint.port)
             self.sock = socket.socket(family, kind, proto)
             self.sock.setblocking(False)
             # The requests are small and go out at once, as http.client sends them.
@@ -577,10 +598,56 @@ def probe_many(targets: Iterable[Target], connect_timeout: float, timeout: float
     return {target.key: probe for target, probe in zip(targets, probes, strict=True)}
 
 
+def _is_address(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
+def look_up(places: Iterable[tuple[str, int]], wait_s: float) -> dict[tuple[str, int],
+                                                                     AddressInfo | OSError]:
+    """Each DNS name's first address, looked up side by side in daemon threads before the
+    probes start, for at most ``wait_s`` in all: a name whose resolver is slow fails its own
+    probes ("name lookup timed out"), never the pass's. Addresses are not looked up."""
+    names = list(dict.fromkeys(place for place in places if not _is_address(place[0])))
+    found: dict[tuple[str, int], AddressInfo | OSError] = {}
+    if not names:
+        return found
+    queue = deque(names)
+    lock = threading.Lock()
+    all_done = threading.Event()
+
+    def resolve() -> None:
+        while True:
+            with lock:
+                if not queue:
+                    return
+                place = queue.popleft()
+            try:
+                answer: AddressInfo | OSError = socket.getaddrinfo(
+                    *place, type=socket.SOCK_STREAM)[0]
+            except OSError as exc:
+                answer = exc
+            with lock:
+                found[place] = answer
+                if len(found) == len(names):
+                    all_done.set()
+
+    for _index in range(min(LOOKUP_THREADS, len(names))):
+        threading.Thread(target=resolve, name="llmao-probe-lookup", daemon=True).start()
+    all_done.wait(wait_s)
+    with lock:
+        return {place: found.get(place, OSError("name lookup timed out"))
+                for place in names}
+
+
 def _run(targets: list[Target], connect_timeout: float, timeout: float, most: int,
          scrape: bool) -> list[Probe]:
     """Every target's probe, at most ``most`` in flight, driven by one loop in this thread."""
-    loop = _Loop()
+    loop = _Loop(look_up(((t.endpoint.host, t.endpoint.port) for t in targets if t.endpoint),
+                         connect_timeout))
     results: list[Probe | None] = [None] * len(targets)
     waiting = deque(enumerate(targets))
     running = 0

@@ -215,3 +215,30 @@ def test_a_box_that_closes_after_health_is_scraped_on_a_new_connection():
     assert (probe.health_ok, probe.models, probe.detail) == (True, Models.LISTS, "")
     assert probe.metrics.requests_waiting == 2 and probe.metrics.max_model_len == 2048
     assert [path for path, bearer in Unlike.seen].count("/metrics") == 1
+
+
+def test_a_slow_name_fails_its_own_probe_and_stalls_no_other(stubs, monkeypatch):
+    """A box dialled by a DNS name whose resolver never answers in time fails its own probe;
+    the others (one by address, one by a name that resolves) are probed meanwhile."""
+    real_lookup = probe_module.socket.getaddrinfo
+
+    def lookup(host, *args, **kwargs):
+        if host == "slow.invalid":
+            time.sleep(3)
+            raise OSError("the resolver gave up")
+        if host == "stub.invalid":
+            host = "127.0.0.1"
+        return real_lookup(host, *args, **kwargs)
+
+    monkeypatch.setattr(probe_module.socket, "getaddrinfo", lookup)
+    port = stubs["serving"].port
+    began = time.monotonic()
+    probes = probe_many([
+        Target("slow", Endpoint("slow.invalid", port, "test"), "m", KEY),
+        Target("named", Endpoint("stub.invalid", port, "test"), "m", KEY),
+        target("address", port),
+    ], connect_timeout=0.5, timeout=2)
+    assert time.monotonic() - began < 2.5
+    assert (probes["slow"].models, probes["slow"].detail) == \
+        (Models.SKIPPED, "OSError: name lookup timed out")
+    assert probes["named"].models is Models.LISTS and probes["address"].models is Models.LISTS
