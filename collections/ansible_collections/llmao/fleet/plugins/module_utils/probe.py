@@ -5,38 +5,51 @@
 ``/health`` takes no key and only says something answers; ``/v1/models`` with
 the bearer says it is ours and serving the model. A 401 is kept apart from
 every other failure because it means "someone else is here", not "down".
-Probes run in a thread pool: a pass over 300 slow servers costs a few slow
-answers, not 300 of them. A server whose ``/health`` answers is scraped by the
-same worker: its ``/metrics`` (at the server root, beside ``/v1``) is asked
-for on the ``/health`` connection before the ``/v1/models`` answer is awaited,
-so both are in flight at once and the scrape adds no round trip; its figures
-are kept only when ``/v1/models`` accepted our bearer (docs/metrics.md).
+
+Every probe of a pass runs in the calling thread, as a small state machine that
+one ``selectors`` loop drives: connect, shake hands under TLS, send, read the
+answers as their bytes arrive (:mod:`http_answer`). Waiting costs a probe no
+thread, so a pass over 300 slow servers costs a few slow answers, not 300 of
+them, and the controller's CPU goes to reading answers, not to threads. A
+server whose ``/health`` answers is scraped: its ``/metrics`` (at the server
+root, beside ``/v1``) is asked for on the ``/health`` connection while
+``/v1/models`` is asked on a second one, so both slow answers are in flight at
+once and the scrape adds no round trip; its figures are kept only when
+``/v1/models`` accepted our bearer (docs/metrics.md).
 
 A box is rented and may answer anything, so every request ends by a deadline
 of its own, ``connect_timeout + timeout`` from its start, however slowly the
 box drips its status line, headers or body: a server's probe ends within
-``2 × (connect_timeout + timeout)`` (docs/metrics.md). Bodies are capped, and
-what a box says only reaches a reason cut to one short printable line.
+``2 × (connect_timeout + timeout)`` (docs/metrics.md). Bodies are capped, an
+answer that is not HTTP fails that probe only, and what a box says only reaches
+a reason cut to one short printable line.
 
 Under box TLS (docs/box-tls.md) every probe and scrape dials HTTPS and verifies the
 chain against the fleet CA and the certificate against the address dialled, under
-the same deadlines. A certificate that does not verify is the same verdict as a
-wrong bearer: not ours (rejected). A box that has not applied the revision turning
-TLS on yet may still answer plain HTTP (``plain_allowed``); nothing else falls back.
+the same deadlines; the ``/v1/models`` connection resumes the first one's session.
+A certificate that does not verify is the same verdict as a wrong bearer: not ours
+(rejected). A box that has not applied the revision turning TLS on yet may still
+answer plain HTTP (``plain_allowed``); nothing else falls back.
 """
 
 from __future__ import annotations
 
-import http.client
+import errno
+import heapq
+import ipaddress
 import json
+import os
 import resource
+import selectors
 import socket
 import ssl
+import threading
 import time
-from collections.abc import Iterable
-from concurrent.futures import ThreadPoolExecutor
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
+from .http_answer import Answer, BadAnswer, RemoteDisconnected, TooLarge
 from .lifecycle import Models, Probe
 from .listings import Endpoint
 from .prometheus_text import read_exposition
@@ -45,12 +58,12 @@ from .vllm_latency import read_latency
 from .vllm_metrics import READ as FIGURES_READ
 from .vllm_metrics import read_figures
 
-# Probing is waiting on sockets: a thread each costs little, and every extra wave of a
-# fleet larger than the pool adds a whole slow answer (or a timeout) to the pass: 300
-# servers under a pool of 256 took two (issue 25).
+# Probes in flight at once: each is a few sockets and a few buffers, and every extra wave of a
+# fleet larger than this adds a whole slow answer (or a timeout) to the pass: 300 servers
+# probed 256 at a time took two (issue 25).
 DEFAULT_CONCURRENCY = 512
 # A probe holds at most two sockets at once (the /health connection, the /v1/models one);
-# the process's descriptor limit, less a reserve for everything else, bounds the pool.
+# the process's descriptor limit, less a reserve for everything else, bounds the probes in flight.
 SOCKETS_PER_PROBE = 2
 RESERVED_DESCRIPTORS = 64
 # vLLM's exposition is some tens of kB (its histograms); one this large is not vLLM's.
@@ -61,6 +74,16 @@ MAX_ANSWER_BYTES = 1 << 20
 MAX_REASON_CHARS = 120
 # The metrics the scrape reads: the exposition is parsed once for both readers.
 SCRAPED = FIGURES_READ | LATENCY_READ
+# One wakeup reads at most this much of one connection, so that a box sending as fast as it is
+# read (a huge body) takes its turn like the others instead of holding the loop.
+READ_BYTES = 1 << 16
+READS_PER_WAKEUP = 16
+_CONNECTING = (0, errno.EINPROGRESS, errno.EWOULDBLOCK, errno.EALREADY)
+# DNS names are looked up before the loop runs, this many at once (boxes are mostly dialled
+# by address; a hand-launched one may have a name).
+LOOKUP_THREADS = 16
+# One address as socket.getaddrinfo gives it: family, type, protocol, canonical name, address.
+AddressInfo = tuple
 
 
 @dataclass(frozen=True)
@@ -77,126 +100,305 @@ class Target:
     plain_allowed: bool = False
 
 
-class _Deadline:
-    """A connected socket whose every send and receive ends by one deadline.
+@dataclass
+class _Request:
+    """A request on a connection: its bytes, its answer being read, its deadline, and who is
+    told of the answer (or of why there is none)."""
 
-    http.client reads a status line, the headers and the body through many
-    receives, each bounded only by the socket's timeout: an answer dripped one
-    byte per timeout would never end. Here each receive waits at most what is
-    left until :attr:`deadline` (``time.monotonic()``), and none starts after it.
+    answer: Answer
+    deadline: float
+    done: Callable[[Answer | None, BaseException | None], None]
+
+
+class _Loop:
+    """The probes' event loop: one selector, one heap of deadlines, all in the calling thread.
+
+    A connection's deadline may move (its next request starts), so the heap keeps every
+    deadline it was given and skips those that are no longer the connection's own.
     """
 
-    deadline = 0.0
-    read_timeout = 0.0
+    def __init__(self, names: Mapping[tuple[str, int], AddressInfo | OSError] | None = None
+                 ) -> None:
+        self.selector = selectors.DefaultSelector()
+        self.names = dict(names or {})
+        self.deadlines: list[tuple[float, int, _Wire]] = []
+        self.count = 0
+        # Connections whose TLS layer holds bytes already read from the socket: the selector
+        # would not wake for them.
+        self.again: set[_Wire] = set()
 
-    def _arm(self) -> None:
-        left = self.deadline - time.monotonic()
-        if left <= 0:
-            raise TimeoutError("timed out")
-        self.settimeout(min(left, self.read_timeout))
+    def arm(self, wire: _Wire) -> None:
+        self.count += 1
+        heapq.heappush(self.deadlines, (wire.deadline, self.count, wire))
 
-    def recv_into(self, buffer, nbytes=0, flags=0):
-        self._arm()
-        return super().recv_into(buffer, nbytes, flags)
+    def _live(self) -> tuple[float, int, _Wire] | None:
+        while self.deadlines:
+            head = self.deadlines[0]
+            if not head[2].closed and head[2].deadline == head[0]:
+                return head
+            heapq.heappop(self.deadlines)
+        return None
 
-    def recv(self, bufsize, flags=0):
-        self._arm()
-        return super().recv(bufsize, flags)
+    def turn(self) -> None:
+        """Wait for the first event or deadline, then serve every one that is due."""
+        head = self._live()
+        wait = 1.0 if head is None else max(0.0, head[0] - time.monotonic())
+        if self.again:
+            wait = 0.0
+        self._serve(wait)
+        for wire in list(self.again):
+            self.again.discard(wire)
+            if not wire.closed:
+                _guarded(wire, wire.ready, selectors.EVENT_READ)
+        now = time.monotonic()
+        head = self._live()
+        if head is None or head[0] > now:
+            return
+        # What became ready while the loop was busy (hundreds of handshakes and answers on a
+        # loaded machine) is served before anything is timed out: a late loop fails no box.
+        self._serve(0.0)
+        while (head := self._live()) is not None and head[0] <= now:
+            heapq.heappop(self.deadlines)
+            _guarded(head[2], head[2].fail, TimeoutError("timed out"))
 
-    def sendall(self, data, flags=0):
-        self._arm()
-        return super().sendall(data, flags)
+    def address(self, host: str, port: int) -> AddressInfo:
+        """Where to dial: a name's address as :func:`look_up` found it before the loop ran
+        (never looked up in the loop: a slow resolver would stall every probe), an
+        address as written."""
+        found = self.names.get((host, port))
+        if isinstance(found, OSError):
+            raise found
+        if found is not None:
+            return found
+        return socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                  flags=socket.AI_NUMERICHOST)[0]
+
+    def _serve(self, wait: float) -> None:
+        events = self.selector.select(wait) if self.selector.get_map() else ()
+        for key, mask in events:
+            _guarded(key.data, key.data.ready, mask)
 
 
-class _DeadlineSocket(_Deadline, socket.socket):
-    """A plain connection under the deadline."""
+def _guarded(wire: _Wire, step: Callable, argument) -> None:
+    """``step(argument)``, where whatever a box's answer still raises fails that probe only.
+
+    Every failure an answer is known to cause is caught where it happens; this is the
+    wall behind them, so that an answer nobody thought of costs its server, not the pass.
+    """
+    try:
+        step(argument)
+    except Exception as exc:  # noqa: BLE001 (one server's answer never fails the pass)
+        wire.owner.broke(exc)
 
 
-class _DeadlineTlsSocket(_Deadline, ssl.SSLSocket):
-    """A TLS connection under the same deadline: the fleet CA's context makes its sockets
-    of this class, so TLS reads and writes wait no longer than plain ones."""
+class _Wire:
+    """One non-blocking connection to a box, driven by the loop's events.
 
+    It connects (within ``connect_timeout``), shakes hands under TLS (within the first
+    request's deadline), then sends its requests and reads their answers in order; each
+    request must be answered ``connect_timeout + timeout`` after it was asked, however
+    slowly the box drips its bytes. Whatever fails is told to every request still waiting.
+    """
 
-def _connect(endpoint: Endpoint, connect_timeout: float, timeout: float,
-             tls: ssl.SSLContext | None = None,
-             session: ssl.SSLSession | None = None) -> http.client.HTTPConnection:
-    """A connection whose first request must end ``connect_timeout + timeout`` from now;
-    over TLS (``tls``) the handshake verifies the box within ``connect_timeout``, or
-    resumes ``session``, one this probe verified on its first connection to the box."""
-    deadline = time.monotonic() + connect_timeout + timeout
-    raw = socket.create_connection((endpoint.host, endpoint.port), timeout=connect_timeout)
-    # As http.client does: the scrape and the /v1/models ask are small and go out at once.
-    raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    if tls is None:
-        sock = _DeadlineSocket(raw.family, raw.type, raw.proto, fileno=raw.detach())
-    else:
-        tls.sslsocket_class = _DeadlineTlsSocket
+    def __init__(self, owner: _Probe, endpoint: Endpoint, tls: ssl.SSLContext | None,
+                 session: ssl.SSLSession | None = None):
+        self.owner, self.loop, self.tls = owner, owner.loop, tls
+        self.whole = owner.connect_timeout + owner.timeout
+        self.pending: deque[_Request] = deque()
+        self.out = bytearray()
+        self.events = 0
+        self.closed = self.connected = self.opened = self.reusable = False
+        self.error: OSError | None = None
+        self.sock: socket.socket | None = None
+        self.session = session
+        self.deadline = time.monotonic() + owner.connect_timeout
+        host = f"[{endpoint.host}]" if ":" in endpoint.host else endpoint.host
+        self.host, self.authority = endpoint.host, f"{host}:{endpoint.port}"
         try:
-            sock = tls.wrap_socket(raw, server_hostname=endpoint.host, session=session)
-        except BaseException:
-            raw.close()
-            raise
-    sock.read_timeout, sock.deadline = timeout, deadline
-    connection = http.client.HTTPConnection(endpoint.host, endpoint.port, timeout=timeout)
-    connection.sock = sock
-    return connection
+            family, kind, proto, _name, address = self.loop.address(endpoint.host,
+                                                                    endpoint.port)
+            self.sock = socket.socket(family, kind, proto)
+            self.sock.setblocking(False)
+            # The requests are small and go out at once, as http.client sends them.
+            self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            code = self.sock.connect_ex(address)
+            if code not in _CONNECTING:
+                raise OSError(code, os.strerror(code))
+        except OSError as exc:
+            self.error = exc
+            self.close()
+            return
+        self._watch(selectors.EVENT_WRITE)
+        self.loop.arm(self)
 
+    def ask(self, path: str, headers: dict[str, str], limit: int,
+            done: Callable[[Answer | None, BaseException | None], None]) -> None:
+        """Send ``GET path``; ``done`` is told its answer, or why there is none."""
+        if self.error is not None:
+            done(None, self.error)
+            return
+        lines = [f"GET {path} HTTP/1.1", f"Host: {self.authority}", "Accept-Encoding: identity",
+                 *(f"{name}: {value}" for name, value in headers.items())]
+        self.out += ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+        self.pending.append(_Request(Answer(limit), time.monotonic() + self.whole, done))
+        if self.opened:
+            self._pump()
 
-def _restart_deadline(connection: http.client.HTTPConnection, connect_timeout: float,
-                      timeout: float) -> None:
-    """A new request on an open connection gets a whole deadline of its own."""
-    if isinstance(connection.sock, _Deadline):
-        connection.sock.deadline = time.monotonic() + connect_timeout + timeout
+    def certificate_expiry(self) -> float | None:
+        """When the certificate the box presented (and we verified) expires."""
+        try:
+            return ssl.cert_time_to_seconds(self.sock.getpeercert()["notAfter"])
+        except (AttributeError, KeyError, TypeError, ValueError):
+            return None
 
+    def ready(self, mask: int) -> None:
+        if self.closed:
+            return
+        if not self.connected:
+            self._connected()
+        elif not self.opened:
+            self._handshake()
+        else:
+            if mask & selectors.EVENT_WRITE:
+                self._pump()
+            if mask & selectors.EVENT_READ and not self.closed:
+                self._read()
 
-def _ask(connection: http.client.HTTPConnection, path: str, headers: dict[str, str],
-         limit: int = MAX_ANSWER_BYTES) -> tuple[int, bytes]:
-    """One request on an open connection, its answer read; the connection stays usable."""
-    connection.request("GET", path, headers=headers)
-    answer = connection.getresponse()
-    return answer.status, answer.read(limit)
+    def _connected(self) -> None:
+        """The connect ended: refused, or open (plain), or the TLS handshake starts."""
+        code = self.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+        if code:
+            self.fail(OSError(code, os.strerror(code)))
+            return
+        self.connected = True
+        if self.tls is None:
+            self._open()
+            return
+        self._watch(0)
+        try:
+            self.sock = self.tls.wrap_socket(self.sock, server_hostname=self.host,
+                                             do_handshake_on_connect=False,
+                                             session=self.session)
+        except (OSError, ValueError) as exc:
+            self.fail(exc)
+            return
+        if self.pending:
+            self.deadline = self.pending[0].deadline
+            self.loop.arm(self)
+        self._handshake()
 
+    def _handshake(self) -> None:
+        try:
+            self.sock.do_handshake()
+        except ssl.SSLWantReadError:
+            self._watch(selectors.EVENT_READ)
+            return
+        except ssl.SSLWantWriteError:
+            self._watch(selectors.EVENT_WRITE)
+            return
+        except OSError as exc:
+            self.fail(exc)
+            return
+        self._open()
 
-def _get(endpoint: Endpoint, path: str, headers: dict[str, str], connect_timeout: float,
-         timeout: float, tls: ssl.SSLContext | None = None,
-         session: ssl.SSLSession | None = None) -> tuple[int, bytes]:
-    connection = _connect(endpoint, connect_timeout, timeout, tls, session)
-    try:
-        return _ask(connection, path, headers)
-    finally:
-        connection.close()
+    def _open(self) -> None:
+        self.opened = True
+        self._pump()
 
+    def _pump(self) -> None:
+        """Send what is waiting to go out, and wait for answers."""
+        while self.out:
+            try:
+                sent = self.sock.send(self.out)
+            except (BlockingIOError, ssl.SSLWantWriteError, ssl.SSLWantReadError):
+                break
+            except OSError as exc:
+                self.fail(exc)
+                return
+            del self.out[:sent]
+        self._watch(selectors.EVENT_READ | (selectors.EVENT_WRITE if self.out else 0))
+        self._rearm()
 
-def _send_scrape(connection: http.client.HTTPConnection, headers: dict[str, str]) -> bool:
-    """Ask for ``/metrics`` on the ``/health`` connection; its answer is read later."""
-    try:
-        connection.request("GET", "/metrics", headers=headers)
-    except (OSError, http.client.HTTPException):
-        return False
-    return True
+    def _read(self) -> None:
+        for _turn in range(READS_PER_WAKEUP):
+            try:
+                data = self.sock.recv(READ_BYTES)
+            except (BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
+                return
+            except OSError as exc:
+                self.fail(exc)
+                return
+            if not data:
+                self._ended()
+                return
+            self._feed(data)
+            if self.closed:
+                return
+        if isinstance(self.sock, ssl.SSLSocket) and self.sock.pending():
+            self.loop.again.add(self)
 
+    def _feed(self, data: bytes) -> None:
+        while self.pending and not self.closed:
+            request = self.pending[0]
+            try:
+                data = request.answer.feed(data)
+            except BadAnswer as exc:
+                self.fail(exc)
+                return
+            if not request.answer.done:
+                return
+            self.pending.popleft()
+            self.reusable = request.answer.reusable
+            self._rearm()
+            request.done(request.answer, None)
+            if not self.reusable:
+                self.fail(RemoteDisconnected("the box closed the connection"))
 
-def _exposition(connection: http.client.HTTPConnection) -> tuple[str | None, str]:
-    """The ``/metrics`` answer asked for by :func:`_send_scrape`, or None and why.
+    def _ended(self) -> None:
+        """The box closed the connection: it ends an answer read to the close, or fails it."""
+        if self.pending:
+            request = self.pending.popleft()
+            try:
+                request.answer.feed_eof()
+            except BadAnswer as exc:
+                self.pending.appendleft(request)
+                self.fail(exc)
+                return
+            request.done(request.answer, None)
+        self.fail(RemoteDisconnected("the box closed the connection"))
 
-    Whatever goes wrong (refused, timed out, not 200, too large, not text)
-    leaves the figures unknown; it never fails the probe.
-    """
-    try:
-        answer = connection.getresponse()
-        if answer.status != 200:
-            return None, f"HTTP {answer.status} from /metrics"
-        # An announced length over the cap is refused unread: no time spent on it.
-        if answer.length is not None and answer.length > MAX_METRICS_BYTES:
-            return None, f"/metrics is over {MAX_METRICS_BYTES} bytes"
-        body = answer.read(MAX_METRICS_BYTES + 1)
-        if len(body) > MAX_METRICS_BYTES:
-            return None, f"/metrics is over {MAX_METRICS_BYTES} bytes"
-        return body.decode("utf-8"), ""
-    except (OSError, http.client.HTTPException) as exc:
-        return None, f"/metrics: {_describe(exc)}"
-    except UnicodeDecodeError:
-        return None, "/metrics is not UTF-8"
+    def _rearm(self) -> None:
+        if self.pending and self.pending[0].deadline != self.deadline:
+            self.deadline = self.pending[0].deadline
+            self.loop.arm(self)
+
+    def _watch(self, events: int) -> None:
+        if events == self.events:
+            return
+        if not self.events:
+            self.loop.selector.register(self.sock, events, self)
+        elif not events:
+            self.loop.selector.unregister(self.sock)
+        else:
+            self.loop.selector.modify(self.sock, events, self)
+        self.events = events
+
+    def fail(self, exc: BaseException) -> None:
+        """Close, and tell every request still waiting why it has no answer."""
+        waiting = list(self.pending)
+        self.close()
+        for request in waiting:
+            request.done(None, exc)
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed, self.reusable = True, False
+        self.pending.clear()
+        self.loop.again.discard(self)
+        if self.sock is not None:
+            self._watch(0)
+            self.sock.close()
 
 
 def _lists(body: bytes, served_model_name: str) -> bool:
@@ -207,93 +409,152 @@ def _lists(body: bytes, served_model_name: str) -> bool:
         return False
 
 
-def _models_probe(health_ok: bool, status: int, body: bytes, served_model_name: str) -> Probe:
+def _models_probe(health_ok: bool, answer: Answer, served_model_name: str) -> Probe:
     """The probe from the ``/v1/models`` answer."""
+    status = answer.status
     if status == 401:
         return Probe(health_ok, Models.REJECTED, "HTTP 401 from /v1/models")
     if status != 200:
         return Probe(health_ok, Models.FAILED, f"HTTP {status} from /v1/models")
-    if _lists(body, served_model_name):
+    if _lists(answer.body, served_model_name):
         return Probe(health_ok, Models.LISTS, "" if health_ok else "/health not 200")
     return Probe(health_ok, Models.OTHER, f"{served_model_name!r} not listed")
 
 
-def probe_one(target: Target, connect_timeout: float, timeout: float,
-              scrape: bool = True) -> Probe:
-    """``/health`` then, if it answers, ``/v1/models`` with the bearer and the scrape.
+def _exposition(answer: Answer | None, exc: BaseException | None) -> tuple[str | None, str]:
+    """The ``/metrics`` answer as text, or None and why.
 
-    The scrape reuses the ``/health`` connection and is sent before
-    ``/v1/models``, so both answers are awaited at once: it costs the server
-    no connection and the pass no round trip.
+    Whatever goes wrong (refused, timed out, not 200, too large, not text)
+    leaves the figures unknown; it never fails the probe.
     """
-    if target.endpoint is None:
-        return Probe(False, Models.SKIPPED, "no public address known")
-    tls = target.tls
+    if isinstance(exc, TooLarge):
+        # An announced length over the cap was refused unread: no time spent on it.
+        return None, f"/metrics is over {MAX_METRICS_BYTES} bytes"
+    if exc is not None:
+        return None, f"/metrics: {_describe(exc)}"
+    if answer.status != 200:
+        return None, f"HTTP {answer.status} from /metrics"
     try:
-        connection = _connect(target.endpoint, connect_timeout, timeout, tls)
-    except ssl.SSLCertVerificationError as exc:
-        return Probe(False, Models.REJECTED, f"a certificate the fleet CA did not sign for "
-                                             f"this address ({exc.verify_message})")
-    except ssl.SSLError as exc:
-        if not target.plain_allowed:
-            return Probe(False, Models.SKIPPED, _describe(exc))
-        tls = None
-        try:
-            connection = _connect(target.endpoint, connect_timeout, timeout)
-        except (OSError, http.client.HTTPException) as again:
-            return Probe(False, Models.SKIPPED, _describe(again))
-    except (OSError, http.client.HTTPException) as exc:
-        return Probe(False, Models.SKIPPED, _describe(exc))
-    if tls is not target.tls:
-        return replace(_probe_on(connection, target, connect_timeout, timeout, scrape, tls),
-                       plain_http=True)
-    expires = _certificate_expiry(connection) if tls is not None else None
-    probe = _probe_on(connection, target, connect_timeout, timeout, scrape, tls)
-    return probe if expires is None else replace(probe, cert_not_after=expires)
+        return answer.body.decode("utf-8"), ""
+    except UnicodeDecodeError:
+        return None, "/metrics is not UTF-8"
 
 
-def _certificate_expiry(connection: http.client.HTTPConnection) -> float | None:
-    """When the certificate the box just presented (and we verified) expires."""
-    try:
-        return ssl.cert_time_to_seconds(connection.sock.getpeercert()["notAfter"])
-    except (AttributeError, KeyError, TypeError, ValueError):
-        return None
+class _Probe:
+    """One server's probe, as steps the loop's events drive.
 
+    ``/health`` first, on a connection of its own (under TLS its handshake verifies the
+    box). Once it answers, with whatever status, the bearer goes out: ``/metrics`` on the
+    same connection (a new one if the box closed it) and ``/v1/models`` on a second one
+    (resuming the first's TLS session), so both slow answers are awaited at once. The
+    probe ends when ``/v1/models`` and, if it accepted our bearer, ``/metrics`` answered.
+    """
 
-def _probe_on(connection: http.client.HTTPConnection, target: Target, connect_timeout: float,
-              timeout: float, scrape: bool, tls: ssl.SSLContext | None) -> Probe:
-    """The probe on an open connection (closed when done)."""
-    try:
-        try:
-            health_ok = _ask(connection, "/health", {})[0] == 200
-        except (OSError, http.client.HTTPException) as exc:
-            return Probe(False, Models.SKIPPED, _describe(exc))
-        bearer = {"Authorization": f"Bearer {target.api_key}"}
-        _restart_deadline(connection, connect_timeout, timeout)
-        scraping = scrape and _send_scrape(connection, bearer)
-        scraped_at = time.time()
-        try:
-            # The second connection resumes the first's TLS session: no second certificate
-            # to send and verify (the box proved it a moment ago on the first).
-            session = connection.sock.session if tls is not None else None
-            status, body = _get(target.endpoint, "/v1/models", bearer, connect_timeout, timeout,
-                                tls, session)
-        except (OSError, http.client.HTTPException) as exc:
-            return Probe(health_ok, Models.FAILED, _describe(exc))
-        probe = _models_probe(health_ok, status, body, target.served_model_name)
-        if not scraping or status != 200:
-            return probe
-        text, unread = _exposition(connection)
+    def __init__(self, loop: _Loop, target: Target, connect_timeout: float, timeout: float,
+                 scrape: bool, finished: Callable[[Probe], None]):
+        self.loop, self.target, self.scrape, self.finished = loop, target, scrape, finished
+        self.connect_timeout, self.timeout = connect_timeout, timeout
+        self.wires: list[_Wire] = []
+        self.tls = target.tls
+        self.over = False
+        self.health_ok = False
+        self.not_after: float | None = None
+        self.models: tuple[Probe, bytes] | None = None
+        self.exposition: tuple[str | None, str] | None = None
+        self.scraped_at = 0.0
+
+    def start(self) -> None:
+        if self.target.endpoint is None:
+            self._finish(Probe(False, Models.SKIPPED, "no public address known"))
+        else:
+            self._wire(None).ask("/health", {}, MAX_ANSWER_BYTES, self._health)
+
+    def _wire(self, session: ssl.SSLSession | None) -> _Wire:
+        wire = _Wire(self, self.target.endpoint, self.tls, session)
+        self.wires.append(wire)
+        return wire
+
+    def _health(self, answer: Answer | None, exc: BaseException | None) -> None:
+        first = self.wires[-1]
+        if exc is not None:
+            self._unanswered(first, exc)
+            return
+        self.health_ok = answer.status == 200
+        if self.tls is not None:
+            self.not_after = first.certificate_expiry()
+        # The box proved its certificate on the first connection a moment ago: the others
+        # resume its session (no second certificate to send and verify).
+        session = first.sock.session if self.tls is not None else None
+        bearer = {"Authorization": f"Bearer {self.target.api_key}"}
+        if self.scrape:
+            scraper = first if first.reusable else self._wire(session)
+            self.scraped_at = time.time()
+            scraper.ask("/metrics", bearer, MAX_METRICS_BYTES, self._metrics)
+        if not self.over:
+            self._wire(session).ask("/v1/models", bearer, MAX_ANSWER_BYTES, self._models)
+
+    def _unanswered(self, first: _Wire, exc: BaseException) -> None:
+        """``/health`` had no answer: a certificate not ours, plain HTTP, or nothing there."""
+        if isinstance(exc, ssl.SSLCertVerificationError):
+            self._finish(Probe(False, Models.REJECTED, f"a certificate the fleet CA did not "
+                                                       f"sign for this address "
+                                                       f"({exc.verify_message})"))
+        elif (isinstance(exc, ssl.SSLError) and not first.opened and self.tls is not None
+              and self.target.plain_allowed):
+            self.tls = None
+            self._wire(None).ask("/health", {}, MAX_ANSWER_BYTES, self._health)
+        else:
+            self._finish(Probe(False, Models.SKIPPED, _describe(exc)))
+
+    def _models(self, answer: Answer | None, exc: BaseException | None) -> None:
+        if isinstance(exc, TooLarge):
+            probe = Probe(self.health_ok, Models.OTHER,
+                          f"/v1/models is over {MAX_ANSWER_BYTES} bytes")
+        elif exc is not None:
+            probe = Probe(self.health_ok, Models.FAILED, _describe(exc))
+        else:
+            probe = _models_probe(self.health_ok, answer, self.target.served_model_name)
+        if not self.scrape or exc is not None or answer.status != 200:
+            self._finish(probe)
+            return
+        self.models = probe, bytes(answer.body)
+        self._figures()
+
+    def _metrics(self, answer: Answer | None, exc: BaseException | None) -> None:
+        self.exposition = _exposition(answer, exc)
+        self._figures()
+
+    def _figures(self) -> None:
+        """Once both ``/v1/models`` (accepted) and ``/metrics`` answered: the figures."""
+        if self.models is None or self.exposition is None:
+            return
+        (probe, body), (text, unread) = self.models, self.exposition
         exposition = None if text is None else read_exposition(text, SCRAPED)
-        metrics, unknown = read_figures(exposition, body, target.served_model_name, scraped_at)
+        metrics, unknown = read_figures(exposition, body, self.target.served_model_name,
+                                        self.scraped_at)
         reason = unread or unknown
         if reason and probe.models is Models.LISTS and not probe.detail:
             probe = replace(probe, detail=short_reason(f"figures unknown: {reason}"))
         # An answer whose figures could not be believed is not believed for its latency either.
-        return replace(probe, metrics=metrics,
-                       latency=None if reason else read_latency(exposition))
-    finally:
-        connection.close()
+        self._finish(replace(probe, metrics=metrics,
+                             latency=None if reason else read_latency(exposition)))
+
+    def broke(self, exc: Exception) -> None:
+        """What an answer raised that no step caught: that server's probe fails, alone."""
+        self._finish(Probe(False, Models.FAILED,
+                           short_reason(f"unreadable answer: {_describe(exc)}")))
+
+    def _finish(self, probe: Probe) -> None:
+        if self.over:
+            return
+        self.over = True
+        for wire in self.wires:
+            wire.close()
+        if self.tls is not self.target.tls:
+            probe = replace(probe, plain_http=True)
+        if self.not_after is not None:
+            probe = replace(probe, cert_not_after=self.not_after)
+        self.finished(probe)
 
 
 def short_reason(text: str) -> str:
@@ -312,19 +573,6 @@ def _describe(exc: BaseException) -> str:
     return short_reason(text)
 
 
-def _probe_apart(target: Target, connect_timeout: float, timeout: float,
-                 scrape: bool) -> Probe:
-    """:func:`probe_one`, where whatever a box's answer still raises fails that probe only.
-
-    Every failure an answer is known to cause is caught where it happens; this is the
-    wall behind them, so that an answer nobody thought of costs its server, not the pass.
-    """
-    try:
-        return probe_one(target, connect_timeout, timeout, scrape)
-    except Exception as exc:  # noqa: BLE001 (one server's answer never fails the pass)
-        return Probe(False, Models.FAILED, short_reason(f"unreadable answer: {_describe(exc)}"))
-
-
 def descriptor_room() -> int:
     """How many more descriptors the process may open: its soft limit less a reserve."""
     soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -333,13 +581,95 @@ def descriptor_room() -> int:
     return soft - RESERVED_DESCRIPTORS
 
 
+def probe_one(target: Target, connect_timeout: float, timeout: float,
+              scrape: bool = True) -> Probe:
+    """One server's probe (and scrape): :func:`probe_many` of one."""
+    return _run([target], connect_timeout, timeout, 1, scrape)[0]
+
+
 def probe_many(targets: Iterable[Target], connect_timeout: float, timeout: float,
                concurrency: int = DEFAULT_CONCURRENCY, scrape: bool = True) -> dict[str, Probe]:
     """Probe (and scrape) every target concurrently; each target's key to its probe."""
     targets = list(targets)
     if not targets:
         return {}
-    workers = max(1, min(concurrency, len(targets), descriptor_room() // SOCKETS_PER_PROBE))
-    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="llmao-probe") as pool:
-        probes = pool.map(lambda t: _probe_apart(t, connect_timeout, timeout, scrape), targets)
-        return {target.key: result for target, result in zip(targets, probes, strict=True)}
+    most = max(1, min(concurrency, len(targets), descriptor_room() // SOCKETS_PER_PROBE))
+    probes = _run(targets, connect_timeout, timeout, most, scrape)
+    return {target.key: probe for target, probe in zip(targets, probes, strict=True)}
+
+
+def _is_address(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
+def look_up(places: Iterable[tuple[str, int]], wait_s: float) -> dict[tuple[str, int],
+                                                                     AddressInfo | OSError]:
+    """Each DNS name's first address, looked up side by side in daemon threads before the
+    probes start, for at most ``wait_s`` in all: a name whose resolver is slow fails its own
+    probes ("name lookup timed out"), never the pass's. Addresses are not looked up."""
+    names = list(dict.fromkeys(place for place in places if not _is_address(place[0])))
+    found: dict[tuple[str, int], AddressInfo | OSError] = {}
+    if not names:
+        return found
+    queue = deque(names)
+    lock = threading.Lock()
+    all_done = threading.Event()
+
+    def resolve() -> None:
+        while True:
+            with lock:
+                if not queue:
+                    return
+                place = queue.popleft()
+            try:
+                answer: AddressInfo | OSError = socket.getaddrinfo(
+                    *place, type=socket.SOCK_STREAM)[0]
+            except OSError as exc:
+                answer = exc
+            with lock:
+                found[place] = answer
+                if len(found) == len(names):
+                    all_done.set()
+
+    for _index in range(min(LOOKUP_THREADS, len(names))):
+        threading.Thread(target=resolve, name="llmao-probe-lookup", daemon=True).start()
+    all_done.wait(wait_s)
+    with lock:
+        return {place: found.get(place, OSError("name lookup timed out"))
+                for place in names}
+
+
+def _run(targets: list[Target], connect_timeout: float, timeout: float, most: int,
+         scrape: bool) -> list[Probe]:
+    """Every target's probe, at most ``most`` in flight, driven by one loop in this thread."""
+    loop = _Loop(look_up(((t.endpoint.host, t.endpoint.port) for t in targets if t.endpoint),
+                         connect_timeout))
+    results: list[Probe | None] = [None] * len(targets)
+    waiting = deque(enumerate(targets))
+    running = 0
+
+    def finished(index: int, probe: Probe) -> None:
+        nonlocal running
+        results[index] = probe
+        running -= 1
+
+    try:
+        while True:
+            while waiting and running < most:
+                index, target = waiting.popleft()
+                running += 1
+                probe = _Probe(loop, target, connect_timeout, timeout, scrape,
+                               lambda done, index=index: finished(index, done))
+                try:
+                    probe.start()
+                except Exception as exc:  # noqa: BLE001 (one server never fails the pass)
+                    probe.broke(exc)
+            if not running:
+                return results
+            loop.turn()
+    finally:
+        loop.selector.close()

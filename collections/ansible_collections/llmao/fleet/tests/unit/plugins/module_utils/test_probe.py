@@ -167,3 +167,78 @@ def test_the_pool_fits_the_descriptors_the_process_may_open(monkeypatch, room, m
         server.server_close()
     assert all(probe.models is Models.REJECTED for probe in probes.values())
     assert Crowd.most == most
+
+
+class Threads(Unlike):
+    """Unlike, noting every thread alive while it answers."""
+
+    alive: set = set()
+
+    def do_GET(self):
+        Threads.alive |= set(threading.enumerate())
+        super().do_GET()
+
+
+def test_every_probe_runs_in_the_calling_thread():
+    """One event loop in the caller drives every probe: no thread is started for them."""
+    Unlike.metrics, Threads.alive = (200, b"vllm:num_requests_waiting{a=\"1\"} 2\n"), set()
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Threads)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    before = set(threading.enumerate())
+    try:
+        probes = probe_many([target(str(index), server.server_address[1])
+                             for index in range(20)], 2, 5)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert all(probe.models is Models.LISTS for probe in probes.values())
+    started = {thread for thread in Threads.alive - before
+               if "process_request_thread" not in thread.name}
+    assert not started, sorted(thread.name for thread in started)
+
+
+class Closing(Unlike):
+    """Unlike over HTTP/1.0: the box closes the connection after every answer."""
+
+    protocol_version = "HTTP/1.0"
+
+
+def test_a_box_that_closes_after_health_is_scraped_on_a_new_connection():
+    Unlike.metrics, Unlike.seen = (200, b"vllm:num_requests_waiting 2\n"), []
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Closing)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        probe = probe_many([target("closing", server.server_address[1])], 2, 5)["closing"]
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert (probe.health_ok, probe.models, probe.detail) == (True, Models.LISTS, "")
+    assert probe.metrics.requests_waiting == 2 and probe.metrics.max_model_len == 2048
+    assert [path for path, bearer in Unlike.seen].count("/metrics") == 1
+
+
+def test_a_slow_name_fails_its_own_probe_and_stalls_no_other(stubs, monkeypatch):
+    """A box dialled by a DNS name whose resolver never answers in time fails its own probe;
+    the others (one by address, one by a name that resolves) are probed meanwhile."""
+    real_lookup = probe_module.socket.getaddrinfo
+
+    def lookup(host, *args, **kwargs):
+        if host == "slow.invalid":
+            time.sleep(3)
+            raise OSError("the resolver gave up")
+        if host == "stub.invalid":
+            host = "127.0.0.1"
+        return real_lookup(host, *args, **kwargs)
+
+    monkeypatch.setattr(probe_module.socket, "getaddrinfo", lookup)
+    port = stubs["serving"].port
+    began = time.monotonic()
+    probes = probe_many([
+        Target("slow", Endpoint("slow.invalid", port, "test"), "m", KEY),
+        Target("named", Endpoint("stub.invalid", port, "test"), "m", KEY),
+        target("address", port),
+    ], connect_timeout=0.5, timeout=2)
+    assert time.monotonic() - began < 2.5
+    assert (probes["slow"].models, probes["slow"].detail) == \
+        (Models.SKIPPED, "OSError: name lookup timed out")
+    assert probes["named"].models is Models.LISTS and probes["address"].models is Models.LISTS
