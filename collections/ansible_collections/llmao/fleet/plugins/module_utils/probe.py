@@ -606,8 +606,8 @@ def _is_address(host: str) -> bool:
     return True
 
 
-def look_up(places: Iterable[tuple[str, int]], wait_s: float) -> dict[tuple[str, int],
-                                                                     AddressInfo | OSError]:
+def look_up(places: Iterable[tuple[str, int]],
+            wait_s: float) -> dict[tuple[str, int], AddressInfo | OSError]:
     """Each DNS name's first address, looked up side by side in daemon threads before the
     probes start, for at most ``wait_s`` in all: a name whose resolver is slow fails its own
     probes ("name lookup timed out"), never the pass's. Addresses are not looked up."""
