@@ -105,9 +105,7 @@ class Answer:
         if line is None:
             return False
         if line:
-            self._headers += 1
-            if self._headers > MAX_HEADERS:
-                raise BadAnswer(f"not HTTP: over {MAX_HEADERS} headers")
+            self._count_header()
             self._header(line)
             return True
         if 100 <= self.status < 200:
@@ -189,12 +187,16 @@ class Answer:
         if line is None:
             return False
         if line:
-            self._headers += 1
-            if self._headers > MAX_HEADERS:
-                raise BadAnswer(f"not HTTP: over {MAX_HEADERS} headers")
+            self._count_header()
             return True
         self._finish()
         return False
+
+    def _count_header(self) -> None:
+        """One more header or trailer line; an answer may carry at most ``MAX_HEADERS``."""
+        self._headers += 1
+        if self._headers > MAX_HEADERS:
+            raise BadAnswer(f"not HTTP: over {MAX_HEADERS} headers")
 
     def _finish(self) -> None:
         self.done = True

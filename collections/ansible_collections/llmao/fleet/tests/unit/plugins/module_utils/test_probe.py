@@ -9,7 +9,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from ansible_collections.llmao.fleet.plugins.module_utils import probe as probe_module
-from ansible_collections.llmao.fleet.plugins.module_utils.lifecycle import Models
+from ansible_collections.llmao.fleet.plugins.module_utils.lifecycle import Models, Probe
 from ansible_collections.llmao.fleet.plugins.module_utils.listings import Endpoint
 from ansible_collections.llmao.fleet.plugins.module_utils.probe import Target, probe_many
 from rig.boxes import free_port, start_local_stub
@@ -106,6 +106,17 @@ class Unlike(BaseHTTPRequestHandler):
         pass
 
 
+def probe_local(handler: type) -> Probe:
+    """One probe of a local server answering as ``handler`` does, stopped once probed."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        return probe_many([target("local", server.server_address[1])], 2, 5)["local"]
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 @pytest.mark.parametrize("answer", [
     (404, b"not found"), (200, b"vllm:num_requests_waiting{a=1} 2\n"), (200, b"\xff\xfe"),
     (200, b"vllm:num_requests_waiting 2\n" * 200_000),
@@ -113,13 +124,7 @@ class Unlike(BaseHTTPRequestHandler):
 ])
 def test_an_unreadable_metrics_answer_leaves_figures_unknown(answer):
     Unlike.metrics, Unlike.seen = answer, []
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Unlike)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        probe = probe_many([target("odd", server.server_address[1])], 2, 5)["odd"]
-    finally:
-        server.shutdown()
-        server.server_close()
+    probe = probe_local(Unlike)
     assert probe.models is Models.LISTS and probe.detail.startswith("figures unknown: ")
     assert probe.metrics.max_model_len == 2048
     assert probe.metrics.requests_waiting is None and probe.metrics.kv_cache_tokens is None
@@ -205,13 +210,7 @@ class Closing(Unlike):
 
 def test_a_box_that_closes_after_health_is_scraped_on_a_new_connection():
     Unlike.metrics, Unlike.seen = (200, b"vllm:num_requests_waiting 2\n"), []
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Closing)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        probe = probe_many([target("closing", server.server_address[1])], 2, 5)["closing"]
-    finally:
-        server.shutdown()
-        server.server_close()
+    probe = probe_local(Closing)
     assert (probe.health_ok, probe.models, probe.detail) == (True, Models.LISTS, "")
     assert probe.metrics.requests_waiting == 2 and probe.metrics.max_model_len == 2048
     assert [path for path, bearer in Unlike.seen].count("/metrics") == 1
