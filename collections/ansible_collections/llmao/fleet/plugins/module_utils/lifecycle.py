@@ -12,7 +12,7 @@ and only a server that is serving and is ours is ever registered.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, fields, replace
 from enum import StrEnum
 from typing import Any
 
@@ -138,7 +138,10 @@ class Memory:
 
     def record(self) -> dict[str, Any]:
         """The memory as JSON, as the server keeps it between passes."""
-        return {**asdict(self), "state": self.state.value if self.state else None}
+        # Shallow: every field is a JSON value already (latency_seen is a record), which
+        # asdict would copy deep for every server of every pass.
+        values = {item.name: getattr(self, item.name) for item in fields(self)}
+        return {**values, "state": self.state.value if self.state else None}
 
     @classmethod
     def from_record(cls, record: Mapping[str, Any] | None) -> Memory:

@@ -26,7 +26,7 @@ a reason cut to one short printable line.
 
 Under box TLS (docs/box-tls.md) every probe and scrape dials HTTPS and verifies the
 chain against the fleet CA and the certificate against the address dialled, under
-the same deadlines; the ``/v1/models`` connection resumes the first one's session.
+the same deadlines, on each of its connections.
 A certificate that does not verify is the same verdict as a wrong bearer: not ours
 (rejected). A box that has not applied the revision turning TLS on yet may still
 answer plain HTTP (``plain_allowed``); nothing else falls back.
@@ -62,6 +62,10 @@ from .vllm_metrics import read_figures
 # fleet larger than this adds a whole slow answer (or a timeout) to the pass: 300 servers
 # probed 256 at a time took two (issue 25).
 DEFAULT_CONCURRENCY = 512
+# The second connection is opened beside /health's and waits, idle, for it to answer: used
+# only if it waited at most this long, well before vLLM closes an idle connection (uvicorn's
+# keep-alive, VLLM_HTTP_TIMEOUT_KEEP_ALIVE: 5 s), so a request never races that close.
+SPARE_IDLE_S = 2.0
 # A probe holds at most two sockets at once (the /health connection, the /v1/models one);
 # the process's descriptor limit, less a reserve for everything else, bounds the probes in flight.
 SOCKETS_PER_PROBE = 2
@@ -200,8 +204,7 @@ class _Wire:
     slowly the box drips its bytes. Whatever fails is told to every request still waiting.
     """
 
-    def __init__(self, owner: _Probe, endpoint: Endpoint, tls: ssl.SSLContext | None,
-                 session: ssl.SSLSession | None = None):
+    def __init__(self, owner: _Probe, endpoint: Endpoint, tls: ssl.SSLContext | None):
         self.owner, self.loop, self.tls = owner, owner.loop, tls
         self.whole = owner.connect_timeout + owner.timeout
         self.pending: deque[_Request] = deque()
@@ -210,7 +213,6 @@ class _Wire:
         self.closed = self.connected = self.opened = self.reusable = False
         self.error: OSError | None = None
         self.sock: socket.socket | None = None
-        self.session = session
         self.deadline = time.monotonic() + owner.connect_timeout
         host = f"[{endpoint.host}]" if ":" in endpoint.host else endpoint.host
         self.host, self.authority = endpoint.host, f"{host}:{endpoint.port}"
@@ -277,8 +279,7 @@ class _Wire:
         self._watch(0)
         try:
             self.sock = self.tls.wrap_socket(self.sock, server_hostname=self.host,
-                                             do_handshake_on_connect=False,
-                                             session=self.session)
+                                             do_handshake_on_connect=False)
         except (OSError, ValueError) as exc:
             self.fail(exc)
             return
@@ -444,9 +445,11 @@ class _Probe:
     """One server's probe, as steps the loop's events drive.
 
     ``/health`` first, on a connection of its own (under TLS its handshake verifies the
-    box). Once it answers, with whatever status, the bearer goes out: ``/metrics`` on the
-    same connection (a new one if the box closed it) and ``/v1/models`` on a second one
-    (resuming the first's TLS session), so both slow answers are awaited at once. The
+    box), while a second connection is opened beside it, its connect and handshake done
+    in the time the box takes to answer. Once ``/health`` answers, with whatever status,
+    the bearer goes out: ``/metrics`` on the first connection (a new one if the box
+    closed it) and ``/v1/models`` on the second (a new one if it is gone or has waited
+    longer than :data:`SPARE_IDLE_S`), so both slow answers are awaited at once. The
     probe ends when ``/v1/models`` and, if it accepted our bearer, ``/metrics`` answered.
     """
 
@@ -455,6 +458,9 @@ class _Probe:
         self.loop, self.target, self.scrape, self.finished = loop, target, scrape, finished
         self.connect_timeout, self.timeout = connect_timeout, timeout
         self.wires: list[_Wire] = []
+        self.first: _Wire | None = None
+        self.spare: _Wire | None = None
+        self.spare_since = 0.0
         self.tls = target.tls
         self.over = False
         self.health_ok = False
@@ -467,31 +473,41 @@ class _Probe:
         if self.target.endpoint is None:
             self._finish(Probe(False, Models.SKIPPED, "no public address known"))
         else:
-            self._wire(None).ask("/health", {}, MAX_ANSWER_BYTES, self._health)
+            self._dial()
 
-    def _wire(self, session: ssl.SSLSession | None) -> _Wire:
-        wire = _Wire(self, self.target.endpoint, self.tls, session)
+    def _dial(self) -> None:
+        """``/health`` on a first connection, and a second one opened at once beside it."""
+        self.first = self._wire()
+        self.spare, self.spare_since = self._wire(), time.monotonic()
+        self.first.ask("/health", {}, MAX_ANSWER_BYTES, self._health)
+
+    def _wire(self) -> _Wire:
+        wire = _Wire(self, self.target.endpoint, self.tls)
         self.wires.append(wire)
         return wire
 
     def _health(self, answer: Answer | None, exc: BaseException | None) -> None:
-        first = self.wires[-1]
+        first = self.first
         if exc is not None:
             self._unanswered(first, exc)
             return
         self.health_ok = answer.status == 200
         if self.tls is not None:
             self.not_after = first.certificate_expiry()
-        # The box proved its certificate on the first connection a moment ago: the others
-        # resume its session (no second certificate to send and verify).
-        session = first.sock.session if self.tls is not None else None
         bearer = {"Authorization": f"Bearer {self.target.api_key}"}
         if self.scrape:
-            scraper = first if first.reusable else self._wire(session)
+            scraper = first if first.reusable else self._wire()
             self.scraped_at = time.time()
             scraper.ask("/metrics", bearer, MAX_METRICS_BYTES, self._metrics)
         if not self.over:
-            self._wire(session).ask("/v1/models", bearer, MAX_ANSWER_BYTES, self._models)
+            self._models_wire().ask("/v1/models", bearer, MAX_ANSWER_BYTES, self._models)
+
+    def _models_wire(self) -> _Wire:
+        """The second connection if it is still open and fresh, else a new one."""
+        if not self.spare.closed and time.monotonic() - self.spare_since <= SPARE_IDLE_S:
+            return self.spare
+        self.spare.close()
+        return self._wire()
 
     def _unanswered(self, first: _Wire, exc: BaseException) -> None:
         """``/health`` had no answer: a certificate not ours, plain HTTP, or nothing there."""
@@ -502,7 +518,8 @@ class _Probe:
         elif (isinstance(exc, ssl.SSLError) and not first.opened and self.tls is not None
               and self.target.plain_allowed):
             self.tls = None
-            self._wire(None).ask("/health", {}, MAX_ANSWER_BYTES, self._health)
+            self.spare.close()
+            self._dial()
         else:
             self._finish(Probe(False, Models.SKIPPED, _describe(exc)))
 

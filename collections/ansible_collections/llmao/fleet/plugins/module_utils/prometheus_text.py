@@ -26,15 +26,24 @@ HELP_OR_TYPE = ("# HELP ", "# TYPE ")
 LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 METRIC_TYPES = frozenset({"counter", "gauge", "histogram", "summary", "untyped"})
 ESCAPES = {"\\": "\\", '"': '"', "n": "\n"}
-LABEL_PAIR = re.compile(r'(?P<name>[a-zA-Z_][a-zA-Z0-9_]*)[ \t]*=[ \t]*'
-                        r'"(?P<value>(?:[^"\\]|\\.)*)"')
+# A label's value between its quotes, written as runs of plain characters between escapes
+# ("unrolled"): the same strings as (?:[^"\\]|\\.)*, read in a few steps, not one a character.
+_QUOTED = r'[^"\\]*(?:\\.[^"\\]*)*'
+LABEL_PAIR = re.compile(rf'(?P<name>[a-zA-Z_][a-zA-Z0-9_]*)[ \t]*=[ \t]*"(?P<value>{_QUOTED})"')
 # A whole sample line of the usual shape (name, labels, value, timestamp): most lines are
 # read by this one match and a split of the labels into pairs; a line it does not fit is
 # read piece by piece, which says what is wrong with it.
-_PAIR = r'[ \t]*[a-zA-Z_][a-zA-Z0-9_]*[ \t]*=[ \t]*"(?:[^"\\]|\\.)*"'
+_PAIR = rf'[ \t]*[a-zA-Z_][a-zA-Z0-9_]*[ \t]*=[ \t]*"{_QUOTED}"'
+# Pairs apart by commas, a trailing comma allowed; each pair is matched once (never tried
+# as "a pair and a comma" and again as "the last pair").
+_LABELS = rf'(?:{_PAIR}(?:[ \t]*,{_PAIR})*(?:[ \t]*,)?)?[ \t]*'
+# The value is a number as NUMBER reads it, or one of SPECIAL_VALUES (each of which float()
+# reads as Prometheus means it), at most MAX_NUMBER_CHARS long.
+_VALUE = (r'(?=[^ \t]{1,64}(?:[ \t]|$))'
+          r'(?:[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|[+-]?Inf|NaN)')
 SAMPLE_LINE = re.compile(r'(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)'
-                         rf'(?:\{{(?P<labels>(?:{_PAIR}[ \t]*,)*(?:{_PAIR})?[ \t]*)\}})?'
-                         r'[ \t]+(?P<value>[^ \t]{1,64})(?:[ \t]+-?[0-9]{1,20})?')
+                         rf'(?:\{{(?P<labels>{_LABELS})\}})?'
+                         rf'[ \t]+(?P<value>{_VALUE})(?:[ \t]+-?[0-9]{{1,20}})?')
 # vLLM's longest line (its cache config) is some 1,000 characters: a line longer than this
 # is read the slow way only, so that a hostile one costs no second reading.
 MAX_USUAL_LINE = 4096
@@ -107,9 +116,19 @@ def read_exposition(text: str, names: Collection[str]) -> Exposition:
     prefixes = tuple(names)
     samples, problems = [], []
     for number, line in enumerate(text.split("\n"), start=1):
-        if line[:1] in NAME_STARTS and not line.startswith(prefixes):
-            continue
-        if line.startswith(HELP_OR_TYPE) and line[7:8] in NAME_STARTS \
+        if line[:1] in NAME_STARTS:
+            if not line.startswith(prefixes):
+                continue
+            # The usual line, read here at once: the rest go through _read_line.
+            whole = SAMPLE_LINE.fullmatch(line) if len(line) <= MAX_USUAL_LINE else None
+            if whole is not None:
+                if whole.group("name") not in names:
+                    continue
+                sample = _matched_sample(whole)
+                if sample is not None:
+                    samples.append(sample)
+                    continue
+        elif line.startswith(HELP_OR_TYPE) and line[7:8] in NAME_STARTS \
                 and not line.startswith(prefixes, 7):
             continue
         try:
@@ -162,19 +181,13 @@ def _usual_sample(line: str) -> Sample | None:
 
 
 def _matched_sample(whole: re.Match) -> Sample | None:
-    """The sample of a :data:`SAMPLE_LINE` match; None when its value or labels are not
-    of the usual kind (the line is then read piece by piece, which says what is wrong)."""
+    """The sample of a :data:`SAMPLE_LINE` match; None when its labels are not of the
+    usual kind (the line is then read piece by piece, which says what is wrong)."""
     name, label_text, text = whole.group("name", "labels", "value")
-    if text in SPECIAL_VALUES:
-        value = SPECIAL_VALUES[text]
-    elif NUMBER.fullmatch(text):
-        value = float(text)
-    else:
-        return None
     labels = _LABEL_SETS.get(label_text or "")
     if labels is None:
         labels = _usual_labels(label_text or "")
-    return None if labels is None else Sample(name, labels, value)
+    return None if labels is None else Sample(name, labels, float(text))
 
 
 # The label sets already read, by their text: the servers of one model write the same ones

@@ -54,7 +54,7 @@ class ServerLoad:
 
     def record(self) -> dict[str, Any]:
         """The keys this adds to the server's verdict (flat, beside ``state``)."""
-        record = asdict(self)
+        record = {item.name: getattr(self, item.name) for item in fields(self)}
         record["metrics"] = self.metrics.record() if self.metrics else None
         record["latency"] = self.latency.record() if self.latency else None
         return record

@@ -150,16 +150,17 @@ def read_latency(exposition: str | Exposition | None) -> Cumulative | None:
 def cumulative(samples: Iterable[Sample]) -> Cumulative:
     """Each histogram's buckets summed over engines (the first name vLLM exports), and the
     preemption counter summed likewise."""
-    samples = list(samples)
+    by_name: dict[str, list[Sample]] = {}
+    for sample in samples:
+        by_name.setdefault(sample.name, []).append(sample)
     histograms = {}
     for figure, names in HISTOGRAMS.items():
         for name in names:
-            buckets = _summed_buckets(sample for sample in samples
-                                      if sample.name == f"{name}_bucket")
+            buckets = _summed_buckets(by_name.get(f"{name}_bucket", ()))
             if buckets:
                 histograms[figure] = buckets
                 break
-    counts = [sample.value for sample in samples if sample.name == PREEMPTIONS]
+    counts = [sample.value for sample in by_name.get(PREEMPTIONS, ())]
     total = math.fsum(counts) if counts and all(map(_is_count, counts)) else None
     return Cumulative(MappingProxyType(histograms),
                       total if total is not None and total <= MAX_COUNT else None)

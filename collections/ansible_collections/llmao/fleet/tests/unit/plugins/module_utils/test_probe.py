@@ -31,6 +31,14 @@ def stubs():
         stub.stop()
 
 
+class LocalServer(ThreadingHTTPServer):
+    """A local box for one test; a probe opens two connections at once, so the stdlib's
+    backlog of 5 would hold some back (vLLM's is 2048)."""
+
+    daemon_threads = True
+    request_queue_size = 64
+
+
 def target(key, port, served="m", api_key=KEY):
     return Target(key, Endpoint("127.0.0.1", port, "test"), served, api_key)
 
@@ -108,7 +116,7 @@ class Unlike(BaseHTTPRequestHandler):
 
 def probe_local(handler: type) -> Probe:
     """One probe of a local server answering as ``handler`` does, stopped once probed."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server = LocalServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         return probe_many([target("local", server.server_address[1])], 2, 5)["local"]
@@ -162,7 +170,7 @@ def test_the_pool_fits_the_descriptors_the_process_may_open(monkeypatch, room, m
     monkeypatch.setattr(probe_module.resource, "getrlimit",
                         lambda which: (probe_module.RESERVED_DESCRIPTORS + room, 1 << 20))
     Crowd.most = 0
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Crowd)
+    server = LocalServer(("127.0.0.1", 0), Crowd)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         probes = probe_many([target(str(index), server.server_address[1])
@@ -187,7 +195,7 @@ class Threads(Unlike):
 def test_every_probe_runs_in_the_calling_thread():
     """One event loop in the caller drives every probe: no thread is started for them."""
     Unlike.metrics, Threads.alive = (200, b"vllm:num_requests_waiting{a=\"1\"} 2\n"), set()
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Threads)
+    server = LocalServer(("127.0.0.1", 0), Threads)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     before = set(threading.enumerate())
     try:
@@ -241,3 +249,56 @@ def test_a_slow_name_fails_its_own_probe_and_stalls_no_other(stubs, monkeypatch)
     assert (probes["slow"].models, probes["slow"].detail) == \
         (Models.SKIPPED, "OSError: name lookup timed out")
     assert probes["named"].models is Models.LISTS and probes["address"].models is Models.LISTS
+
+
+class Held(Unlike):
+    """Unlike, holding /health a moment; notes how many connections it had taken by the
+    time /health answered, and on which connection each request came."""
+
+    hold_s = 0.3
+    connections: list = []
+    at_health: list = []
+
+    def setup(self):
+        super().setup()
+        Held.connections.append(self)
+
+    def do_GET(self):
+        if self.path == "/health":
+            time.sleep(self.hold_s)
+            Held.at_health.append(len(Held.connections))
+        Held.seen.append((self.path, Held.connections.index(self)))
+        super().do_GET()
+
+
+def held_probe(handler: type, hold_s: float) -> Probe:
+    Unlike.metrics, Held.hold_s = (200, b"vllm:num_requests_waiting 2\n"), hold_s
+    Held.seen, Held.connections, Held.at_health = [], [], []
+    return probe_local(handler)
+
+
+def test_the_second_connection_is_open_while_health_is_awaited():
+    """Its connect (and under TLS its handshake) costs the probe no time of its own."""
+    probe = held_probe(Held, 0.3)
+    assert (probe.models, probe.metrics.requests_waiting) == (Models.LISTS, 2)
+    assert Held.at_health == [2]
+    assert ("/v1/models", 1) in Held.seen and ("/metrics", 0) in Held.seen
+
+
+class IdleClosing(Held):
+    """Held, closing a connection that sends nothing for 0.1 s (as uvicorn's keep-alive)."""
+
+    timeout = 0.1
+
+
+def test_a_second_connection_the_box_closed_is_replaced():
+    probe = held_probe(IdleClosing, 0.5)
+    assert (probe.models, probe.detail) == (Models.LISTS, "")
+    assert ("/v1/models", 2) in Held.seen
+
+
+def test_a_second_connection_that_waited_too_long_is_not_used(monkeypatch):
+    monkeypatch.setattr(probe_module, "SPARE_IDLE_S", 0.1)
+    probe = held_probe(Held, 0.3)
+    assert (probe.models, probe.detail) == (Models.LISTS, "")
+    assert ("/v1/models", 2) in Held.seen and len(Held.connections) == 3
