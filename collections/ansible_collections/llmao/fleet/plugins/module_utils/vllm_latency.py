@@ -169,9 +169,9 @@ def cumulative(samples: Iterable[Sample]) -> Cumulative:
 def _summed_buckets(samples: Iterable[Sample]) -> Buckets:
     """``(bound, count)`` over engines, or () when the buckets cannot be believed."""
     by_bound: dict[float, float] = {}
-    seen: set[tuple[tuple[str, str], ...]] = set()
+    seen: set[frozenset[tuple[str, str]]] = set()
     for sample in samples:
-        labels = tuple(sorted(sample.labels.items()))
+        labels = frozenset(sample.labels.items())
         if labels in seen or not _is_count(sample.value):
             return ()
         seen.add(labels)
@@ -188,12 +188,14 @@ def _summed_buckets(samples: Iterable[Sample]) -> Buckets:
 
 def _checked(buckets: Buckets) -> Buckets:
     """Buckets that make a histogram: few, ``+Inf`` last, counts never falling, in bounds."""
-    counts = [count for _bound_value, count in buckets]
-    if not buckets or len(buckets) > MAX_BUCKETS or buckets[-1][0] != math.inf \
-            or any(later < earlier for earlier, later in zip(counts, counts[1:], strict=False)) \
-            or not all(map(_is_count, counts)) \
-            or any(bound < 0 or math.isnan(bound) for bound, _count in buckets):
+    if not buckets or len(buckets) > MAX_BUCKETS or buckets[-1][0] != math.inf:
         raise LatencyRecordError("the buckets do not make a histogram")
+    below = 0.0
+    for bound, count in buckets:
+        # (``not bound >= 0`` is true of NaN too)
+        if not _is_count(count) or count < below or not bound >= 0:
+            raise LatencyRecordError("the buckets do not make a histogram")
+        below = count
     return buckets
 
 
