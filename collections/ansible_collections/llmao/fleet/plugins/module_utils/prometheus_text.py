@@ -116,19 +116,9 @@ def read_exposition(text: str, names: Collection[str]) -> Exposition:
     prefixes = tuple(names)
     samples, problems = [], []
     for number, line in enumerate(text.split("\n"), start=1):
-        if line[:1] in NAME_STARTS:
-            if not line.startswith(prefixes):
-                continue
-            # The usual line, read here at once: the rest go through _read_line.
-            whole = SAMPLE_LINE.fullmatch(line) if len(line) <= MAX_USUAL_LINE else None
-            if whole is not None:
-                if whole.group("name") not in names:
-                    continue
-                sample = _matched_sample(whole)
-                if sample is not None:
-                    samples.append(sample)
-                    continue
-        elif line.startswith(HELP_OR_TYPE) and line[7:8] in NAME_STARTS \
+        if line[:1] in NAME_STARTS and not line.startswith(prefixes):
+            continue
+        if line.startswith(HELP_OR_TYPE) and line[7:8] in NAME_STARTS \
                 and not line.startswith(prefixes, 7):
             continue
         try:
