@@ -7,7 +7,7 @@ child process whose every temporary and cache file (TMPDIR, VLLM_CACHE_ROOT, the
 vLLM leaves) stays in the caller's folder. It is stopped by its PID; SIGTERM ends it in seconds.
 
 On the CPU, `--gpu-memory-utilization` would be a fraction of the host's RAM: the KV cache is
-sized with `--kv-cache-memory-bytes` instead (KV_CACHE_ARGS: 1 MiB, a few thousand tokens of
+sized with `--kv-cache-memory-bytes` instead (KV_CACHE_ARGS: 2 MiB, 2,048 tokens of
 the tiny model, so the usage gauges move under a handful of streams). A start takes one to two
 minutes here and about 1.7 GB of memory: tests share one server where they can.
 """
