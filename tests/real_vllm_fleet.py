@@ -91,21 +91,24 @@ class LocalBox:
     def url(self, port: int, scheme: str = "http") -> str:
         return f"{scheme}://{self.name}:{port}"
 
+    def log_lines(self, name: str) -> list[str] | None:
+        """A log under the box's data directory, line by line; None when there is none."""
+        path = self.folder / "data" / name
+        return path.read_text(errors="replace").splitlines() if path.exists() else None
+
     def log_tail(self, name: str, lines: int = 25) -> str:
         """The end of a log under the box's data directory."""
-        path = self.folder / "data" / name
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) \
-            if path.exists() else f"({name}: no log)"
+        found = self.log_lines(name)
+        return f"({name}: no log)" if found is None else "\n".join(found[-lines:])
 
     def log_errors(self, name: str, lines: int = 30) -> str:
         """The last error lines of a log under the box's data directory: where vLLM's engine
         says why it died, long before the tail that shows Supervisor's restart."""
-        path = self.folder / "data" / name
-        if not path.exists():
+        found = self.log_lines(name)
+        if found is None:
             return f"({name}: no log)"
-        found = [line for line in path.read_text(errors="replace").splitlines()
-                 if " ERROR " in line or "Traceback" in line]
-        return "\n".join(found[-lines:]) or "(none)"
+        errors = [line for line in found if " ERROR " in line or "Traceback" in line]
+        return "\n".join(errors[-lines:]) or "(none)"
 
     def stop(self) -> None:
         """SIGTERM to supervisord's PID: it stops its programs (vLLM included), then itself."""

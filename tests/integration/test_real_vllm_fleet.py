@@ -59,10 +59,10 @@ from tests.tls_files import make_test_ca
 pytestmark = [pytest.mark.vllm, pytest.mark.litellm, pytest.mark.slow]
 
 OPENAI_STREAM = REPO_ROOT / "rig" / "openai_stream.py"
-# The recipe runs at most MAX_RUNNING requests at once (4 of the cache's 16 blocks of 128 tokens
-# each at 480 tokens): twice as many streams keep some waiting at any moment, and the cache is
-# never full, so nothing is preempted. vLLM's engine takes a core whatever the count; reconcile's
-# passes then take minutes on a busy machine.
+# The recipe runs at most MAX_RUNNING requests at once, each holding 4 of the cache's 16 blocks
+# of 128 tokens at 480 tokens: twice as many streams keep some waiting at any moment, and the
+# cache is never full, so nothing is preempted. vLLM's engine takes a core whatever the count;
+# reconcile's passes then take minutes on a busy machine.
 HOLD_STREAMS = 2 * MAX_RUNNING
 HOLD_TOKENS = 480
 SCRAPE_TIMEOUT_S = 360.0
