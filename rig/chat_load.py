@@ -33,7 +33,9 @@ REQUEST_TIMEOUT_S = 120.0
 
 @dataclass(frozen=True)
 class Shape:
-    """One kind of request of the mix: streamed or not, padded to ``min_tokens`` words.
+    """One kind of request of the mix: streamed or not, padded to ``min_tokens`` words and cut
+    at ``max_tokens`` (unset: the server's own limit, which for a real model may be its whole
+    context, an answer far longer than any drain).
 
     ``words``: the server's tokens are words (the stub's), so an answer of fewer words than
     ``min_tokens`` was cut short. A real model's tokens are pieces of words, or whitespace:
@@ -42,6 +44,7 @@ class Shape:
     stream: bool
     min_tokens: int | None = None
     words: bool = True
+    max_tokens: int | None = None
 
     @property
     def label(self) -> str:
@@ -213,6 +216,8 @@ class ChatLoad:
                       "messages": [{"role": "user", "content": "who answers?"}]}
         if shape.min_tokens is not None:
             body["min_tokens"] = shape.min_tokens
+        if shape.max_tokens is not None:
+            body["max_tokens"] = shape.max_tokens
         if shape.stream:
             status, received = web.events(self.url, headers=self.headers, body=body,
                                           timeout=self.request_timeout_s)

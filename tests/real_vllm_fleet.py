@@ -60,7 +60,11 @@ RECIPE_ARGS = ["--kv-cache-memory-bytes", str(KV_CACHE_BYTES), "--enforce-eager"
 FIRST_CONTEXT, NEXT_CONTEXT = 512, 1024
 # A real start takes one to two minutes here (more when the machine is busy): Loading, not down.
 HEALTH_GRACE_S = 420.0
-DRAIN_S = 3.0
+# The client load of a roll asks for at most LOAD_MAX_TOKENS tokens: a few seconds of the tiny
+# model, even queued behind MAX_RUNNING others on a busy machine. The drain outlasts that, so
+# no request in flight when a route goes is cut by its box's restart.
+LOAD_MAX_TOKENS = 16
+DRAIN_S = 20.0
 FOLLOW_S = 1.0
 SETTLE_TIMEOUT_S = 480.0
 BOOT_TIMEOUT_S = 120.0

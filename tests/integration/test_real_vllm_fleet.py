@@ -46,6 +46,7 @@ from tests.real_vllm_fleet import (
     FIRST_CONTEXT,
     KV_CACHE_BYTES,
     LISTEN_PORT,
+    LOAD_MAX_TOKENS,
     MAX_RUNNING,
     MODEL,
     NEXT_CONTEXT,
@@ -69,9 +70,11 @@ SCRAPE_TIMEOUT_S = 360.0
 ROLL_TIMEOUT_S = 600.0
 # Plain and streamed chats; min_tokens=1 only so that an answer of noise is never empty. Its
 # tokens are pieces of words or whitespace (one whitespace token alone was once counted as a
-# stream cut short), so words are not counted.
-MIX = (Shape(stream=False, min_tokens=1, words=False),
-       Shape(stream=True, min_tokens=1, words=False))
+# stream cut short), so words are not counted. Each is cut at LOAD_MAX_TOKENS, so that the
+# fleet's drain (DRAIN_S) outlasts any of them: unbounded, the real model wrote until its
+# context was full, and in CI one stream, 28 s long, was still going when its box restarted.
+MIX = (Shape(stream=False, min_tokens=1, words=False, max_tokens=LOAD_MAX_TOKENS),
+       Shape(stream=True, min_tokens=1, words=False, max_tokens=LOAD_MAX_TOKENS))
 LOAD_RATE_PER_S = 1.0
 TLS_DIR = "data/llmao/tls"  # under the box's folder: the box program's key, certificate, CA
 RENEW_STREAMS = 4
