@@ -642,7 +642,9 @@ class Handler(BaseHTTPRequestHandler):
         with self.stub.scheduler.serving(answer["usage"]["prompt_tokens"],
                                          answer["usage"]["completion_tokens"]):
             time.sleep(self.stub.behaviour.generation_delay_s)
-            self.answer_json(HTTPStatus.OK, answer)
+        # Out of the scheduler first, as vLLM counts a request finished before its answer goes
+        # out: a client that reads /metrics right after its answer sees it counted.
+        self.answer_json(HTTPStatus.OK, answer)
 
     def text(self, body: bytes) -> None:
         """`/v1/completions`: a text prompt (a string or a list of them), answered as chat is."""
@@ -657,7 +659,7 @@ class Handler(BaseHTTPRequestHandler):
         with self.stub.scheduler.serving(answer["usage"]["prompt_tokens"],
                                          answer["usage"]["completion_tokens"]):
             time.sleep(self.stub.behaviour.generation_delay_s)
-            self.answer_json(HTTPStatus.OK, answer)
+        self.answer_json(HTTPStatus.OK, answer)
 
     def valid_request(self, body: bytes, field: str, kind: type | tuple[type, ...],
                       problem: str) -> dict | None:
