@@ -761,6 +761,8 @@ class StubServer(ThreadingHTTPServer):
             except (ssl.SSLError, OSError) as exc:
                 say(f"{client_address[0]} TLS handshake failed: {exc}")
                 return
+            if request.session_reused:
+                say(f"{client_address[0]} TLS session resumed")
         super().finish_request(request, client_address)
 
 

@@ -45,6 +45,16 @@ def test_a_box_with_the_fleet_cas_certificate_for_its_address_is_probed_and_scra
     assert abs(seen.cert_not_after - (time.time() + 7 * 86400)) < 120
 
 
+def test_the_second_connection_resumes_the_first_ones_session(local_stub_factory, fleet_ca,
+                                                               tmp_path):
+    # /health's connection verifies the box; /v1/models' resumes its session (no second
+    # verification of the chain, no second signature by the box).
+    stub = tls_stub(local_stub_factory, fleet_ca, tmp_path / "box", "127.0.0.1")
+    seen = probe("127.0.0.1", stub.port, fleet_ca)
+    assert seen.models is Models.LISTS and seen.metrics is not None
+    assert stub.log().count("TLS session resumed") == 1, stub.log()
+
+
 def test_another_ca_or_another_address_is_rejected(local_stub_factory, fleet_ca, tmp_path):
     other = make_test_ca(tmp_path / "other")
     foreign = tls_stub(local_stub_factory, other, tmp_path / "foreign", "127.0.0.1")

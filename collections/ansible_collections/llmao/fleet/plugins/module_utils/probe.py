@@ -202,10 +202,17 @@ class _Wire:
     request's deadline), then sends its requests and reads their answers in order; each
     request must be answered ``connect_timeout + timeout`` after it was asked, however
     slowly the box drips its bytes. Whatever fails is told to every request still waiting.
+
+    A ``held`` connection connects but starts no handshake until :meth:`release` gives it
+    the TLS session to resume (or None): the second connection of a probe resumes the
+    first one's, which skips the certificate's verification and the box's signature.
     """
 
-    def __init__(self, owner: _Probe, endpoint: Endpoint, tls: ssl.SSLContext | None):
+    def __init__(self, owner: _Probe, endpoint: Endpoint, tls: ssl.SSLContext | None,
+                 held: bool = False):
         self.owner, self.loop, self.tls = owner, owner.loop, tls
+        self.held = held and tls is not None
+        self.session: ssl.SSLSession | None = None
         self.whole = owner.connect_timeout + owner.timeout
         self.pending: deque[_Request] = deque()
         self.out = bytearray()
@@ -246,6 +253,18 @@ class _Wire:
         if self.opened:
             self._pump()
 
+    def release(self, session: ssl.SSLSession | None) -> None:
+        """Start the held handshake, resuming ``session`` (None: a full handshake)."""
+        if not self.held:
+            return
+        self.held, self.session = False, session
+        if self.connected and not self.closed:
+            self._start_tls()
+
+    def tls_session(self) -> ssl.SSLSession | None:
+        """The session this connection's handshake made, for another one to resume."""
+        return self.sock.session if isinstance(self.sock, ssl.SSLSocket) else None
+
     def certificate_expiry(self) -> float | None:
         """When the certificate the box presented (and we verified) expires."""
         try:
@@ -267,7 +286,8 @@ class _Wire:
                 self._read()
 
     def _connected(self) -> None:
-        """The connect ended: refused, or open (plain), or the TLS handshake starts."""
+        """The connect ended: refused, or open (plain), or the TLS handshake starts (a held
+        connection waits for :meth:`release`)."""
         code = self.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
         if code:
             self.fail(OSError(code, os.strerror(code)))
@@ -277,9 +297,14 @@ class _Wire:
             self._open()
             return
         self._watch(0)
+        if not self.held:
+            self._start_tls()
+
+    def _start_tls(self) -> None:
         try:
             self.sock = self.tls.wrap_socket(self.sock, server_hostname=self.host,
-                                             do_handshake_on_connect=False)
+                                             do_handshake_on_connect=False,
+                                             session=self.session)
         except (OSError, ValueError) as exc:
             self.fail(exc)
             return
@@ -445,8 +470,9 @@ class _Probe:
     """One server's probe, as steps the loop's events drive.
 
     ``/health`` first, on a connection of its own (under TLS its handshake verifies the
-    box), while a second connection is opened beside it, its connect and handshake done
-    in the time the box takes to answer. Once ``/health`` answers, with whatever status,
+    box), while a second connection is opened beside it, its connect done in the time the
+    box takes to answer (under TLS its handshake waits for ``/health``'s answer, which
+    brings the session to resume). Once ``/health`` answers, with whatever status,
     the bearer goes out: ``/metrics`` on the first connection (a new one if the box
     closed it) and ``/v1/models`` on the second (a new one if it is gone or has waited
     longer than :data:`SPARE_IDLE_S`), so both slow answers are awaited at once. The
@@ -478,11 +504,11 @@ class _Probe:
     def _dial(self) -> None:
         """``/health`` on a first connection, and a second one opened at once beside it."""
         self.first = self._wire()
-        self.spare, self.spare_since = self._wire(), time.monotonic()
+        self.spare, self.spare_since = self._wire(held=True), time.monotonic()
         self.first.ask("/health", {}, MAX_ANSWER_BYTES, self._health)
 
-    def _wire(self) -> _Wire:
-        wire = _Wire(self, self.target.endpoint, self.tls)
+    def _wire(self, held: bool = False) -> _Wire:
+        wire = _Wire(self, self.target.endpoint, self.tls, held)
         self.wires.append(wire)
         return wire
 
@@ -500,14 +526,17 @@ class _Probe:
             self.scraped_at = time.time()
             scraper.ask("/metrics", bearer, MAX_METRICS_BYTES, self._metrics)
         if not self.over:
-            self._models_wire().ask("/v1/models", bearer, MAX_ANSWER_BYTES, self._models)
+            wire = self._models_wire()
+            wire.ask("/v1/models", bearer, MAX_ANSWER_BYTES, self._models)
+            wire.release(first.tls_session())
 
     def _models_wire(self) -> _Wire:
-        """The second connection if it is still open and fresh, else a new one."""
+        """The second connection if it is still open and fresh, else a new one (held too,
+        to resume the first connection's session)."""
         if not self.spare.closed and time.monotonic() - self.spare_since <= SPARE_IDLE_S:
             return self.spare
         self.spare.close()
-        return self._wire()
+        return self._wire(held=True)
 
     def _unanswered(self, first: _Wire, exc: BaseException) -> None:
         """``/health`` had no answer: a certificate not ours, plain HTTP, or nothing there."""
