@@ -761,8 +761,8 @@ class StubServer(ThreadingHTTPServer):
             except (ssl.SSLError, OSError) as exc:
                 say(f"{client_address[0]} TLS handshake failed: {exc}")
                 return
-            if request.session_reused:
-                say(f"{client_address[0]} TLS session resumed")
+            say(f"{client_address[0]} TLS handshake "
+                f"({'resumed' if request.session_reused else 'full'})")
         super().finish_request(request, client_address)
 
 

@@ -4,7 +4,10 @@ ours), and only a box allowed to (not on TLS yet) is taken at its plain HTTP wor
 
 from __future__ import annotations
 
+import ssl
+import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
@@ -12,6 +15,8 @@ from ansible_collections.llmao.fleet.plugins.module_utils.box_tls import box_con
 from ansible_collections.llmao.fleet.plugins.module_utils.lifecycle import Models
 from ansible_collections.llmao.fleet.plugins.module_utils.listings import Endpoint
 from ansible_collections.llmao.fleet.plugins.module_utils.probe import Target, probe_one
+from rig.boxes import free_port
+from rig.hostile_vllm import hostile_vllm
 from tests.tls_files import make_test_ca
 
 KEY = "sk-vllm-test-bearer-0123456789"
@@ -45,14 +50,59 @@ def test_a_box_with_the_fleet_cas_certificate_for_its_address_is_probed_and_scra
     assert abs(seen.cert_not_after - (time.time() + 7 * 86400)) < 120
 
 
-def test_the_second_connection_resumes_the_first_ones_session(local_stub_factory, fleet_ca,
-                                                               tmp_path):
-    # /health's connection verifies the box; /v1/models' resumes its session (no second
-    # verification of the chain, no second signature by the box).
+def test_one_connection_carries_the_whole_probe(local_stub_factory, fleet_ca, tmp_path):
+    # /health, /v1/models and /metrics pipelined on one connection: the box shakes hands
+    # once a probe, and the bearer goes out only once that handshake has verified it.
     stub = tls_stub(local_stub_factory, fleet_ca, tmp_path / "box", "127.0.0.1")
+    before = len(stub.log())  # (the stub's readiness check was served over TLS too)
     seen = probe("127.0.0.1", stub.port, fleet_ca)
     assert seen.models is Models.LISTS and seen.metrics is not None
-    assert stub.log().count("TLS session resumed") == 1, stub.log()
+    log = stub.log()[before:]
+    assert log.count("TLS handshake") == 1 and "TLS handshake (full)" in log, log
+    for path in ("/health", "/v1/models", "/metrics"):
+        assert log.count(f"GET {path} ") == 1, log
+
+
+class ClosingBox(BaseHTTPRequestHandler):
+    """A box over HTTP/1.0: it closes the connection after every answer, so what was
+    pipelined behind /health must be asked again."""
+
+    protocol_version = "HTTP/1.0"
+    paths: list = []
+
+    def do_GET(self):
+        ClosingBox.paths.append((self.path, self.connection.session_reused))
+        body = b'{"data": [{"id": "m"}]}' if self.path == "/v1/models" else b""
+        if self.path == "/metrics":
+            body = b"vllm:num_requests_waiting{engine=\"0\",model_name=\"m\"} 4\n"
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+def test_what_a_closing_box_did_not_answer_is_asked_again_on_a_resumed_session(
+        fleet_ca, tmp_path):
+    key, cert = fleet_ca.leaf(tmp_path / "box", "127.0.0.1")
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    server = ThreadingHTTPServer(("127.0.0.1", 0), ClosingBox)
+    server.daemon_threads = True
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    ClosingBox.paths = []
+    try:
+        seen = probe("127.0.0.1", server.server_address[1], fleet_ca)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert (seen.health_ok, seen.models, seen.detail) == (True, Models.LISTS, "")
+    assert seen.metrics is not None and seen.metrics.requests_waiting == 4
+    # /health on the first connection; each request after it on a new one, resumed
+    assert ClosingBox.paths == [("/health", False), ("/v1/models", True), ("/metrics", True)]
 
 
 def test_another_ca_or_another_address_is_rejected(local_stub_factory, fleet_ca, tmp_path):
@@ -61,6 +111,7 @@ def test_another_ca_or_another_address_is_rejected(local_stub_factory, fleet_ca,
     seen = probe("127.0.0.1", foreign.port, fleet_ca)
     assert seen.models is Models.REJECTED and not seen.health_ok
     assert "fleet CA did not sign" in seen.detail
+    assert "GET /v1/models" not in foreign.log()  # the bearer never went out
     elsewhere = tls_stub(local_stub_factory, fleet_ca, tmp_path / "elsewhere", "127.0.0.2")
     seen = probe("127.0.0.1", elsewhere.port, fleet_ca)
     assert seen.models is Models.REJECTED and "mismatch" in seen.detail
@@ -88,3 +139,46 @@ def test_while_the_ca_is_rotated_a_box_of_the_previous_ca_is_ours(local_stub_fac
                         tmp_path / "stranger-box", "127.0.0.1")
     assert probe("127.0.0.1", stranger.port, fleet_ca,
                  previous=previous).models is Models.REJECTED
+
+
+CONNECT_S, TIMEOUT_S, DRIP_S = 0.3, 0.3, 0.1
+# Pipelined or not, a probe ends within 2 × (connect + timeout): /health by its deadline,
+# and what was pipelined behind it by one more, counted from /health's answer.
+BOUND_S = 2 * (CONNECT_S + TIMEOUT_S) + 1.0
+
+
+def hostile_probe(fleet_ca, folder, faults):
+    """One probe, over HTTPS, of a hostile box with the fleet CA's certificate."""
+    key, cert = fleet_ca.leaf(folder, "127.0.0.1")
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    port = free_port()
+    with hostile_vllm("127.0.0.1", port, "m", DRIP_S, faults, tls=context):
+        began = time.monotonic()
+        seen = probe_one(Target("k", Endpoint("127.0.0.1", port, "given", "https"), "m",
+                                "sk-key", box_context(str(fleet_ca.cert))),
+                         CONNECT_S, TIMEOUT_S)
+        return seen, time.monotonic() - began
+
+
+@pytest.mark.parametrize("fault", ["drip_body", "drip_headers", "slow_status"])
+def test_a_dripped_scrape_behind_the_others_leaves_figures_unknown_by_the_deadline(
+        fleet_ca, tmp_path, fault):
+    seen, elapsed = hostile_probe(fleet_ca, tmp_path / "box", {"/metrics": fault})
+    assert elapsed <= BOUND_S
+    assert (seen.health_ok, seen.models) == (True, Models.LISTS)
+    assert seen.detail == "figures unknown: /metrics: timed out"
+
+
+@pytest.mark.parametrize("path", ["/health", "/v1/models"])
+@pytest.mark.parametrize("fault", ["drip_body", "slow_status"])
+def test_a_dripped_answer_holds_what_is_pipelined_behind_it_only_until_the_deadline(
+        fleet_ca, tmp_path, path, fault):
+    seen, elapsed = hostile_probe(fleet_ca, tmp_path / "box", {path: fault})
+    assert elapsed <= BOUND_S
+    assert seen.models is not Models.LISTS and seen.detail == "timed out"
+
+
+def test_a_huge_models_answer_is_refused_unread_over_tls(fleet_ca, tmp_path):
+    seen, elapsed = hostile_probe(fleet_ca, tmp_path / "box", {"/v1/models": "huge_body"})
+    assert seen.models is Models.OTHER and elapsed <= BOUND_S

@@ -11,11 +11,12 @@ one ``selectors`` loop drives: connect, shake hands under TLS, send, read the
 answers as their bytes arrive (:mod:`http_answer`). Waiting costs a probe no
 thread, so a pass over 300 slow servers costs a few slow answers, not 300 of
 them, and the controller's CPU goes to reading answers, not to threads. A
-server whose ``/health`` answers is scraped: its ``/metrics`` (at the server
-root, beside ``/v1``) is asked for on the ``/health`` connection while
+server whose ``/health`` answers is scraped: over plain HTTP its ``/metrics`` (at
+the server root, beside ``/v1``) is asked for on the ``/health`` connection while
 ``/v1/models`` is asked on a second one, so both slow answers are in flight at
-once and the scrape adds no round trip; its figures are kept only when
-``/v1/models`` accepted our bearer (docs/metrics.md).
+once and the scrape adds no round trip; under TLS all three share one connection
+(a handshake costs more than an answer's wait, see :class:`_Probe`). Its figures
+are kept only when ``/v1/models`` accepted our bearer (docs/metrics.md).
 
 A box is rented and may answer anything, so every request ends by a deadline
 of its own, ``connect_timeout + timeout`` from its start, however slowly the
@@ -26,7 +27,7 @@ a reason cut to one short printable line.
 
 Under box TLS (docs/box-tls.md) every probe and scrape dials HTTPS and verifies the
 chain against the fleet CA and the certificate against the address dialled, under
-the same deadlines, on each of its connections.
+the same deadlines, before the bearer goes out.
 A certificate that does not verify is the same verdict as a wrong bearer: not ours
 (rejected). A box that has not applied the revision turning TLS on yet may still
 answer plain HTTP (``plain_allowed``); nothing else falls back.
@@ -109,6 +110,7 @@ class _Request:
     """A request on a connection: its bytes, its answer being read, its deadline, and who is
     told of the answer (or of why there is none)."""
 
+    text: bytes
     answer: Answer
     deadline: float
     done: Callable[[Answer | None, BaseException | None], None]
@@ -203,16 +205,16 @@ class _Wire:
     request must be answered ``connect_timeout + timeout`` after it was asked, however
     slowly the box drips its bytes. Whatever fails is told to every request still waiting.
 
-    A ``held`` connection connects but starts no handshake until :meth:`release` gives it
-    the TLS session to resume (or None): the second connection of a probe resumes the
-    first one's, which skips the certificate's verification and the box's signature.
+    Under TLS, ``session`` is one to resume (no second verification of the chain, no
+    second signature by the box), and ``verified`` is called once the handshake has
+    verified the box, before anything is sent: what it asks goes out with the rest.
     """
 
     def __init__(self, owner: _Probe, endpoint: Endpoint, tls: ssl.SSLContext | None,
-                 held: bool = False):
+                 session: ssl.SSLSession | None = None,
+                 verified: Callable[[_Wire], None] | None = None):
         self.owner, self.loop, self.tls = owner, owner.loop, tls
-        self.held = held and tls is not None
-        self.session: ssl.SSLSession | None = None
+        self.session, self.verified = session, verified
         self.whole = owner.connect_timeout + owner.timeout
         self.pending: deque[_Request] = deque()
         self.out = bytearray()
@@ -243,23 +245,34 @@ class _Wire:
     def ask(self, path: str, headers: dict[str, str], limit: int,
             done: Callable[[Answer | None, BaseException | None], None]) -> None:
         """Send ``GET path``; ``done`` is told its answer, or why there is none."""
+        lines = [f"GET {path} HTTP/1.1", f"Host: {self.authority}", "Accept-Encoding: identity",
+                 *(f"{name}: {value}" for name, value in headers.items())]
+        self._queue(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"), limit, done)
+
+    def _queue(self, text: bytes, limit: int,
+               done: Callable[[Answer | None, BaseException | None], None]) -> None:
         if self.error is not None:
             done(None, self.error)
             return
-        lines = [f"GET {path} HTTP/1.1", f"Host: {self.authority}", "Accept-Encoding: identity",
-                 *(f"{name}: {value}" for name, value in headers.items())]
-        self.out += ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
-        self.pending.append(_Request(Answer(limit), time.monotonic() + self.whole, done))
+        self.out += text
+        self.pending.append(_Request(text, Answer(limit), time.monotonic() + self.whole, done))
         if self.opened:
             self._pump()
 
-    def release(self, session: ssl.SSLSession | None) -> None:
-        """Start the held handshake, resuming ``session`` (None: a full handshake)."""
-        if not self.held:
-            return
-        self.held, self.session = False, session
-        if self.connected and not self.closed:
-            self._start_tls()
+    def _hand_over(self, other: _Wire) -> None:
+        """Ask ``other`` what this connection was asked and has not answered."""
+        waiting, self.pending = list(self.pending), deque()
+        for request in waiting:
+            other._queue(request.text, request.answer.limit, request.done)
+
+    def restart_deadlines(self) -> None:
+        """The requests waiting behind an answer just read start now: the box begins on a
+        pipelined request once it has answered the one before, so its deadline is
+        ``connect_timeout + timeout`` from then."""
+        now = time.monotonic()
+        for request in self.pending:
+            request.deadline = now + self.whole
+        self._rearm()
 
     def tls_session(self) -> ssl.SSLSession | None:
         """The session this connection's handshake made, for another one to resume."""
@@ -286,8 +299,7 @@ class _Wire:
                 self._read()
 
     def _connected(self) -> None:
-        """The connect ended: refused, or open (plain), or the TLS handshake starts (a held
-        connection waits for :meth:`release`)."""
+        """The connect ended: refused, or open (plain), or the TLS handshake starts."""
         code = self.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
         if code:
             self.fail(OSError(code, os.strerror(code)))
@@ -297,8 +309,7 @@ class _Wire:
             self._open()
             return
         self._watch(0)
-        if not self.held:
-            self._start_tls()
+        self._start_tls()
 
     def _start_tls(self) -> None:
         try:
@@ -328,6 +339,8 @@ class _Wire:
         self._open()
 
     def _open(self) -> None:
+        if self.verified is not None:
+            self.verified(self)
         self.opened = True
         self._pump()
 
@@ -378,7 +391,7 @@ class _Wire:
             self._rearm()
             request.done(request.answer, None)
             if not self.reusable:
-                self.fail(RemoteDisconnected("the box closed the connection"))
+                self._closing()
 
     def _ended(self) -> None:
         """The box closed the connection: it ends an answer read to the close, or fails it."""
@@ -391,6 +404,14 @@ class _Wire:
                 self.fail(exc)
                 return
             request.done(request.answer, None)
+        self._closing()
+
+    def _closing(self) -> None:
+        """The box ends the connection after the answer just read: what was pipelined behind
+        that answer is asked again on a new connection (resuming this one's TLS session), as
+        a client does when a server closes ahead of its requests; then this one closes."""
+        if self.pending and not self.owner.over:
+            self._hand_over(self.owner.another_wire(self.tls_session()))
         self.fail(RemoteDisconnected("the box closed the connection"))
 
     def _rearm(self) -> None:
@@ -469,14 +490,22 @@ def _exposition(answer: Answer | None, exc: BaseException | None) -> tuple[str |
 class _Probe:
     """One server's probe, as steps the loop's events drive.
 
-    ``/health`` first, on a connection of its own (under TLS its handshake verifies the
-    box), while a second connection is opened beside it, its connect done in the time the
-    box takes to answer (under TLS its handshake waits for ``/health``'s answer, which
-    brings the session to resume). Once ``/health`` answers, with whatever status,
-    the bearer goes out: ``/metrics`` on the first connection (a new one if the box
-    closed it) and ``/v1/models`` on the second (a new one if it is gone or has waited
-    longer than :data:`SPARE_IDLE_S`), so both slow answers are awaited at once. The
-    probe ends when ``/v1/models`` and, if it accepted our bearer, ``/metrics`` answered.
+    Over plain HTTP, ``/health`` first, on a connection of its own, while a second
+    connection is opened beside it, its connect done in the time the box takes to answer.
+    Once ``/health`` answers, with whatever status, the bearer goes out: ``/metrics`` on
+    the first connection (a new one if the box closed it) and ``/v1/models`` on the second
+    (a new one if it is gone or has waited longer than :data:`SPARE_IDLE_S`), so both slow
+    answers are awaited at once.
+
+    Under TLS a connection costs a handshake at both ends (on the box, on the event loop
+    that streams its tokens), so one connection carries all three: once its handshake has
+    verified the box, ``/v1/models`` and ``/metrics`` go out with the bearer right behind
+    ``/health``, pipelined, and the box answers them in turn. Their deadlines start when
+    ``/health`` has answered; a box that closes the connection after it is asked them
+    again on a new connection, resuming the first one's session.
+
+    The probe ends when ``/v1/models`` and, if it accepted our bearer, ``/metrics``
+    answered.
     """
 
     def __init__(self, loop: _Loop, target: Target, connect_timeout: float, timeout: float,
@@ -502,15 +531,31 @@ class _Probe:
             self._dial()
 
     def _dial(self) -> None:
-        """``/health`` on a first connection, and a second one opened at once beside it."""
-        self.first = self._wire()
-        self.spare, self.spare_since = self._wire(held=True), time.monotonic()
+        """``/health`` on a first connection; over plain HTTP, a second one opened at once
+        beside it; under TLS, the bearer's requests behind it once the box is verified."""
+        if self.tls is None:
+            self.first = self._wire()
+            self.spare, self.spare_since = self._wire(), time.monotonic()
+        else:
+            self.first = self._wire(verified=self._ask_with_bearer)
         self.first.ask("/health", {}, MAX_ANSWER_BYTES, self._health)
 
-    def _wire(self, held: bool = False) -> _Wire:
-        wire = _Wire(self, self.target.endpoint, self.tls, held)
+    def _wire(self, session: ssl.SSLSession | None = None,
+              verified: Callable[[_Wire], None] | None = None) -> _Wire:
+        wire = _Wire(self, self.target.endpoint, self.tls, session, verified)
         self.wires.append(wire)
         return wire
+
+    def another_wire(self, session: ssl.SSLSession | None) -> _Wire:
+        """A new connection for what a closing one leaves unanswered."""
+        return self._wire(session)
+
+    def _ask_with_bearer(self, wire: _Wire) -> None:
+        """``/v1/models`` and (scraping) ``/metrics``, with the bearer, on one connection."""
+        bearer = {"Authorization": f"Bearer {self.target.api_key}"}
+        wire.ask("/v1/models", bearer, MAX_ANSWER_BYTES, self._models)
+        if self.scrape and not self.over:
+            wire.ask("/metrics", bearer, MAX_METRICS_BYTES, self._metrics)
 
     def _health(self, answer: Answer | None, exc: BaseException | None) -> None:
         first = self.first
@@ -520,23 +565,21 @@ class _Probe:
         self.health_ok = answer.status == 200
         if self.tls is not None:
             self.not_after = first.certificate_expiry()
+            first.restart_deadlines()
+            return
         bearer = {"Authorization": f"Bearer {self.target.api_key}"}
         if self.scrape:
             scraper = first if first.reusable else self._wire()
-            self.scraped_at = time.time()
             scraper.ask("/metrics", bearer, MAX_METRICS_BYTES, self._metrics)
         if not self.over:
-            wire = self._models_wire()
-            wire.ask("/v1/models", bearer, MAX_ANSWER_BYTES, self._models)
-            wire.release(first.tls_session())
+            self._models_wire().ask("/v1/models", bearer, MAX_ANSWER_BYTES, self._models)
 
     def _models_wire(self) -> _Wire:
-        """The second connection if it is still open and fresh, else a new one (held too,
-        to resume the first connection's session)."""
+        """The second connection if it is still open and fresh, else a new one."""
         if not self.spare.closed and time.monotonic() - self.spare_since <= SPARE_IDLE_S:
             return self.spare
         self.spare.close()
-        return self._wire(held=True)
+        return self._wire()
 
     def _unanswered(self, first: _Wire, exc: BaseException) -> None:
         """``/health`` had no answer: a certificate not ours, plain HTTP, or nothing there."""
@@ -547,7 +590,6 @@ class _Probe:
         elif (isinstance(exc, ssl.SSLError) and not first.opened and self.tls is not None
               and self.target.plain_allowed):
             self.tls = None
-            self.spare.close()
             self._dial()
         else:
             self._finish(Probe(False, Models.SKIPPED, _describe(exc)))
@@ -567,6 +609,7 @@ class _Probe:
         self._figures()
 
     def _metrics(self, answer: Answer | None, exc: BaseException | None) -> None:
+        self.scraped_at = time.time()
         self.exposition = _exposition(answer, exc)
         self._figures()
 
