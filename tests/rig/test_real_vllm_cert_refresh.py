@@ -1,6 +1,7 @@
 """Renewal in place on the real vLLM (docs/box-tls.md, "Renewal in place"): ``vllm serve`` with
 ``--ssl-keyfile``, ``--ssl-certfile`` and ``--enable-ssl-refresh`` serves each certificate the
-box program places over ``cert.pem`` (its ``replace_in_place``), the second one too.
+box program places over ``cert.pem`` (its ``replace_in_place``), the second one too; and the
+probe's pipelined requests on its one TLS connection are answered in turn.
 
 vLLM watches the two files with ``watchfiles``, which follows the files and not their folder: a
 certificate renamed over ``cert.pem`` is loaded once and ends the watch (the renamed file is a
@@ -20,6 +21,10 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
+from ansible_collections.llmao.fleet.plugins.module_utils.box_tls import box_context
+from ansible_collections.llmao.fleet.plugins.module_utils.lifecycle import Models
+from ansible_collections.llmao.fleet.plugins.module_utils.listings import Endpoint
+from ansible_collections.llmao.fleet.plugins.module_utils.probe import Target, probe_one
 from llmao_server.fleet_ca import sign_leaf
 from llmao_server.fleet_ca_cli import init
 from rig import real_vllm as real
@@ -104,3 +109,10 @@ def test_the_real_vllm_serves_each_certificate_the_box_program_places(real_vllm_
             install_set.replace_in_place(staged, cert)
             wait_for(server, port, leaves.ca_file, renewed, RELOAD_TIMEOUT_S, renewal)
         assert server.log().count("Reloading SSL certificate chain") >= 2
+        # The probe's one connection: /health, then /v1/models and /metrics pipelined behind
+        # it once the handshake has verified the box, answered in turn by vLLM's server.
+        seen = probe_one(Target("t", Endpoint("127.0.0.1", port, "given", "https"),
+                                server.served_name, server.api_key,
+                                box_context(leaves.ca_file)), 5, 30)
+        assert (seen.health_ok, seen.models, seen.detail) == (True, Models.LISTS, "")
+        assert seen.metrics.kv_cache_tokens and seen.cert_not_after
