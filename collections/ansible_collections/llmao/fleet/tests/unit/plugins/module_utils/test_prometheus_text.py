@@ -179,3 +179,13 @@ def test_the_label_sets_kept_are_bounded(monkeypatch):
     for _time in range(2):
         with pytest.raises(ExpositionError, match="unknown escape"):
             read_exposition('b{a="\\q"} 1', {"b"}).named({"b"})
+
+
+def test_a_sample_is_a_frozen_record():
+    """Samples made the fast way keep the dataclass's defaults, equality and immutability."""
+    sample = Sample("m")
+    assert (sample.name, dict(sample.labels), sample.value) == ("m", {}, 0.0)
+    assert sample == Sample("m", {}, 0.0) and sample != Sample("m", {}, 1.0)
+    assert repr(Sample("m", {"a": "1"}, 2.0)) == "Sample(name='m', labels={'a': '1'}, value=2.0)"
+    with pytest.raises(AttributeError):
+        sample.value = 1.0  # type: ignore[misc]
