@@ -167,19 +167,22 @@ def cumulative(samples: Iterable[Sample]) -> Cumulative:
 
 
 def _summed_buckets(samples: Iterable[Sample]) -> Buckets:
-    """``(bound, count)`` over engines, or () when the buckets cannot be believed."""
+    """``(bound, count)`` over engines, or () when the buckets cannot be believed.
+
+    A label set given twice is found among the label sets of its own ``le`` only (both
+    have that ``le``): with one engine, none is compared at all.
+    """
     by_bound: dict[float, float] = {}
-    seen: set[frozenset[tuple[str, str]]] = set()
+    by_le: dict[str, list[Mapping[str, str]]] = {}
     for sample in samples:
-        labels = frozenset(sample.labels.items())
-        if labels in seen or not _is_count(sample.value):
+        labels, value = sample.labels, sample.value
+        le = labels.get("le", "")
+        same_le = by_le.setdefault(le, [])
+        bound = _known_bound(le)
+        if bound is None or labels in same_le or not _is_count(value):
             return ()
-        seen.add(labels)
-        try:
-            bound = _bound(sample.labels.get("le", ""))
-        except ValueError:
-            return ()
-        by_bound[bound] = by_bound.get(bound, 0.0) + sample.value
+        same_le.append(labels)
+        by_bound[bound] = by_bound.get(bound, 0.0) + value
     try:
         return _checked(tuple(sorted(by_bound.items())))
     except LatencyRecordError:
@@ -192,8 +195,9 @@ def _checked(buckets: Buckets) -> Buckets:
         raise LatencyRecordError("the buckets do not make a histogram")
     below = 0.0
     for bound, count in buckets:
-        # (``not bound >= 0`` is true of NaN too)
-        if not _is_count(count) or count < below or not bound >= 0:
+        # (each count is a float: ``not below <= count <= MAX_COUNT`` is true of NaN and
+        # the infinities, as ``not bound >= 0`` is of NaN)
+        if not below <= count <= MAX_COUNT or not bound >= 0:
             raise LatencyRecordError("the buckets do not make a histogram")
         below = count
     return buckets
@@ -209,11 +213,35 @@ def _bound(text: str) -> float:
     return bound
 
 
+# The ``le`` texts read, and their bounds: one model's servers write the same 20 or so.
+# Bounded as prometheus_text's label sets are.
+_BOUNDS: dict[str, float] = {}
+MAX_BOUNDS = 1024
+
+
+def _known_bound(text: str) -> float | None:
+    """:func:`_bound` of an ``le`` label, read once; None when it is not a bound."""
+    bound = _BOUNDS.get(text)
+    if bound is None:
+        try:
+            bound = _bound(text)
+        except ValueError:
+            return None
+        if len(_BOUNDS) >= MAX_BOUNDS:
+            _BOUNDS.clear()
+        _BOUNDS[text] = bound
+    return bound
+
+
 def _bound_text(bound: float) -> float | str:
     return "+Inf" if bound == math.inf else bound
 
 
 def _is_count(value: Any) -> bool:
+    # A float within bounds is finite (NaN and the infinities fail the comparison): a
+    # parsed value, most of those checked, needs no more.
+    if isinstance(value, float):
+        return 0 <= value <= MAX_COUNT
     return is_number(value) and 0 <= value <= MAX_COUNT
 
 

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+import random
+from collections.abc import Collection, Iterator
 from pathlib import Path
 
 import pytest
@@ -129,6 +130,8 @@ def test_an_unusual_line_is_left_to_the_careful_reading(line):
 
 def test_a_long_line_is_read_the_careful_way_only(monkeypatch):
     """Past MAX_USUAL_LINE the one match is not tried: a hostile line is read once."""
+    # (no label text already read: the short line is then read by the match)
+    monkeypatch.setattr(prometheus_text, "_LABEL_SETS", {})
     matched = []
     usual = prometheus_text.SAMPLE_LINE
 
@@ -179,3 +182,108 @@ def test_the_label_sets_kept_are_bounded(monkeypatch):
     for _time in range(2):
         with pytest.raises(ExpositionError, match="unknown escape"):
             read_exposition('b{a="\\q"} 1', {"b"}).named({"b"})
+
+
+def strictly(text: str, names: Collection[str]) -> tuple[list[tuple], list[tuple]]:
+    """What :func:`read_exposition` must give: every line read the strict way, one by one
+    (no line skipped, no sample taken from the caches), as comparable tuples."""
+    samples, problems = [], []
+    for number, line in enumerate(text.split("\n"), start=1):
+        try:
+            sample = prometheus_text._read_line(line, names)
+        except ExpositionError as exc:
+            problems.append((prometheus_text._named(line, names), f"line {number}: {exc}"))
+            continue
+        if sample is not None:
+            samples.append(sample)
+    return as_read(samples), problems
+
+
+def as_read(samples: Collection[Sample]) -> list[tuple]:
+    """Samples as comparable tuples (NaN compared by its repr)."""
+    return [(sample.name, dict(sample.labels), repr(sample.value)) for sample in samples]
+
+
+def read_warm(text: str, names: Collection[str]) -> tuple[list[tuple], list[tuple]]:
+    """:func:`read_exposition` on ``text`` read once before: every label text, value text and
+    comment it accepted is then in the caches, and read from them."""
+    read_exposition(text, names)
+    read = read_exposition(text, names)
+    return as_read(read.samples), list(read.problems)
+
+
+# Lines that start as a usual one, and whose label text or value text was read before.
+WARM = 'm{a="1"} 1\nm{a="1"} 0.0\nm{le="0.5"} 1 1700000000000\nm{} 2\nm 3\n# TYPE m gauge\n'
+
+
+@pytest.mark.parametrize("line", [
+    'm{a="1"} 1x', 'm{a="1"}} 1', 'm{a="1"}1', 'm{a="1"} 1 2 3', 'm{a="1"} 1\r',
+    'm{a="1"}\t1\t-5', 'm{a="1"} 1 1700000000000', 'm{a="1"} 1 1.5', 'm{a="1"} +Inf',
+    'm{a="1"} -Inf', 'm{a="1"} NaN', 'm{a="1"} Inf', 'm{a="1"} nan', 'm{a="1"} infinity',
+    'm{a="1"} \u0663', 'm{a="1"} ' + "9" * 65, 'm{a="1"}  \t 1 ', 'm{a="1",a="2"} 1',
+    'm{a="1",a="1"} 1', 'm{a="q\\"uote"} 1', 'm{a="\\q"} 1', 'm{a="}"} 1', 'm{a="1"} 1 }',
+    'm{} 1', 'm{}{} 1', 'm{ } 1', 'm 1', ' m{a="1"} 1', 'm {a="1"} 1', 'mx{a="1"} 1',
+    'm_bucket{a="1"} 1', 'm{a="1"', 'm{', 'm}', '}', 'm{a="1"} 1\r\n',
+    'm{a="1"}' + " " * MAX_USUAL_LINE + "1", 'm{a="' + "x" * MAX_USUAL_LINE + '"} 1',
+    '# TYPE m gauge', '# TYPE m gauge\r', '# TYPE m gauges', '# TYPE m', '# HELP m', '# HELP',
+    '#HELP m x', '# HELP mx x', '# TYPE mx nonsense', '# HELP m_bucket {a="1"} 1', '#', '',
+    '  ', 'junk', '9m 1',
+])
+def test_a_line_reads_from_the_caches_as_the_strict_reader_reads_it(line):
+    """A line made of texts already read, or nearly: the same sample, or the same problem."""
+    text = WARM + line + "\n" + WARM
+    names = {"m", "m_bucket"}
+    assert read_warm(text, names) == strictly(text, names)
+
+
+PIECES = {
+    "name": ["m", "m_bucket", "mx", "other", "9m", " m", "", "m:x", "# HELP m", "# TYPE m",
+             "# TYPE m_bucket", "# HELP other", "#"],
+    "labels": ["", "{}", '{a="1"}', '{le="0.5",b="x y"}', '{a="1",}', '{ a = "1" , b="2" }',
+               '{a="q\\"uote\\\\ and \\n"}', '{a="}{,="}', '{a="1",a="2"}', '{a="\\q"}',
+               '{a="1" b="2"}', '{a=1}', '{a="1"', '{1a="1"}', "{"],
+    "value": [" 1", " 0.0", " 1.0", "\t-Inf", " NaN", " +Inf 123", " 1.5e3", " 1x", "1",
+              " 1 2 3", " 1\r", "\t1\t-5", " \u0663", " 9" + "9" * 64, " 1 1.5", "", " ",
+              " gauge", " text with {braces}", " .5", " -0"],
+}
+
+
+def random_line(rng: random.Random) -> str:
+    return "".join(rng.choice(PIECES[piece]) for piece in ("name", "labels", "value"))
+
+
+@pytest.mark.parametrize("names", [{"m", "m_bucket"}, {"m"}, {"other", "m x", "m{"}, set()])
+def test_any_lines_read_as_the_strict_reader_reads_them(names):
+    """Lines made of usual and unusual pieces, each text read more than once: the caches
+    and the lines skipped change nothing of what is read or refused, nor of which line."""
+    rng = random.Random(7)
+    for _text in range(200):
+        text = "\n".join(random_line(rng) for _line in range(rng.randint(1, 12)))
+        assert read_warm(text, names) == strictly(text, names), text
+
+
+def test_the_value_texts_and_comments_kept_are_bounded(monkeypatch):
+    """New value text and comments on every line cost memory up to a bound only."""
+    monkeypatch.setattr(prometheus_text, "_VALUE_TEXTS", {})
+    monkeypatch.setattr(prometheus_text, "_CHECKED_COMMENTS", set())
+    values = [f'b{{a="1"}} {number}' for number in range(prometheus_text.MAX_VALUE_TEXTS + 10)]
+    read = read_exposition("\n".join(values * 2), {"b"}).named({"b"})
+    assert [sample.value for sample in read] == list(range(len(values))) * 2
+    assert 0 < len(prometheus_text._VALUE_TEXTS) <= prometheus_text.MAX_VALUE_TEXTS
+    comments = [f"# HELP b {number}" for number in range(prometheus_text.MAX_CHECKED_COMMENTS
+                                                         + 10)]
+    assert read_exposition("\n".join(comments), {"b"}).named({"b"}) == []
+    assert 0 < len(prometheus_text._CHECKED_COMMENTS) <= prometheus_text.MAX_CHECKED_COMMENTS
+    for _time in range(2):
+        with pytest.raises(ExpositionError, match="no known type"):
+            read_exposition("# TYPE b gauges", {"b"}).named({"b"})
+
+
+def test_a_sample_is_a_frozen_record():
+    """Samples made the fast way keep the dataclass's defaults, equality and immutability."""
+    sample = Sample("m")
+    assert (sample.name, dict(sample.labels), sample.value) == ("m", {}, 0.0)
+    assert sample == Sample("m", {}, 0.0) and sample != Sample("m", {}, 1.0)
+    assert repr(Sample("m", {"a": "1"}, 2.0)) == "Sample(name='m', labels={'a': '1'}, value=2.0)"
+    with pytest.raises(AttributeError):
+        sample.value = 1.0  # type: ignore[misc]

@@ -125,6 +125,20 @@ def test_data_parallel_engines_are_summed():
     assert read.preemptions_total == 0.0
 
 
+def test_buckets_are_known_by_their_labels_not_their_text():
+    """A bucket given twice in another order and spacing is still given twice; one bound
+    written two ways by two engines is still one bucket."""
+    again = 'vllm:time_to_first_token_seconds_bucket{le="0.01", model_name="tiny",engine="0"} 1.0'
+    read = read_latency(REAL + again + "\n")
+    assert "ttft" not in read.histograms and "e2e" in read.histograms
+    second = "\n".join(line.replace('engine="0"', 'engine="1"').replace('le="0.01"', 'le="1e-2"')
+                       for line in REAL.splitlines()
+                       if line.startswith("vllm:time_to_first_token_seconds_bucket"))
+    one = dict(read_latency(REAL).histograms["ttft"])
+    two = dict(read_latency(REAL + second + "\n").histograms["ttft"])
+    assert two == {bound: 2 * count for bound, count in one.items()} and 0.01 in two
+
+
 def test_records_survive_json_and_refuse_garbage():
     read = read_latency(REAL)
     stored = Cumulative.from_record(json.loads(json.dumps(read.record())))
