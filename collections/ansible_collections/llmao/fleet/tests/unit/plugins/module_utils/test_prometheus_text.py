@@ -128,18 +128,27 @@ def test_an_unusual_line_is_left_to_the_careful_reading(line):
         prometheus_text._read_line(line, None)
 
 
+def spied(monkeypatch, pattern: str, method: str, *kept: str) -> list[str]:
+    """Put a spy in place of ``prometheus_text.<pattern>``: its ``method`` notes each text it
+    is given, then does what the pattern's own does; ``kept`` methods are the pattern's.
+    Returns the texts noted."""
+    real = getattr(prometheus_text, pattern)
+    noted: list[str] = []
+
+    def spy(text):
+        noted.append(text)
+        return getattr(real, method)(text)
+
+    monkeypatch.setattr(prometheus_text, pattern, type("Spy", (), {
+        method: staticmethod(spy), **{name: getattr(real, name) for name in kept}}))
+    return noted
+
+
 def test_a_long_line_is_read_the_careful_way_only(monkeypatch):
     """Past MAX_USUAL_LINE the one match is not tried: a hostile line is read once."""
     # (no label text already read: the short line is then read by the match)
     monkeypatch.setattr(prometheus_text, "_LABEL_SETS", {})
-    matched = []
-    usual = prometheus_text.SAMPLE_LINE
-
-    def spy(text):
-        matched.append(text)
-        return usual.fullmatch(text)
-
-    monkeypatch.setattr(prometheus_text, "SAMPLE_LINE", type("Spy", (), {"fullmatch": spy}))
+    matched = spied(monkeypatch, "SAMPLE_LINE", "fullmatch")
     long_label = "x" * MAX_USUAL_LINE
     long, short = read_exposition(f'm{{a="{long_label}"}} 1\nm{{b="1"}} 2\n', {"m"}).named({"m"})
     assert len(long.labels["a"]) == MAX_USUAL_LINE and short.labels == {"b": "1"}
@@ -150,15 +159,7 @@ def test_a_label_set_is_read_once_for_all_its_lines(monkeypatch):
     """The servers of one model write the same label text pass after pass: each is split into
     pairs once, and every line of it still gets its own value."""
     monkeypatch.setattr(prometheus_text, "_LABEL_SETS", {})
-    split = []
-    pairs = prometheus_text.LABEL_PAIR
-
-    def spy(text):
-        split.append(text)
-        return pairs.findall(text)
-
-    monkeypatch.setattr(prometheus_text, "LABEL_PAIR",
-                        type("Spy", (), {"findall": spy, "match": pairs.match}))
+    split = spied(monkeypatch, "LABEL_PAIR", "findall", "match")
     text = "".join(f'b{{le="0.5",model_name="m"}} {count}\nb{{le="+Inf",model_name="m"}} '
                    f'{count + 1}\n' for count in range(50))
     for _server in range(3):
