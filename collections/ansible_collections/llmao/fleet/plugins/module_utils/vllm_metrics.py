@@ -25,7 +25,7 @@ import json
 import math
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from .json_values import is_number
@@ -77,7 +77,9 @@ class ServerMetrics:
 
     def record(self) -> dict[str, int | float | None]:
         """The JSON form: an object with every field, each a number or null."""
-        return asdict(self)
+        # (every field a number: a copy of the fields, without asdict's deep copy,
+        # which costs 300 servers' records a pass more than their reading)
+        return dict(vars(self))
 
     @classmethod
     def from_record(cls, record: Any) -> ServerMetrics:
