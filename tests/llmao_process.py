@@ -57,9 +57,11 @@ class LlmaoServer(ChildService):
         while time.monotonic() < deadline:
             log = self.log()
             after = log.split("Hang up")[-1] if log.count("Hang up") > hang_ups else ""
+            # An old worker logs its exit, or (killed while it was still booting, before its
+            # handlers were in place) gunicorn logs the signal that ended it.
+            gone = after.count("Worker exiting") + after.count("was sent SIGTERM")
             if (log.count("llmao_server.reload") > reloads
-                    and after.count("Booting worker") >= self.workers
-                    and after.count("Worker exiting") >= self.workers):
+                    and after.count("Booting worker") >= self.workers and gone >= self.workers):
                 return
             time.sleep(0.1)
         raise RuntimeError(f"no reload seen in llmao-server's log:\n{self.log()[-3000:]}")

@@ -63,11 +63,13 @@ from .vllm_metrics import read_figures
 # fleet larger than this adds a whole slow answer (or a timeout) to the pass: 300 servers
 # probed 256 at a time took two (issue 25).
 DEFAULT_CONCURRENCY = 512
-# The second connection is opened beside /health's and waits, idle, for it to answer: used
+# Over plain HTTP the second connection is opened beside /health's and waits, idle, for it
+# to answer (under TLS one connection carries the whole probe): used
 # only if it waited at most this long, well before vLLM closes an idle connection (uvicorn's
 # keep-alive, VLLM_HTTP_TIMEOUT_KEEP_ALIVE: 5 s), so a request never races that close.
 SPARE_IDLE_S = 2.0
-# A probe holds at most two sockets at once (the /health connection, the /v1/models one);
+# A probe holds at most two sockets at once (over plain HTTP the /health connection and the
+# /v1/models one; under TLS one, and a second while a box that closed it is asked again);
 # the process's descriptor limit, less a reserve for everything else, bounds the probes in flight.
 SOCKETS_PER_PROBE = 2
 RESERVED_DESCRIPTORS = 64

@@ -278,7 +278,7 @@ def held_probe(handler: type, hold_s: float) -> Probe:
 
 
 def test_the_second_connection_is_open_while_health_is_awaited():
-    """Its connect (and under TLS its handshake) costs the probe no time of its own."""
+    """Over plain HTTP its connect costs the probe no time of its own."""
     probe = held_probe(Held, 0.3)
     assert (probe.models, probe.metrics.requests_waiting) == (Models.LISTS, 2)
     assert Held.at_health == [2]
