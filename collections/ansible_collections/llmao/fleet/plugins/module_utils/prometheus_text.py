@@ -139,6 +139,7 @@ def read_exposition(text: str, names: Collection[str]) -> Exposition:
     reading = _reading(names)
     lines = "\n" + text
     samples, problems = [], []
+    counted = _LineCount(lines)
     for found in reading.lines.finditer(lines):
         line = found.group(1)
         sample = _known_sample(line, reading.names)
@@ -147,12 +148,27 @@ def read_exposition(text: str, names: Collection[str]) -> Exposition:
             try:
                 sample = _read_line(line, names)
             except ExpositionError as exc:
-                number = lines.count("\n", 0, found.start() + 1)
-                problems.append((_named(line, names), f"line {number}: {exc}"))
+                problems.append((_named(line, names),
+                                 f"line {counted.at(found.start())}: {exc}"))
                 continue
         if sample is not None:
             samples.append(sample)
     return Exposition(tuple(samples), tuple(problems))
+
+
+class _LineCount:
+    """The number of the line at a position, counted on from the last one asked for: an
+    answer of many malformed lines costs one count over the text, not one from its start
+    for each (which a box could make quadratic)."""
+
+    def __init__(self, text: str):
+        self.text, self.position, self.number = text, 0, 0
+
+    def at(self, position: int) -> int:
+        """The number of the line that starts after the line break at ``position``."""
+        self.number += self.text.count("\n", self.position, position + 1)
+        self.position = position + 1
+        return self.number
 
 
 @dataclass(frozen=True)
