@@ -69,9 +69,13 @@ class ClosingBox(BaseHTTPRequestHandler):
 
     protocol_version = "HTTP/1.0"
     paths: list = []
+    # How long it takes over each answer after /health's.
+    slow_s = 0.0
 
     def do_GET(self):
         ClosingBox.paths.append((self.path, self.connection.session_reused))
+        if self.path != "/health":
+            time.sleep(self.slow_s)
         body = b'{"data": [{"id": "m"}]}' if self.path == "/v1/models" else b""
         if self.path == "/metrics":
             body = b"vllm:num_requests_waiting{engine=\"0\",model_name=\"m\"} 4\n"
@@ -84,25 +88,42 @@ class ClosingBox(BaseHTTPRequestHandler):
         pass
 
 
-def test_what_a_closing_box_did_not_answer_is_asked_again_on_a_resumed_session(
-        fleet_ca, tmp_path):
-    key, cert = fleet_ca.leaf(tmp_path / "box", "127.0.0.1")
+def closing_box_probe(fleet_ca, folder, slow_s=0.0, timeouts=(3.0, 10.0)):
+    """One probe of a :class:`ClosingBox` with the fleet CA's certificate, and its time."""
+    key, cert = fleet_ca.leaf(folder, "127.0.0.1")
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(cert, key)
     server = ThreadingHTTPServer(("127.0.0.1", 0), ClosingBox)
     server.daemon_threads = True
     server.socket = context.wrap_socket(server.socket, server_side=True)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    ClosingBox.paths = []
+    ClosingBox.paths, ClosingBox.slow_s = [], slow_s
     try:
-        seen = probe("127.0.0.1", server.server_address[1], fleet_ca)
+        target = Target("k", Endpoint("127.0.0.1", server.server_address[1], "given", "https"),
+                        "m", KEY, box_context(str(fleet_ca.cert)))
+        began = time.monotonic()
+        return probe_one(target, *timeouts), time.monotonic() - began
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_what_a_closing_box_did_not_answer_is_asked_again_on_a_resumed_session(
+        fleet_ca, tmp_path):
+    seen, _elapsed = closing_box_probe(fleet_ca, tmp_path / "box")
     assert (seen.health_ok, seen.models, seen.detail) == (True, Models.LISTS, "")
     assert seen.metrics is not None and seen.metrics.requests_waiting == 4
     # /health on the first connection; each request after it on a new one, resumed
     assert ClosingBox.paths == [("/health", False), ("/v1/models", True), ("/metrics", True)]
+
+
+def test_a_closing_box_wins_no_time_by_closing(fleet_ca, tmp_path):
+    # The requests behind /health share one deadline from its answer: asked again on a new
+    # connection, each keeps it, so two slow answers in a row leave the second unread.
+    seen, elapsed = closing_box_probe(fleet_ca, tmp_path / "box", slow_s=0.4,
+                                      timeouts=(CONNECT_S, TIMEOUT_S))
+    assert (seen.models, seen.detail) == (Models.LISTS, "figures unknown: /metrics: timed out")
+    assert elapsed <= BOUND_S
 
 
 def test_another_ca_or_another_address_is_rejected(local_stub_factory, fleet_ca, tmp_path):

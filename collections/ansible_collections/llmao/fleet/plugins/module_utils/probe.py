@@ -252,20 +252,30 @@ class _Wire:
         self._queue(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"), limit, done)
 
     def _queue(self, text: bytes, limit: int,
-               done: Callable[[Answer | None, BaseException | None], None]) -> None:
+               done: Callable[[Answer | None, BaseException | None], None],
+               deadline: float | None = None) -> None:
+        """Queue a request: its deadline ``connect_timeout + timeout`` from now, or the one
+        it already had (asked again after a close), which this connection's connect and
+        handshake then keep too."""
         if self.error is not None:
             done(None, self.error)
             return
         self.out += text
-        self.pending.append(_Request(text, Answer(limit), time.monotonic() + self.whole, done))
+        if deadline is None:
+            deadline = time.monotonic() + self.whole
+        elif deadline < self.deadline:
+            self.deadline = deadline
+            self.loop.arm(self)
+        self.pending.append(_Request(text, Answer(limit), deadline, done))
         if self.opened:
             self._pump()
 
     def _hand_over(self, other: _Wire) -> None:
-        """Ask ``other`` what this connection was asked and has not answered."""
+        """Ask ``other`` what this connection was asked and has not answered, by the
+        deadlines it had: a box that closes after every answer wins no time."""
         waiting, self.pending = list(self.pending), deque()
         for request in waiting:
-            other._queue(request.text, request.answer.limit, request.done)
+            other._queue(request.text, request.answer.limit, request.done, request.deadline)
 
     def restart_deadlines(self) -> None:
         """The requests waiting behind an answer just read start now: the box begins on a
