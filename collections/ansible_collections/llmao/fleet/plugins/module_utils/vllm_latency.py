@@ -169,19 +169,29 @@ def cumulative(samples: Iterable[Sample]) -> Cumulative:
 def _summed_buckets(samples: Iterable[Sample]) -> Buckets:
     """``(bound, count)`` over engines, or () when the buckets cannot be believed.
 
-    A label set given twice is found among the label sets of its own ``le`` only (both
-    have that ``le``): with one engine, none is compared at all.
+    While each ``le`` has come once (one engine, vLLM's usual answer), no label set can
+    have been given twice and none is compared; from the first ``le`` that comes again,
+    every label set is kept by its content, so a box writing many engines costs one set
+    lookup a sample, never a comparison with each earlier one.
     """
     by_bound: dict[float, float] = {}
-    by_le: dict[str, list[Mapping[str, str]]] = {}
+    first: dict[str, Mapping[str, str]] = {}
+    seen: set[frozenset[tuple[str, str]]] | None = None
     for sample in samples:
         labels, value = sample.labels, sample.value
         le = labels.get("le", "")
-        same_le = by_le.setdefault(le, [])
         bound = _known_bound(le)
-        if bound is None or labels in same_le or not _is_count(value):
+        if bound is None or not _is_count(value):
             return ()
-        same_le.append(labels)
+        if seen is None and le not in first:
+            first[le] = labels
+        else:
+            if seen is None:
+                seen = {frozenset(known.items()) for known in first.values()}
+            content = frozenset(labels.items())
+            if content in seen:
+                return ()
+            seen.add(content)
         by_bound[bound] = by_bound.get(bound, 0.0) + value
     try:
         return _checked(tuple(sorted(by_bound.items())))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import time
 from pathlib import Path
 
 import pytest
@@ -137,6 +138,20 @@ def test_buckets_are_known_by_their_labels_not_their_text():
     one = dict(read_latency(REAL).histograms["ttft"])
     two = dict(read_latency(REAL + second + "\n").histograms["ttft"])
     assert two == {bound: 2 * count for bound, count in one.items()} and 0.01 in two
+
+
+def test_many_engines_cost_a_lookup_each_and_a_repeated_one_is_still_found():
+    """A box may write thousands of engines (the scrape's cap allows some 40,000 lines):
+    each bucket is looked up once, never compared with every earlier one of its bound."""
+    engines = 20_000
+    text = "".join(f'vllm:time_to_first_token_seconds_bucket{{engine="{engine}",le="+Inf",'
+                   f'model_name="m"}} 1.0\n' for engine in range(engines))
+    began = time.monotonic()
+    assert dict(read_latency(text).histograms["ttft"]) == {math.inf: float(engines)}
+    assert time.monotonic() - began < 5
+    repeated = text + ('vllm:time_to_first_token_seconds_bucket{le="+Inf",model_name="m",'
+                       'engine="7"} 1.0\n')
+    assert "ttft" not in read_latency(repeated).histograms
 
 
 def test_records_survive_json_and_refuse_garbage():
