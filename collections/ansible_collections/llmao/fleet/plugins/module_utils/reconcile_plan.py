@@ -249,6 +249,11 @@ def _decide(server: IntendedServer, endpoint: Endpoint | None, verdict: Verdict,
             return ServerPlan(server, endpoint, verdict, route, Change.REGISTER,
                               "Healthy, not in LiteLLM")
         differs = route_differs(route, server, endpoint, trust)
+        if differs and not verdict.answered_healthy:
+            # Nothing answered at ``endpoint`` this pass: under box TLS it is the https one
+            # even for a box still on plain HTTP, so the route stays as it is until it answers.
+            return ServerPlan(server, endpoint, verdict, route,
+                              why=f"{differs}: replaced once it answers")
         if differs:
             return ServerPlan(server, endpoint, verdict, route, Change.REPLACE, differs)
         return ServerPlan(server, endpoint, verdict, route)

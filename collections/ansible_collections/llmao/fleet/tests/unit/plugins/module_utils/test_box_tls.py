@@ -8,6 +8,7 @@ import datetime
 import json
 import os
 import subprocess
+from dataclasses import replace
 
 import pytest
 from cryptography import x509
@@ -17,9 +18,20 @@ from cryptography.x509.oid import NameOID
 
 from ansible_collections.llmao.fleet.plugins.module_utils.config_errors import ConfigError
 from ansible_collections.llmao.fleet.plugins.module_utils.fleet import load_fleet
+from ansible_collections.llmao.fleet.plugins.module_utils.lifecycle import Change, Memory, State
 from ansible_collections.llmao.fleet.plugins.module_utils.listings import index_listings
-from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_plan import probe_targets
-from ansible_collections.llmao.fleet.tests.unit.fleets import base_config, write_pair
+from ansible_collections.llmao.fleet.plugins.module_utils.litellm_routes import Route
+from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_plan import (
+    plan_pass,
+    probe_targets,
+)
+from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_records import Observations
+from ansible_collections.llmao.fleet.tests.unit.fleets import (
+    DOWN,
+    SERVING,
+    base_config,
+    write_pair,
+)
 
 
 def openssl_ca(folder, name="ca", ca=True):
@@ -192,3 +204,27 @@ def test_a_previous_ca_is_checked_and_needs_a_bundle_for_litellm(tmp_path):
     message = refusal(tmp_path, {"ca_cert": str(cert), "ca_key": str(key),
                                  "previous_ca_cert": str(old)})
     assert "box_tls.litellm_ca_path: with previous_ca_cert, LiteLLM must trust both" in message
+
+
+def test_turning_tls_on_moves_a_route_to_https_only_on_an_https_answer(tmp_path):
+    """A box behind its revision still serving plain HTTP keeps its http route through a
+    failed probe (the pass would dial https, where nothing answered); it moves to https
+    when its https answer comes, and stays on http while it answers plain HTTP."""
+    cert, key = openssl_ca(tmp_path)
+    fleet = load_with(tmp_path, {"ca_cert": str(cert), "ca_key": str(key)}, signer=False)
+    gemma = fleet.assignment("203.0.113.10").servers[0].id
+    plain = "http://203.0.113.10:8001/v1"
+    routes = (Route(gemma, "gemma", plain, plain),)
+    healthy = {gemma: Memory(State.HEALTHY, 0, 0, 0.0)}
+
+    def gemma_plan(probe):
+        probes = {s.id: DOWN for s in fleet.servers()} | {gemma: probe}
+        seen = Observations(100.0, {}, {}, healthy, index_listings([], [], {}), routes)
+        return next(s for s in plan_pass(fleet, seen, probes).servers if s.id == gemma)
+
+    silent = gemma_plan(DOWN)
+    assert (silent.verdict.state, silent.change) == (State.HEALTHY, None)
+    assert gemma_plan(replace(SERVING, plain_http=True)).change is None
+    answered = gemma_plan(SERVING)
+    assert (answered.change, answered.endpoint.base_url) == (
+        Change.REPLACE, "https://203.0.113.10:8001/v1")

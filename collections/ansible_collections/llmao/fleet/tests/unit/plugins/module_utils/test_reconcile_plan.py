@@ -98,6 +98,20 @@ def test_address_move_replaces_the_route(fleet):
     assert result.orphans == ()
 
 
+def test_a_route_is_replaced_only_on_an_answer(fleet):
+    """Kept Healthy through a failed probe, a server keeps the route it has even where the
+    pass would dial it elsewhere: nothing answered there, so nothing says it serves there."""
+    moved = Route(GEMMA, "gemma", "http://203.0.113.10:9999/v1", "http://203.0.113.10:9999/v1")
+    healthy = {GEMMA: Memory(State.HEALTHY, 0, 0, NOW - 100)}
+    silent = plan(fleet, {GEMMA: DOWN, QWEN: DOWN, LEGACY: DOWN}, [moved], healthy)
+    (gemma,) = [s for s in silent.servers if s.id == GEMMA]
+    assert gemma.verdict.state is State.HEALTHY and gemma.change is None
+    assert gemma.why == ("public address moved from http://203.0.113.10:9999/v1 to "
+                         "http://203.0.113.10:8001/v1: replaced once it answers")
+    answered = plan(fleet, {GEMMA: SERVING, QWEN: DOWN, LEGACY: DOWN}, [moved], healthy)
+    assert [(c.id, c.change) for c in changed(answered)] == [(GEMMA, "replace")]
+
+
 def test_orphans_and_drift(fleet):
     routes = [
         owned("llmao:192.0.2.50:8001:gemma", "gemma", 8001),          # ours, no longer intended
