@@ -68,6 +68,14 @@ class LocalFleet(FleetFolder):
                     inventory=True)
         return self.load()
 
+    def write_reconciled(self, litellm_url: str, master_key: str, llmao_port: int,
+                         state: Path, **sections: Any) -> Fleet:
+        """:meth:`write` for reconcile passes: the LiteLLM at ``litellm_url``, and an
+        llmao-server on loopback at ``llmao_port`` keeping its store in ``state``."""
+        return self.write(litellm={"url": litellm_url, "master_key": master_key},
+                          server={"url": f"http://127.0.0.1:{llmao_port}", "state": str(state)},
+                          **sections)
+
     def of_boxes(self, boxes: Iterable[str], name: str) -> Fleet:
         """These boxes alone, written beside this fleet (in ``folder/name``) with its salt, so
         their servers' bearers are this fleet's: what a test starts stubs for."""

@@ -93,11 +93,10 @@ def scraped(tmp_path_factory: pytest.TempPathFactory, fake_litellm: LiteLLMProce
     boxes = loopback_boxes(2)
     local = LocalFleet(tmp_path / "fleet", one_model_hosts(boxes))
     port = free_port()
-    fleet = local.write(litellm={"url": fake_litellm.url, "master_key": litellm_master_key},
-                        server={"url": f"http://127.0.0.1:{port}",
-                                "state": str(tmp_path / "state.sqlite3")},
-                        metrics={"token": METRICS_TOKEN},
-                        fleet={"cost_per_hour": {box: 0.5 for box in boxes}})
+    fleet = local.write_reconciled(fake_litellm.url, litellm_master_key, port,
+                                   tmp_path / "state.sqlite3",
+                                   metrics={"token": METRICS_TOKEN},
+                                   fleet={"cost_per_hour": {box: 0.5 for box in boxes}})
     stubs = start_stubs(fleet)
     try:
         with start_llmao_server(local.config_path, local.models_path, tmp_path, port=port,

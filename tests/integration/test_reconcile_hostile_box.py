@@ -57,11 +57,10 @@ def test_one_hostile_box_never_stops_a_pass(tmp_path: Path, fake_litellm, litell
     *honest, hostile = loopback_boxes(3)
     local = LocalFleet(tmp_path / "fleet", one_model_hosts([*honest, hostile]))
     port = free_port()
-    fleet = local.write(litellm={"url": fake_litellm.url, "master_key": litellm_master_key},
-                        server={"url": f"http://127.0.0.1:{port}",
-                                "state": str(tmp_path / "state.sqlite3")},
-                        fleet={"probe_connect_timeout_s": CONNECT_S,
-                               "probe_timeout_s": TIMEOUT_S})
+    fleet = local.write_reconciled(fake_litellm.url, litellm_master_key, port,
+                                   tmp_path / "state.sqlite3",
+                                   fleet={"probe_connect_timeout_s": CONNECT_S,
+                                          "probe_timeout_s": TIMEOUT_S})
     ids = {server.box: f"llmao:{server.box}:{server.listen_port}:{server.name}"
            for server in fleet.servers()}
     served = next(s.served_model_name for s in fleet.servers() if s.box == hostile)

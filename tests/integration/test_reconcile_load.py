@@ -51,10 +51,9 @@ def test_oversized_saturated_and_healthy_in_one_pass(tmp_path: Path, real_litell
     local = LocalFleet(tmp_path / "fleet", hosts, models=("roomy", "big", "busy"),
                        recipes={"big": OVERSIZED, "busy": BUSY})
     port = free_port()
-    fleet = local.write(litellm={"url": real_litellm.url, "master_key": litellm_master_key},
-                        server={"url": f"http://127.0.0.1:{port}",
-                                "state": str(tmp_path / "state.sqlite3")},
-                        fleet={"cost_per_hour": {busy_box: 0.8}})
+    fleet = local.write_reconciled(real_litellm.url, litellm_master_key, port,
+                                   tmp_path / "state.sqlite3",
+                                   fleet={"cost_per_hour": {busy_box: 0.8}})
     stubs = start_stubs(fleet, {busy_box: {"*": {"generation_delay_s": HOLD_S}}})
     busy = next(server for server in fleet.servers() if server.box == busy_box)
     clients = [threading.Thread(target=ask, args=(busy_box, 8001, busy.api_key, 55),

@@ -11,6 +11,7 @@ the fleet's size.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
@@ -38,6 +39,9 @@ class Fleet:
     models: MappingProxyType = field(repr=False)
     assignments: MappingProxyType = field(repr=False)
     warnings: tuple[str, ...] = ()
+    # What both files held when they were read (:func:`files_digest`): the modules of one
+    # reconcile pass compare it, so that a pass acts on one version of the files.
+    files_digest: str = ""
 
     def assignment(self, box: str) -> BoxAssignment | None:
         """The configured assignment of a box name as a request gave it, or None."""
@@ -120,10 +124,42 @@ def approval_refusal(fleet: Fleet, box: str, model_names: Sequence[str]) -> str 
     return None
 
 
+# Times a load reads the files again when they changed while it read them (an editor saving).
+SETTLE_TRIES = 3
+
+
 def load_fleet(config_path: str, models_path: str, signer: bool = False) -> Fleet:
     """Load, validate and index both files; raises :class:`ConfigError` on any problem.
     ``signer``: the caller is llmao-server, which signs box certificates (``box_tls.ca_key``
-    must then be there and match)."""
+    must then be there and match).
+
+    The fleet is one version of the two files: when either changed while they were read
+    (the operator saved one during a reload or a pass), they are read again.
+    """
+    for _try in range(SETTLE_TRIES):
+        before = files_digest(config_path, models_path)
+        fleet = _load_fleet(config_path, models_path, signer)
+        if files_digest(config_path, models_path) == before:
+            return replace(fleet, files_digest=before)
+    raise ConfigError([f"{config_path}: it or {models_path} changed each of the "
+                       f"{SETTLE_TRIES} times they were read: load them once they are saved"])
+
+
+def files_digest(config_path: str, models_path: str) -> str:
+    """A short digest of what both files hold now (of why one cannot be read, if it cannot).
+    It says whether two reads saw the same files, and nothing of a secret they hold."""
+    digest = hashlib.sha256()
+    for path in (config_path, models_path):
+        try:
+            with open(path, "rb") as stream:
+                held = stream.read()
+        except OSError as exc:
+            held = f"unreadable: {type(exc).__name__}".encode()
+        digest.update(len(held).to_bytes(8, "big") + held)
+    return digest.hexdigest()[:16]
+
+
+def _load_fleet(config_path: str, models_path: str, signer: bool) -> Fleet:
     problems = Problems()
     warnings: list[str] = []
     models = _models_or_problems(models_path, problems)

@@ -28,6 +28,11 @@ FLEET_FILES = ("config", "models")
 APPROVED_OPTION: dict[str, dict[str, Any]] = {"approved": {"type": "dict"}}
 # Seconds to wait for each answer of a service the module calls (llmao, LiteLLM, listings).
 TIMEOUT_OPTION: dict[str, dict[str, Any]] = {"timeout": {"type": "float", "default": 15.0}}
+# The digest of the fleet files as the pass's first step read them (fleet_observe's
+# ``files_digest``): a module given it acts only on that version of the files.
+FILES_DIGEST_OPTION: dict[str, dict[str, Any]] = {"files_digest": {"type": "str"}}
+FILES_CHANGED = ("the fleet files changed during this pass (after fleet_observe read them): "
+                 "it ends without writing, and the next pass reads them afresh")
 RULE_LISTS = ("mutually_exclusive", "required_together", "required_one_of", "required_if")
 
 
@@ -63,6 +68,20 @@ def load_module_fleet(module: Any) -> Fleet:
         return load_fleet(module.params["config"], module.params["models"])
     except ConfigError as exc:
         module.fail_json(msg=f"llmao fleet files are invalid:\n{exc}", problems=list(exc.problems))
+
+
+def files_changed(module: Any, fleet: Fleet) -> bool:
+    """Whether the module was given the pass's ``files_digest`` and read other files: one
+    pass acts on one version of config.yaml and models.yaml, or (the rest of it) not at all."""
+    given = module.params.get("files_digest")
+    return given is not None and given != fleet.files_digest
+
+
+def refuse_changed_files(module: Any, fleet: Fleet) -> None:
+    """A step that writes fails before writing when the files changed during its pass."""
+    if files_changed(module, fleet):
+        module.fail_json(msg="the fleet files changed during this pass (after fleet_observe read "
+                             "them): this step wrote nothing, and the next pass reads them")
 
 
 def fleet_secrets(fleet: Fleet) -> set[str]:

@@ -133,6 +133,14 @@ counts:
   returned: success
   type: dict
   sample: {"boxes": 3, "routes": 4, "listed_boxes": 3}
+files_digest:
+  description:
+    - A digest of C(config.yaml) and C(models.yaml) as read for this pass (nothing of a secret
+      can be learnt from it). The later steps take it as their C(files_digest), so that a pass
+      whose files are saved anew while it runs acts on neither version.
+  returned: success
+  type: str
+  sample: 3f9a1c0e5b7d2a64
 """
 
 from typing import Any
@@ -226,6 +234,7 @@ def main() -> None:
     released = release_replaced(module, fleet, replaced) if replaced else []
     result = observe_result(observations)
     result["released_bindings"] = [binding.record() for binding in released]
+    result["files_digest"] = fleet.files_digest
     result["changed"] = bool(released) and not module.check_mode
     for provider, reason in result["listing_failures"].items():
         module.warn(f"the {provider} listing could not be read ({reason}); its boxes are "

@@ -37,6 +37,7 @@ description:
 extends_documentation_fragment:
   - llmao.fleet.fleet_files
   - llmao.fleet.controller
+  - llmao.fleet.files_digest
   - llmao.fleet.reconcile
 options:
   observations:
@@ -203,6 +204,18 @@ counts:
   returned: success
   type: dict
   sample: {"Healthy": 2, "Loading": 1, "changes": 1}
+files_digest:
+  description:
+    - The digest of the fleet files this plan was made from, for the steps that apply it (their
+      O(llmao.fleet.litellm_deployment#module:files_digest)).
+  returned: success
+  type: str
+files_changed:
+  description:
+    - The fleet files differ from those O(files_digest) names, so nothing was planned (no
+      server, no change) and C(lines) says so.
+  returned: success
+  type: bool
 """
 
 from collections import Counter
@@ -212,6 +225,9 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.llmao.fleet.plugins.module_utils.fleet import Fleet
 from ansible_collections.llmao.fleet.plugins.module_utils.fleet_module import (
+    FILES_CHANGED,
+    FILES_DIGEST_OPTION,
+    files_changed,
     load_reconcile_fleet,
     module_args,
 )
@@ -374,18 +390,23 @@ def main() -> None:
     module = AnsibleModule(**module_args({
         "observations": {"type": "dict", "required": True},
         "probes": {"type": "dict", "required": True},
+        **FILES_DIGEST_OPTION,
     }))
     try:
         observations = Observations.from_record(module.params["observations"])
     except RecordError as exc:
         module.fail_json(msg=str(exc))
     fleet = load_reconcile_fleet(module, observations.approved)
+    if files_changed(module, fleet):
+        module.exit_json(**{**plan_result(Plan(()), observations), "lines": [FILES_CHANGED]},
+                         files_digest=fleet.files_digest, files_changed=True)
     try:
         probes = probes_from_record(module.params["probes"])
         plan = make_plan(fleet, observations, probes)
     except (RecordError, PlanError) as exc:
         module.fail_json(msg=str(exc))
-    module.exit_json(**plan_result(plan, observations))
+    module.exit_json(**plan_result(plan, observations), files_digest=fleet.files_digest,
+                     files_changed=False)
 
 
 if __name__ == "__main__":

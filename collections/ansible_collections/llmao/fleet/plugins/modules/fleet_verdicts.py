@@ -29,6 +29,7 @@ description:
 extends_documentation_fragment:
   - llmao.fleet.fleet_files
   - llmao.fleet.controller
+  - llmao.fleet.files_digest
   - llmao.fleet.llmao_timeout
   - llmao.fleet.reconcile
   - llmao.fleet.audit_log
@@ -82,9 +83,11 @@ from ansible_collections.llmao.fleet.plugins.module_utils.audit_log import (
 )
 from ansible_collections.llmao.fleet.plugins.module_utils.fleet import Fleet
 from ansible_collections.llmao.fleet.plugins.module_utils.fleet_module import (
+    FILES_DIGEST_OPTION,
     TIMEOUT_OPTION,
     load_reconcile_fleet,
     module_args,
+    refuse_changed_files,
 )
 from ansible_collections.llmao.fleet.plugins.module_utils.llmao_admin import (
     LlmaoAdmin,
@@ -144,8 +147,10 @@ def main() -> None:
         "plan": {"type": "dict", "required": True},
         **TIMEOUT_OPTION,
         **AUDIT_LOG_OPTION,
+        **FILES_DIGEST_OPTION,
     }))
     fleet = load_reconcile_fleet(module)
+    refuse_changed_files(module, fleet)
     plan = module.params["plan"]
     try:
         document = pass_document(plan)

@@ -31,6 +31,7 @@ extends_documentation_fragment:
   - llmao.fleet.fleet_files
   - llmao.fleet.approved_boxes
   - llmao.fleet.controller
+  - llmao.fleet.files_digest
   - llmao.fleet.reconcile
   - llmao.fleet.audit_log
 attributes:
@@ -203,9 +204,11 @@ from ansible_collections.llmao.fleet.plugins.module_utils.audit_log import (
 )
 from ansible_collections.llmao.fleet.plugins.module_utils.fleet import Fleet
 from ansible_collections.llmao.fleet.plugins.module_utils.fleet_module import (
+    FILES_DIGEST_OPTION,
     TIMEOUT_OPTION,
     load_reconcile_fleet,
     module_args,
+    refuse_changed_files,
 )
 from ansible_collections.llmao.fleet.plugins.module_utils.hostnames import normalize_host
 from ansible_collections.llmao.fleet.plugins.module_utils.intent import (
@@ -251,6 +254,7 @@ SINGLE_ONLY = ("box", "listen_port", "name", "id", "public_host", "public_port",
                "public_scheme")
 OPTIONS: dict[str, dict[str, Any]] = {
     **DEPLOYMENT_OPTIONS,
+    **FILES_DIGEST_OPTION,
     "deployments": {"type": "list", "elements": "dict", "options": DEPLOYMENT_OPTIONS,
                     **DEPLOYMENT_RULES},
     **AUDIT_LOG_OPTION,
@@ -482,6 +486,7 @@ def outcome_result(outcome: Outcome) -> dict[str, Any]:
 def main() -> None:
     module = AnsibleModule(**module_args(OPTIONS, approved=True, **ARGUMENT_RULES))
     fleet = load_reconcile_fleet(module)
+    refuse_changed_files(module, fleet)
     params = module.params
     bulk = params["deployments"] is not None
     items = params["deployments"] if bulk else [params]

@@ -34,6 +34,7 @@ extends_documentation_fragment:
   - llmao.fleet.fleet_files
   - llmao.fleet.approved_boxes
   - llmao.fleet.controller
+  - llmao.fleet.files_digest
   - llmao.fleet.reconcile
 options:
   boxes:
@@ -163,6 +164,12 @@ counts:
   returned: success
   type: dict
   sample: {"servers": 3, "lists": 2, "skipped": 1}
+files_changed:
+  description:
+    - The fleet files differ from those O(files_digest) names, so nothing was probed and
+      C(probes) is empty.
+  returned: success
+  type: bool
 """
 
 from collections import Counter
@@ -173,6 +180,9 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.llmao.fleet.plugins.module_utils.fleet import Fleet
 from ansible_collections.llmao.fleet.plugins.module_utils.fleet_module import (
+    FILES_CHANGED,
+    FILES_DIGEST_OPTION,
+    files_changed,
     load_reconcile_fleet,
     module_args,
 )
@@ -230,8 +240,12 @@ def main() -> None:
         "scrape": {"type": "bool", "default": True},
         "applied": {"type": "dict"},
         "ca_path": {"type": "path"},
+        **FILES_DIGEST_OPTION,
     }, approved=True))
     fleet = load_reconcile_fleet(module)
+    if files_changed(module, fleet):
+        module.exit_json(changed=False, files_changed=True, msg=FILES_CHANGED, probes={},
+                         counts=probe_counts({}))
     params = module.params
     knobs = fleet.settings.fleet.lifecycle
     boxes = params["boxes"]
@@ -255,7 +269,8 @@ def main() -> None:
                          params["connect_timeout"] or knobs.probe_connect_timeout_s,
                          params["timeout"] or knobs.probe_timeout_s, params["concurrency"],
                          params["scrape"], params["applied"], params["ca_path"])
-    module.exit_json(changed=False, probes=probes, counts=probe_counts(probes))
+    module.exit_json(changed=False, files_changed=False, probes=probes,
+                     counts=probe_counts(probes))
 
 
 if __name__ == "__main__":

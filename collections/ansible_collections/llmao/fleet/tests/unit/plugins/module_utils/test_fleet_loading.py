@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 
+from ansible_collections.llmao.fleet.plugins.module_utils import fleet as fleet_module
 from ansible_collections.llmao.fleet.plugins.module_utils.config_errors import ConfigError
 from ansible_collections.llmao.fleet.plugins.module_utils.fleet import load_fleet
 from ansible_collections.llmao.fleet.tests.unit.fleets import (
@@ -382,3 +385,51 @@ def test_attempt_limits_default_and_read(tmp_path):
         "203.0.113.5", "203.0.113.6", "198.51.100.15", "198.51.100.16", "::ffff:203.0.113.5",
         "2001:db8::7", "2001:db9::7", None, "not-an-address")] == \
         [True, False, True, False, True, True, False, False, False]
+
+
+def test_the_files_digest_says_whether_two_loads_read_the_same_files(tmp_path):
+    config, models = write_pair(tmp_path)
+    first, again = load_fleet(config, models), load_fleet(config, models)
+    assert len(first.files_digest) == 16 and first.files_digest == again.files_digest
+    assert FLEET_KEY not in first.files_digest and SALT not in first.files_digest
+    with open(models, "a", encoding="utf-8") as stream:
+        stream.write("\n# a comment is a change of the file too\n")
+    assert load_fleet(config, models).files_digest != first.files_digest
+
+
+def test_a_file_saved_while_it_is_read_is_read_again(tmp_path, monkeypatch):
+    config, models = write_pair(tmp_path)
+    edited = base_config()
+    edited["fleet"]["probe_timeout_s"] = 9
+    saved_after = write_pair(tmp_path / "edited", edited)[0]
+    real_load = fleet_module._load_fleet
+    loads = []
+
+    def saved_during_the_first_load(*args):
+        loaded = real_load(*args)
+        if not loads:
+            shutil.copyfile(saved_after, config)  # the operator saves while it is parsed
+        loads.append(loaded)
+        return loaded
+
+    monkeypatch.setattr(fleet_module, "_load_fleet", saved_during_the_first_load)
+    fleet = load_fleet(config, models)
+    assert len(loads) == 2 and fleet.settings.fleet.lifecycle.probe_timeout_s == 9
+    assert fleet.files_digest == load_fleet(config, models).files_digest
+
+
+def test_files_that_keep_changing_while_they_are_read_are_refused_by_name(tmp_path,
+                                                                          monkeypatch):
+    config, models = write_pair(tmp_path)
+    real_load = fleet_module._load_fleet
+
+    def saved_during_every_load(*args):
+        loaded = real_load(*args)
+        with open(config, "a", encoding="utf-8") as stream:
+            stream.write("# saved again\n")
+        return loaded
+
+    monkeypatch.setattr(fleet_module, "_load_fleet", saved_during_every_load)
+    with pytest.raises(ConfigError) as caught:
+        load_fleet(config, models)
+    assert str(caught.value).startswith(f"{config}: it or {models} changed each of the 3 times")

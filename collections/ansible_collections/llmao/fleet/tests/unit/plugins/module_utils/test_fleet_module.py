@@ -6,14 +6,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import pytest
 from ansible.module_utils.common.yaml import yaml_load
 
 from ansible_collections.llmao.fleet.plugins.doc_fragments import llmao_timeout
 from ansible_collections.llmao.fleet.plugins.module_utils.bearer import derive_vllm_api_key
 from ansible_collections.llmao.fleet.plugins.module_utils.fleet_module import (
     TIMEOUT_OPTION,
+    files_changed,
     load_reconcile_fleet,
     module_args,
+    refuse_changed_files,
 )
 from ansible_collections.llmao.fleet.tests.unit.fleets import SALT, write_pair
 
@@ -65,3 +68,26 @@ def test_the_timeout_option_is_what_its_fragment_documents():
     documented = yaml_load(llmao_timeout.ModuleDocFragment.DOCUMENTATION)["options"]["timeout"]
     spec = module_args(TIMEOUT_OPTION)["argument_spec"]["timeout"]
     assert (spec["type"], spec["default"]) == (documented["type"], documented["default"])
+
+
+class Failed(Exception):
+    """What the double's ``fail_json`` raises (Ansible's exits the module)."""
+
+
+def test_a_step_given_the_pass_digest_knows_when_the_files_changed_since(tmp_path):
+    observed = load_reconcile_fleet(module_for(tmp_path))
+    same = module_for(tmp_path, files_digest=observed.files_digest)
+    assert not files_changed(same, load_reconcile_fleet(same))
+    unpinned = module_for(tmp_path)
+    assert not files_changed(unpinned, load_reconcile_fleet(unpinned))
+    saved = module_for(tmp_path, files_digest="0" * 16)
+    fleet = load_reconcile_fleet(saved)
+    assert files_changed(saved, fleet)
+
+    def fail_json(msg: str) -> None:
+        raise Failed(msg)
+
+    saved.fail_json = fail_json
+    with pytest.raises(Failed, match=r"changed during this pass .* this step wrote nothing"):
+        refuse_changed_files(saved, fleet)
+    refuse_changed_files(same, observed)  # the files as the pass read them: no word

@@ -6,12 +6,15 @@ import json
 
 import pytest
 
+from ansible_collections.llmao.fleet.plugins.module_utils.fleet_module import FILES_CHANGED
 from ansible_collections.llmao.fleet.plugins.module_utils.listings import index_listings
+from ansible_collections.llmao.fleet.plugins.modules import vllm_probe
 from ansible_collections.llmao.fleet.plugins.modules.vllm_probe import (
     probe_counts,
     probe_fleet,
     unknown_boxes,
 )
+from ansible_collections.llmao.fleet.tests.unit.compat import patch_module_args
 from rig.local_fleet import LocalFleet, loopback_boxes, one_model_hosts, start_stubs, stop_stubs
 
 LOCAL = index_listings([], [], {})
@@ -65,3 +68,19 @@ def test_a_box_filter_probes_only_those(probed_fleet):
     probes = probe_fleet(fleet, LOCAL, [silent, f" {serving}"], connect_timeout=2, timeout=5)
     assert {p["box"] for p in probes.values()} == {serving, silent}
     assert unknown_boxes(fleet, [serving, "192.0.2.99"]) == ["192.0.2.99"]
+
+
+def run_module(capsys, **args):
+    with patch_module_args(args), pytest.raises(SystemExit):
+        vllm_probe.main()
+    return json.loads(capsys.readouterr().out)
+
+
+def test_files_saved_since_the_pass_observed_are_not_probed_from(probed_fleet, capsys):
+    fleet, (serving, *_others) = probed_fleet
+    files = {"config": fleet.config_path, "models": fleet.models_path, "timeout": 2.0}
+    saved = run_module(capsys, **files, files_digest="0" * 16)
+    assert (saved["files_changed"], saved["probes"]) == (True, {})
+    assert saved["msg"] == FILES_CHANGED
+    same = run_module(capsys, **files, files_digest=fleet.files_digest, boxes=[serving])
+    assert same["files_changed"] is False and same["counts"]["lists"] == 2
