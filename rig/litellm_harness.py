@@ -17,6 +17,7 @@ the environment, never the command line:
 # No `from __future__ import annotations`: FastAPI reads the handlers' parameter types at
 # run time, and those types are imported inside install_deployment_routes.
 import argparse
+import faulthandler
 import os
 import sys
 import tempfile
@@ -136,7 +137,13 @@ def main(argv: list[str] | None = None) -> int:
         from litellm.proxy.proxy_server import app
 
         install_deployment_routes(app)
-        uvicorn.run(app, host=args.host, port=args.port, log_level="warning", access_log=False)
+        # A crash of the proxy's native code says where it was, in the log (all threads).
+        faulthandler.enable()
+        # asyncio's own loop, not uvloop: the proxy died once of SIGSEGV in our suite, during
+        # a box TLS roll under load (its HTTPS connections to boxes restarting), and uvloop's
+        # TLS transport has open crash reports; the proxy's code is the same on either loop.
+        uvicorn.run(app, host=args.host, port=args.port, log_level="warning", access_log=False,
+                    loop="asyncio")
     return 0
 
 

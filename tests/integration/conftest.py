@@ -6,7 +6,8 @@
   `@pytest.mark.litellm`.
 
 All of them share the same processes, started on first use and stopped (by PID) when the
-session ends, so the real proxy's start-up (12-25 s) is paid once. Tests that share them
+session ends, so the real proxy's start-up (12-25 s) is paid once; a proxy found dead is
+started again, with a warning that names its exit status and log. Tests that share them
 delete what they register. Without the LiteLLM venv the real kind fails (it never skips, so
 CI cannot go green without it) with a message that says to run `make setup`;
 `-m "not litellm"` leaves those tests out on purpose.
@@ -14,6 +15,7 @@ CI cannot go green without it) with a message that says to run `make setup`;
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -36,6 +38,12 @@ def litellm_of_kind(
     running: dict[str, LiteLLMProcess] = {}
 
     def get(kind: Kind) -> LiteLLMProcess:
+        died = running.get(kind)
+        if died is not None and died.process.poll() is not None:
+            # One crash of the proxy fails the test it happened in, not every one after it.
+            warnings.warn(f"the {kind} LiteLLM proxy had exited ({died.process.returncode}; "
+                          f"its log: {died.log_path}): started again", stacklevel=2)
+            del running[kind]
         if kind not in running:
             try:
                 running[kind] = start_litellm(
@@ -68,6 +76,7 @@ def fake_litellm(litellm_of_kind: Callable[[Kind], LiteLLMProcess]) -> LiteLLMPr
     return litellm_of_kind("fake")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture
 def real_litellm(litellm_of_kind: Callable[[Kind], LiteLLMProcess]) -> LiteLLMProcess:
+    """Asked for by each test, so that one whose proxy died gets a live one."""
     return litellm_of_kind("real")
