@@ -206,8 +206,8 @@ counts:
   sample: {"Healthy": 2, "Loading": 1, "changes": 1}
 files_digest:
   description:
-    - The digest of the fleet files this plan was made from, for the steps that apply it (their
-      O(llmao.fleet.litellm_deployment#module:files_digest)).
+    - The digest of the fleet files this plan was made from; when C(files_changed) is false, the
+      same as O(files_digest) (the steps that apply the plan are given that one).
   returned: success
   type: str
 files_changed:
