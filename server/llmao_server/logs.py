@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import select
+import stat
 import sys
 import time
 from collections.abc import Callable
@@ -27,9 +28,12 @@ STDERR_FD = 2
 LOG_FORMATS = ("text", "json")
 # How long a worker gathers access lines before writing them (RequestLog.later), and how
 # many bytes of whole lines at most one write holds: PIPE_BUF, what a pipe (journald, a log
-# shipper) keeps whole between the workers writing to it.
+# shipper) keeps whole between the workers writing to it. A regular file keeps every write
+# whole whatever its size (the kernel holds the file's offset through each write), so into
+# a file lines gather up to GATHERED_FILE_BYTES: a write a gathering, not one every 20 lines.
 GATHER_S = 0.05
 GATHERED_BYTES = select.PIPE_BUF
+GATHERED_FILE_BYTES = 1 << 16
 # A line's milliseconds, "000" to "999", formatted once.
 MILLIS = tuple(f"{millis:03d}" for millis in range(1000))
 
@@ -96,6 +100,16 @@ def log_to_stderr(log_format: str = "text") -> None:
     logging.basicConfig(level=logging.INFO, handlers=[handler])
     RequestLog.direct = True
     RequestLog.json = log_format == "json"
+    RequestLog.gathered_bytes = gathered_bytes(STDERR_FD)
+
+
+def gathered_bytes(descriptor: int) -> int:
+    """How many bytes of lines one write to ``descriptor`` may hold and keep them whole."""
+    try:
+        regular = stat.S_ISREG(os.fstat(descriptor).st_mode)
+    except OSError:
+        regular = False
+    return GATHERED_FILE_BYTES if regular else GATHERED_BYTES
 
 
 class RequestLog:
@@ -116,14 +130,16 @@ class RequestLog:
     ``write`` to a log file cost it more than making the line (the kernel
     updates the file's times on each): it sets :attr:`later`, and lines are
     then gathered for up to :data:`GATHER_S` and written together, whole lines
-    of at most :data:`GATHERED_BYTES` a ``write`` (what a pipe keeps whole
-    between writers), and what is gathered is written at exit.
+    of at most :attr:`gathered_bytes` a ``write`` (:func:`gathered_bytes`: what
+    stderr keeps whole between writers), and what is gathered is written at exit.
     """
 
     direct = False
     json = False
-    # How to run a call after a delay (``gevent.spawn_later``), where lines are gathered.
+    # How to run a call after a delay (the worker's :func:`llmao_server.worker.after`),
+    # where lines are gathered; and how many bytes of them one write holds.
     later: Callable[[float, Callable[[], None]], Any] | None = None
+    gathered_bytes = GATHERED_BYTES
 
     def __init__(self, logger: logging.Logger):
         self.logger = logger
@@ -170,7 +186,7 @@ class RequestLog:
         if later is None:
             write_all(data)
             return
-        if self._gathered_bytes + len(data) > GATHERED_BYTES:
+        if self._gathered_bytes + len(data) > RequestLog.gathered_bytes:
             self.flush()
         if not self._gathered:
             later(GATHER_S, self.flush)

@@ -35,9 +35,11 @@ requests' statements never mix in one transaction.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import gevent
+from gevent import get_hub
 from gunicorn.workers.ggevent import GeventWorker
 
 from .logs import RequestLog
@@ -87,6 +89,13 @@ def deadline_ssl_context(config: Any, default_factory: Any) -> DeadlineContext:
     return DeadlineContext(default_factory(), read_timeout(config))
 
 
+def after(seconds: float, call: Callable[[], None]) -> None:
+    """Run ``call`` in ``seconds`` from the event loop itself, as a timer's callback: a
+    greenlet spawned for it (``gevent.spawn_later``) cost a worker the copy of its stack,
+    a memory mapping made and unmade, at every gathering of access lines."""
+    get_hub().loop.timer(seconds).start(call)
+
+
 class LlmaoWorker(GeventWorker):
     """gunicorn's gevent worker with every read of a client bounded by :func:`read_timeout`."""
 
@@ -98,7 +107,7 @@ class LlmaoWorker(GeventWorker):
 
     def init_process(self) -> None:
         # Each access line is no longer a write of its own: see RequestLog.
-        RequestLog.later = gevent.spawn_later
+        RequestLog.later = after
         super().init_process()
 
     def timeout_ctx(self) -> gevent.Timeout:

@@ -17,7 +17,15 @@ from flask.testing import FlaskClient
 
 from llmao_server.access_log import ACCESS_LOGGER
 from llmao_server.app import create_app
-from llmao_server.logs import GATHER_S, GATHERED_BYTES, STDERR_FD, JsonFormatter, RequestLog
+from llmao_server.logs import (
+    GATHER_S,
+    GATHERED_BYTES,
+    GATHERED_FILE_BYTES,
+    STDERR_FD,
+    JsonFormatter,
+    RequestLog,
+    gathered_bytes,
+)
 from llmao_server.state import app_state
 from tests.server.fleet_pair import ADMIN_TOKEN, FLEET_KEY, SECRETS, box_headers, write_pair
 
@@ -138,6 +146,7 @@ def test_a_worker_gathers_its_lines_and_writes_them_together(
 
     monkeypatch.setattr(RequestLog, "direct", True)
     monkeypatch.setattr(RequestLog, "later", later)
+    monkeypatch.setattr(RequestLog, "gathered_bytes", GATHERED_BYTES)
     monkeypatch.setattr(logging.getLogger(ACCESS_LOGGER), "level", logging.INFO)
     capfd.readouterr()
     monkeypatch.setattr(os, "write", spy)
@@ -156,3 +165,16 @@ def test_a_worker_gathers_its_lines_and_writes_them_together(
     assert all(len(data) <= GATHERED_BYTES and data.endswith(b"\n") for data in writes)
     lines = [line for line in capfd.readouterr().err.splitlines() if ACCESS_LOGGER in line]
     assert len(lines) == 3 + more
+
+
+def test_lines_gather_into_larger_writes_to_a_file_than_to_a_pipe(tmp_path: Path) -> None:
+    """A pipe keeps a write whole up to PIPE_BUF only; a regular file keeps any write whole."""
+    reading, writing = os.pipe()
+    try:
+        assert gathered_bytes(writing) == GATHERED_BYTES
+    finally:
+        os.close(reading)
+        os.close(writing)
+    with open(tmp_path / "server.log", "wb") as log_file:
+        assert gathered_bytes(log_file.fileno()) == GATHERED_FILE_BYTES > GATHERED_BYTES
+    assert gathered_bytes(writing) == GATHERED_BYTES  # closed: nothing to say it is a file

@@ -29,6 +29,7 @@ from llmao_server.store import (
     open_store,
 )
 from llmao_server.store.history import fullest
+from llmao_server.store.sql import TIMES_PER_STATEMENT
 from rig.processes import run_forked
 
 
@@ -43,6 +44,18 @@ def test_a_fetch_time_only_moves_forward(store: StateStore) -> None:
     store.note_fetches({"a": 10.0, "b": 20.0})
     store.note_fetches({"a": 30.0, "b": 5.0})
     assert store.fetch_times() == {"a": 30.0, "b": 20.0}
+
+
+def test_a_flush_of_many_boxes_keeps_each_box_its_own_latest_time(store: StateStore) -> None:
+    """Times go many boxes a statement: more boxes than one statement takes, every one kept
+    (each box's newer time moves, an older one does not), checks apart from fetches."""
+    boxes = [f"10.0.{index // 250}.{index % 250}" for index in range(TIMES_PER_STATEMENT * 2 + 7)]
+    store.note_fetches({box: 100.0 + index for index, box in enumerate(boxes)})
+    store.note_fetches({box: 150.0 if index % 2 else 50.0 for index, box in enumerate(boxes)})
+    store.note_checks({box: 7.0 for box in boxes[:TIMES_PER_STATEMENT + 1]})
+    assert store.fetch_times() == {box: max(100.0 + index, 150.0 if index % 2 else 50.0)
+                                   for index, box in enumerate(boxes)}
+    assert store.check_times() == {box: 7.0 for box in boxes[:TIMES_PER_STATEMENT + 1]}
 
 
 def test_sightings_of_one_name_merge(store: StateStore) -> None:

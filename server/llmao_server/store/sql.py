@@ -20,15 +20,16 @@ from ansible_collections.llmao.fleet.plugins.module_utils.rollout import Phase, 
 from . import base, schema
 from .history import load_sample
 
-NOTE_FETCH = """
-    INSERT INTO box_fetches (box, fetched_at) VALUES (?, ?)
-    ON CONFLICT (box) DO UPDATE SET fetched_at = excluded.fetched_at
-    WHERE excluded.fetched_at > box_fetches.fetched_at"""
-
-NOTE_CHECK = """
-    INSERT INTO box_checks (box, checked_at) VALUES (?, ?)
-    ON CONFLICT (box) DO UPDATE SET checked_at = excluded.checked_at
-    WHERE excluded.checked_at > box_checks.checked_at"""
+# A box's latest fetch (or check) time, kept unless older than the one held; ``{rows}``
+# boxes a statement.
+NOTE_TIMES = """
+    INSERT INTO {table} (box, {column}) VALUES {rows}
+    ON CONFLICT (box) DO UPDATE SET {column} = excluded.{column}
+    WHERE excluded.{column} > {table}.{column}"""
+# Times go to the store this many boxes a statement. One statement a box (executemany)
+# made a worker's flush of 5,000 fetch times 5,000 rounds of the interpreter lock passed
+# between the flusher and the thread answering fetches; SQLite takes 999 values at most.
+TIMES_PER_STATEMENT = 400
 
 KEEP_TURN = """
     INSERT INTO rollout_turns (box, turn) VALUES (?, ?)
@@ -205,11 +206,11 @@ class SqlStore(base.StateStore):
 
     def note_fetches(self, fetches: Mapping[str, float]) -> None:
         if fetches:
-            self._write((NOTE_FETCH, list(fetches.items())))
+            self._write(*times_statements("box_fetches", "fetched_at", fetches))
 
     def note_checks(self, checks: Mapping[str, float]) -> None:
         if checks:
-            self._write((NOTE_CHECK, list(checks.items())))
+            self._write(*times_statements("box_checks", "checked_at", checks))
 
     def grant_turn(self, decide: Callable[[list[Turn]], Turn | str | None]) -> Turn | str | None:
         with self._store_errors("grant a turn"), self._transaction() as cursor:
@@ -488,6 +489,20 @@ class SqlStore(base.StateStore):
             rows = cursor.fetchall()
             connection.commit()  # end the read transaction a driver may have opened
             return rows
+
+
+def times_statements(table: str, column: str,
+                     times: Mapping[str, float]) -> list[tuple[str, list[tuple]]]:
+    """:data:`NOTE_TIMES` for every :data:`TIMES_PER_STATEMENT` boxes of ``times``, each
+    with its one row of values, as :meth:`SqlStore._write` takes steps."""
+    pairs = list(times.items())
+    steps = []
+    for start in range(0, len(pairs), TIMES_PER_STATEMENT):
+        chunk = pairs[start:start + TIMES_PER_STATEMENT]
+        statement = NOTE_TIMES.format(table=table, column=column,
+                                      rows=", ".join(["(?, ?)"] * len(chunk)))
+        steps.append((statement, [tuple(value for pair in chunk for value in pair)]))
+    return steps
 
 
 def _turn(row: Sequence[Any]) -> Turn:
