@@ -135,7 +135,14 @@ def check_fleet_key(state: ServerState, request: BoxRequest) -> None:
 
 def presents_fleet_key(state: ServerState, authorization: str) -> bool:
     """Whether an ``Authorization`` value presents this fleet's key, compared in constant
-    time (False when the server has none)."""
+    time (False when the server has none).
+
+    The value the box program sends (``Bearer <key>``) is matched whole first: a quarter
+    of the cost of reading it by the bearer rule, which decides every other spelling."""
+    expected = state.fleet_bearer
+    if (expected is not None and authorization.isascii()
+            and hmac.compare_digest(authorization, expected)):
+        return True
     presented = presented_bearer(authorization)
     return (presented is not None and state.fleet_key is not None
             and hmac.compare_digest(presented.encode("utf-8"), state.fleet_key))

@@ -79,6 +79,12 @@ class ServerState:
         self.fleet_key: bytes | None = (
             (fleet.settings.fleet.key or "").encode("utf-8") if fleet.fleet_key_configured
             else None)
+        # The Authorization value the box program sends, matched whole before the bearer
+        # rule reads one (:func:`llmao_server.box_api.presents_fleet_key`); None: no usable
+        # key, or one not in ASCII (the rule alone then compares it).
+        self.fleet_bearer: str | None = (
+            "Bearer " + self.fleet_key.decode("ascii")
+            if self.fleet_key is not None and self.fleet_key.isascii() else None)
         self._in_force: tuple[tuple[tuple[str, tuple[str, ...]], ...], Fleet] | None = None
 
     def fleet_in_force(self, approvals: Sequence[Approval] | None = None) -> Fleet:
