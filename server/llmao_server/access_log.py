@@ -55,7 +55,13 @@ class LineHead(NamedTuple):
     text: str
 
 
-log = RequestLog(logging.getLogger(ACCESS_LOGGER))
+def access_message(head: str, peer: str | None, xff: str | None, seconds: float) -> str:
+    """A line's message: its head (:meth:`AccessLog.head`), then the peer,
+    ``X-Forwarded-For`` and the duration."""
+    return f"{head} peer={peer!r} xff={xff!r} {seconds * 1000:.3f}ms"
+
+
+log = RequestLog(logging.getLogger(ACCESS_LOGGER), render=access_message)
 
 
 class AccessLog:
@@ -116,13 +122,12 @@ class AccessLog:
         peer = environ.get("REMOTE_ADDR")
         forwarded = environ.get("HTTP_X_FORWARDED_FOR")
         xff = None if forwarded is None else clipped(self.redact(forwarded))
-        message = f"{head.text} peer={peer!r} xff={xff!r} {seconds * 1000:.3f}ms"
-        if log.plain_text():  # the line is the message: no fields to make
-            log.text(message)
+        if log.plain_text():  # the line is the message: no fields to make, and it is made
+            log.text(head.text, peer, xff, seconds)  # from its parts when it is written
             return
         log.entry({"method": head.method, "path": head.path, "status": head.status,
                    "duration_ms": round(seconds * 1000, 3), "box": head.box, "via": head.via,
-                   "peer": peer, "xff": xff}, message)
+                   "peer": peer, "xff": xff}, access_message(head.text, peer, xff, seconds))
 
     def shown_name(self, name: str) -> str:
         """A claimed box name as the line shows it: redacted and cut."""

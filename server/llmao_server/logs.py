@@ -34,6 +34,9 @@ LOG_FORMATS = ("text", "json")
 GATHER_S = 0.05
 GATHERED_BYTES = select.PIPE_BUF
 GATHERED_FILE_BYTES = 1 << 16
+# A worker writes what it gathered once this many lines wait, if GATHER_S has not passed
+# (a gathered text line is made only when written, so its bytes are not known before).
+GATHERED_LINES = 512
 # A line's milliseconds, "000" to "999", formatted once.
 MILLIS = tuple(f"{millis:03d}" for millis in range(1000))
 
@@ -132,6 +135,10 @@ class RequestLog:
     then gathered for up to :data:`GATHER_S` and written together, whole lines
     of at most :attr:`gathered_bytes` a ``write`` (:func:`gathered_bytes`: what
     stderr keeps whole between writers), and what is gathered is written at exit.
+    A text line is gathered as the parts of its message (``render``'s arguments)
+    and its time, and made only then: lines made together, in one loop, cost a
+    worker 4 µs a fetch less than each made as its request ended, among the
+    parser's and the event loop's work (P1, measured in one run against each other).
     """
 
     direct = False
@@ -141,13 +148,14 @@ class RequestLog:
     later: Callable[[float, Callable[[], None]], Any] | None = None
     gathered_bytes = GATHERED_BYTES
 
-    def __init__(self, logger: logging.Logger):
+    def __init__(self, logger: logging.Logger, render: Callable[..., str] = str):
         self.logger = logger
+        self.render = render  # a text line's message, from what :meth:`text` was given
         self._second = -1
         self._stamp = ""  # the time to the second, then what follows the milliseconds
         self._tag = ""
-        self._gathered: list[bytes] = []
-        self._gathered_bytes = 0
+        # Lines waiting: made (bytes), or a text line's time and message parts.
+        self._gathered: list[bytes | tuple[float, tuple[Any, ...]]] = []
         os.register_at_fork(after_in_child=self._forget_stamp)  # the tag names the pid
         atexit.register(self.flush)
 
@@ -156,15 +164,19 @@ class RequestLog:
         fields, and the caller need not make them."""
         return self.direct and not self.json and self.logger.isEnabledFor(logging.INFO)
 
-    def text(self, message: str) -> None:
-        """One text line of ``message``, as :data:`LOG_FORMAT` has it, in one ``write``."""
-        now = time.time()
+    def text(self, *parts: Any) -> None:
+        """One text line, its message ``render(*parts)``, as :data:`LOG_FORMAT` has it."""
+        self._emit((time.time(), parts))
+
+    def _stamped(self, now: float, message: str) -> bytes:
+        """The text line of ``message`` written at ``now``."""
         second = int(now)
         if second != self._second:
             self._second = second
             self._stamp = time.strftime("%Y-%m-%d %H:%M:%S,", time.localtime(second))
             self._tag = f" [{pid()}] INFO {self.logger.name}: "
-        self._write(f"{self._stamp}{MILLIS[int((now - second) * 1000)]}{self._tag}{message}\n")
+        line = f"{self._stamp}{MILLIS[int((now - second) * 1000)]}{self._tag}{message}\n"
+        return line.encode("utf-8", "backslashreplace")
 
     def _forget_stamp(self) -> None:
         self._second = -1
@@ -174,31 +186,47 @@ class RequestLog:
         if not (self.direct and self.logger.isEnabledFor(logging.INFO)):
             self.logger.info("%s", message, extra={"fields": fields})
         elif not self.json:
-            self.text(message)
+            self._emit(self._stamped(time.time(), message))
         else:
             stamp = datetime.fromtimestamp(time.time(), UTC).isoformat(timespec="milliseconds")
-            self._write(json.dumps({"time": stamp, "level": "INFO", "logger": self.logger.name,
-                                    "pid": pid(), **fields}, ensure_ascii=False) + "\n")
+            self._emit(json.dumps({"time": stamp, "level": "INFO", "logger": self.logger.name,
+                                   "pid": pid(), **fields}, ensure_ascii=False)
+                       .encode("utf-8", "backslashreplace") + b"\n")
 
-    def _write(self, line: str) -> None:
-        data = line.encode("utf-8", "backslashreplace")
+    def _emit(self, line: bytes | tuple[float, tuple[Any, ...]]) -> None:
+        """Write a line at once, or, under a worker, gather it."""
         later = RequestLog.later  # read on the class: a plain function, never bound to self
         if later is None:
-            write_all(data)
+            write_all(self._made(line))
             return
-        if self._gathered_bytes + len(data) > RequestLog.gathered_bytes:
-            self.flush()
         if not self._gathered:
             later(GATHER_S, self.flush)
-        self._gathered.append(data)
-        self._gathered_bytes += len(data)
+        self._gathered.append(line)
+        if len(self._gathered) >= GATHERED_LINES:
+            self.flush()
+
+    def _made(self, line: bytes | tuple[float, tuple[Any, ...]]) -> bytes:
+        """A line's bytes: as it came, or made now from its time and message parts."""
+        if isinstance(line, bytes):
+            return line
+        now, parts = line
+        return self._stamped(now, self.render(*parts))
 
     def flush(self) -> None:
-        """Write the lines gathered so far, in one ``write``."""
-        data = b"".join(self._gathered)
+        """Write the lines gathered so far: whole lines, at most :attr:`gathered_bytes` a
+        write (a line longer than that alone)."""
+        lines = [self._made(line) for line in self._gathered]
         self._gathered.clear()
-        self._gathered_bytes = 0
-        write_all(data)
+        batch: list[bytes] = []
+        size = 0
+        for line in lines:
+            if batch and size + len(line) > RequestLog.gathered_bytes:
+                write_all(b"".join(batch))
+                batch, size = [], 0
+            batch.append(line)
+            size += len(line)
+        if batch:
+            write_all(b"".join(batch))
 
 
 def write_all(data: bytes) -> None:

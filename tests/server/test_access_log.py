@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from llmao_server.logs import (
     GATHER_S,
     GATHERED_BYTES,
     GATHERED_FILE_BYTES,
+    GATHERED_LINES,
     STDERR_FD,
     JsonFormatter,
     RequestLog,
@@ -131,7 +133,8 @@ def test_a_worker_gathers_its_lines_and_writes_them_together(
         client: FlaskClient, capfd: pytest.CaptureFixture[str],
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Under a gunicorn worker (:attr:`RequestLog.later` set), lines wait up to
-    :data:`GATHER_S` and go out together, whole, at most :data:`GATHERED_BYTES` a write."""
+    :data:`GATHER_S` (or until :data:`GATHERED_LINES` wait) and go out together, whole, at most
+    :data:`GATHERED_BYTES` a write."""
     scheduled: list[tuple[float, Callable[[], None]]] = []
     writes: list[bytes] = []
     write = os.write
@@ -158,13 +161,22 @@ def test_a_worker_gathers_its_lines_and_writes_them_together(
     more = 2 * GATHERED_BYTES // (len(writes[0]) // 3)
     for _ in range(more):
         client.get("/vllm/config", headers=box_headers())
-    assert len(writes) >= 2  # beyond GATHERED_BYTES a write goes at once
+    assert len(writes) == 1  # no more than GATHERED_LINES wait: made and written by the timer
+    for _, flush in scheduled:
+        flush()
+    assert len(writes) >= 3  # more than GATHERED_BYTES of lines go in more than one write
+    for _ in range(GATHERED_LINES):
+        client.get("/vllm/config", headers=box_headers())
+    assert len(writes) >= 4  # GATHERED_LINES waiting are written without the timer
     for _, flush in scheduled:
         flush()
     monkeypatch.undo()
     assert all(len(data) <= GATHERED_BYTES and data.endswith(b"\n") for data in writes)
     lines = [line for line in capfd.readouterr().err.splitlines() if ACCESS_LOGGER in line]
-    assert len(lines) == 3 + more
+    assert len(lines) == 3 + more + GATHERED_LINES
+    assert all(re.search(r"INFO llmao_server\.access: GET /vllm/config 200 host='[^']+' "
+                         r"via=header peer='[^']*' xff=None \d+\.\d{3}ms$", line)
+               for line in lines)
 
 
 def test_lines_gather_into_larger_writes_to_a_file_than_to_a_pipe(tmp_path: Path) -> None:
