@@ -101,11 +101,10 @@ class Answer:
         return True
 
     def _header_line(self) -> bool:
-        line = self._line()
+        line = self._field()
         if line is None:
             return False
         if line:
-            self._count_header()
             self._header(line)
             return True
         if 100 <= self.status < 200:
@@ -183,20 +182,20 @@ class Answer:
         return True
 
     def _trailer(self) -> bool:
-        line = self._line()
-        if line is None:
-            return False
-        if line:
-            self._count_header()
-            return True
-        self._finish()
-        return False
+        line = self._field()
+        if line == b"":
+            self._finish()
+        return bool(line)
 
-    def _count_header(self) -> None:
-        """One more header or trailer line; an answer may carry at most ``MAX_HEADERS``."""
-        self._headers += 1
-        if self._headers > MAX_HEADERS:
-            raise BadAnswer(f"not HTTP: over {MAX_HEADERS} headers")
+    def _field(self) -> bytes | None:
+        """The next header or trailer line, counted (an answer may carry at most
+        ``MAX_HEADERS``); b"" for the blank line that ends them, None until a line is whole."""
+        line = self._line()
+        if line:
+            self._headers += 1
+            if self._headers > MAX_HEADERS:
+                raise BadAnswer(f"not HTTP: over {MAX_HEADERS} headers")
+        return line
 
     def _finish(self) -> None:
         self.done = True
