@@ -12,9 +12,9 @@ fetch that lock's system calls whenever two workers met on it, and the cache
 lines the counters sit on went from core to core at every request. A slot is a
 whole number of cache lines, written by its worker alone: no lock, no line
 shared. A worker replaced later takes over the slot of one that exited, and adds
-to what it holds: a count never goes back. The figures are this server process's (each instance of a
-multi-instance deployment has its own, as Prometheus scrapes each one), and start
-from zero when it starts, as a Prometheus counter may.
+to what it holds: a count never goes back. The figures are this server process's
+(each instance of a multi-instance deployment has its own, as Prometheus scrapes
+each one), and start from zero when it starts, as a Prometheus counter may.
 
 Labels are bounded: the box API's four paths, and the status code's class.
 """
