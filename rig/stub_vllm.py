@@ -15,7 +15,13 @@ Faults and slowness come from a JSON file (env STUB_VLLM_BEHAVIOUR, default
 - load_delay_s: sleep before binding the port;
 - fail: null, "exit" (exit 1 at start), "health_500" (/health answers 500), or "reject"
   (/v1 answers 401 to every key);
-- answer_delay_s: sleep before every answer;
+- answer_delay_s: sleep before every answer (the server is slow: requests pipelined on one
+  connection wait for each other, as vLLM answers them in turn);
+- round_trip_s: the box is this far away: whatever the client sends in one flight (a TLS
+  ClientHello, a request, or requests pipelined together) is answered no sooner than this long
+  after it arrived, as over a path with this round-trip time; the server itself is quick, so
+  requests pipelined together come back together. The TCP connect is not delayed (the kernel
+  answers it);
 - generation_delay_s: how long each chat request runs once scheduled, holding its KV blocks
   (only chat answers wait for it, so probes and /metrics stay quick);
 - token_delay_s: the pace of a streamed answer, one server-sent event every so many seconds;
@@ -56,6 +62,7 @@ from __future__ import annotations
 import argparse
 import bisect
 import hmac
+import io
 import json
 import math
 import os
@@ -93,6 +100,7 @@ class Behaviour:
     load_delay_s: float = 0.0
     fail: str | None = None
     answer_delay_s: float = 0.0
+    round_trip_s: float = 0.0
     generation_delay_s: float = 0.0
     token_delay_s: float = 0.0
     refuse_args: tuple[str, ...] = ()
@@ -586,6 +594,12 @@ class Handler(BaseHTTPRequestHandler):
     disable_nagle_algorithm = True
     stub: Stub
 
+    def setup(self) -> None:
+        super().setup()
+        if self.stub.behaviour.round_trip_s:
+            self.rfile.close()
+            self.rfile = io.BufferedReader(ArrivalReader(self.connection))
+
     def do_GET(self) -> None:
         path = urlsplit(self.path).path
         if path == "/health":
@@ -697,8 +711,7 @@ class Handler(BaseHTTPRequestHandler):
         words, _ = self.stub.answer_words(request)
         behaviour = self.stub.behaviour
         with self.stub.scheduler.serving(prompt_tokens(request), len(words)):
-            if behaviour.answer_delay_s:
-                time.sleep(behaviour.answer_delay_s)
+            self.before_answer()
             time.sleep(behaviour.generation_delay_s)
             self.send_response(HTTPStatus.OK)
             self.send_header("Content-Type", "text/event-stream; charset=utf-8")
@@ -725,8 +738,7 @@ class Handler(BaseHTTPRequestHandler):
 
     def answer(self, status: HTTPStatus, body: bytes,
                content_type: str | None = "text/plain") -> None:
-        if self.stub.behaviour.answer_delay_s:
-            time.sleep(self.stub.behaviour.answer_delay_s)
+        self.before_answer()
         self.send_response(status)
         if content_type is not None:
             self.send_header("Content-Type", content_type)
@@ -734,9 +746,41 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
+    def before_answer(self) -> None:
+        """What the behaviour file puts before an answer: the server's own time
+        (answer_delay_s), and the path's round trip since the request's bytes arrived."""
+        behaviour = self.stub.behaviour
+        if behaviour.answer_delay_s:
+            time.sleep(behaviour.answer_delay_s)
+        if behaviour.round_trip_s:
+            until_back(self.rfile.raw.arrived + behaviour.round_trip_s)
+
     def log_message(self, format: str, *args: object) -> None:
         # The request line and status only: headers (and so the bearer) are never logged.
         say(f"{self.address_string()} {format % args}")
+
+
+class ArrivalReader(socket.SocketIO):
+    """A connection's reading side that notes when its last bytes arrived: a request read
+    from them arrived then (requests pipelined in one flight arrive together)."""
+
+    arrived = 0.0
+
+    def __init__(self, sock: socket.socket) -> None:
+        super().__init__(sock, "rb")
+
+    def readinto(self, buffer) -> int | None:
+        count = super().readinto(buffer)
+        if count:
+            self.arrived = time.monotonic()
+        return count
+
+
+def until_back(moment: float) -> None:
+    """Sleep until ``moment`` (time.monotonic), if it is still ahead."""
+    left = moment - time.monotonic()
+    if left > 0:
+        time.sleep(left)
 
 
 class StubServer(ThreadingHTTPServer):
@@ -754,6 +798,7 @@ class StubServer(ThreadingHTTPServer):
         per connection, so one slow client never holds up the others."""
         if self.tls is not None:
             try:
+                self.hello_round_trip(request)
                 with self.tls_lock:  # the connection copies the context's key and certificate
                     request = self.tls.wrap_socket(request, server_side=True,
                                                    do_handshake_on_connect=False)
@@ -764,6 +809,13 @@ class StubServer(ThreadingHTTPServer):
             say(f"{client_address[0]} TLS handshake "
                 f"({'resumed' if request.session_reused else 'full'})")
         super().finish_request(request, client_address)
+
+    def hello_round_trip(self, request: socket.socket) -> None:
+        """With round_trip_s, the box's first handshake flight leaves that long after the
+        client's ClientHello arrived (TLS 1.3: one round trip before the client may send)."""
+        round_trip = self.RequestHandlerClass.stub.behaviour.round_trip_s
+        if round_trip and request.recv(1, socket.MSG_PEEK):
+            time.sleep(round_trip)
 
 
 def tls_context(keyfile: str, certfile: str) -> ssl.SSLContext:

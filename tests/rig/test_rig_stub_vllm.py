@@ -160,6 +160,35 @@ def test_answer_delay_applies_to_every_answer(local_stub_factory):
     assert time.monotonic() - started >= 0.8
 
 
+def read_answers(sock: socket.socket, count: int) -> bytes:
+    """Bytes from ``sock`` until ``count`` empty-bodied answers (as /health's) have come."""
+    seen = b""
+    while seen.count(b"\r\n\r\n") < count:
+        chunk = sock.recv(4096)
+        assert chunk, "the stub closed the connection"
+        seen += chunk
+    return seen
+
+
+def test_round_trip_answers_a_pipelined_flight_together_and_a_later_request_alone(
+        local_stub_factory):
+    """round_trip_s: three requests sent in one flight come back one round trip later, not
+    three (the server is quick); a request sent after that waits a round trip of its own."""
+    stub = local_stub_factory(served_name="m", model="m", api_key=KEY,
+                              behaviour={"*": {"round_trip_s": 0.4}})
+    request = f"GET /health HTTP/1.1\r\nHost: 127.0.0.1:{stub.port}\r\n\r\n".encode()
+    with socket.create_connection(("127.0.0.1", stub.port), timeout=10) as sock:
+        started = time.monotonic()
+        sock.sendall(request * 3)
+        assert read_answers(sock, 3).count(b"HTTP/1.1 200 OK") == 3
+        flight = time.monotonic() - started
+        sock.sendall(request)
+        read_answers(sock, 1)
+        second = time.monotonic() - started - flight
+    assert 0.4 <= flight < 0.8
+    assert second >= 0.4
+
+
 def test_command_line_accepts_vllm_flags_it_does_not_use():
     args, ignored = parse_args(
         [

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import http.client
 import json
+import socket
 import ssl
 import time
 
 import pytest
 from cryptography import x509
 
+from tests.rig.test_rig_stub_vllm import read_answers
 from tests.tls_files import make_test_ca
 
 KEY = "sk-vllm-test-bearer-0123456789"
@@ -72,6 +74,30 @@ def test_a_renewal_reaches_new_connections_and_drops_no_stream(tls_stub):
     text = answer.read().decode()
     stream.close()
     assert text.rstrip().endswith("data: [DONE]")
+
+
+def test_round_trip_delays_the_handshake_and_answers_a_pipelined_flight_together(
+        local_stub_factory, tmp_path):
+    """round_trip_s under TLS: the box's first handshake flight comes a round trip after the
+    ClientHello, and requests pipelined once the handshake is done come back one round trip
+    later: two round trips in all, where a slow box (answer_delay_s) would take four."""
+    ca = make_test_ca(tmp_path / "ca")
+    key, cert = ca.leaf(tmp_path / "box", "127.0.0.1")
+    stub = local_stub_factory(served_name="m", model="m", api_key=KEY,
+                              args=["--ssl-keyfile", str(key), "--ssl-certfile", str(cert)],
+                              behaviour={"*": {"round_trip_s": 0.4}})
+    context = ssl.create_default_context(cafile=str(ca.cert))
+    request = f"GET /health HTTP/1.1\r\nHost: 127.0.0.1:{stub.port}\r\n\r\n".encode()
+    started = time.monotonic()
+    with socket.create_connection(("127.0.0.1", stub.port), timeout=10) as raw, \
+            context.wrap_socket(raw, server_hostname="127.0.0.1") as sock:
+        shaken = time.monotonic() - started
+        sock.sendall(request * 3)
+        seen = read_answers(sock, 3)
+    answered = time.monotonic() - started - shaken
+    assert seen.count(b"HTTP/1.1 200 OK") == 3
+    assert shaken >= 0.4
+    assert 0.4 <= answered < 0.8
 
 
 def handshake_fails(port: int, ca) -> bool:
