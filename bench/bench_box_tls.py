@@ -14,8 +14,9 @@ A box is 200 ms from each answer in one of two ways, and each is measured:
 
 - far: 200 ms away (the stub's ``round_trip_s``), as a rented box across the internet is: every
   flight of bytes (a TLS ClientHello, a request, requests pipelined together) comes back a round
-  trip after it left, and vLLM answers quickly. HTTPS then costs a handshake's round trip where
-  HTTP costs a second connection's, and the handshakes' CPU. The target is judged here.
+  trip after it left, and vLLM answers quickly. HTTPS then waits for its handshake where HTTP
+  waits for ``/health`` before it asks the rest, so what it adds is the handshakes' CPU. The
+  target is judged here.
 - slow: each answer takes 200 ms (``answer_delay_s``, P4's fleet), and vLLM answers requests
   pipelined on one connection in turn. Under box TLS a probe pipelines its three requests on one
   connection (a second handshake costs more than it saves), so here it waits for three answers
