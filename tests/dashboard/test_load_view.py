@@ -227,3 +227,18 @@ def test_the_window_links_pick_the_charts_hours(app: Flask, client: FlaskClient)
     assert '<input type="hidden" name="window" value="24h">' in picked
     # An unknown window is the fitted one.
     assert 'aria-current="true">fit' in client.get("/fleet?window=7y").get_data(as_text=True)
+
+
+def test_a_model_whose_servers_cannot_be_added_says_why(app: Flask, client: FlaskClient) -> None:
+    """Servers whose buckets share no bound: the model's TTFT is unknown, and its title says
+    why (vllm_latency's note), where a bare dash would look like no traffic."""
+    record = a_pass(time.time())
+    note = "ttft: the servers' buckets share no bound below +Inf"
+    models = {**record.models, "qwen": {**record.models["qwen"], "latency": {"note": note}}}
+    app_state(app).store.record_pass(ReconcilePass(record.pass_at, record.verdicts,
+                                                   record.drift, record.pass_at, models,
+                                                   record.boxes))
+    assert log_in(client).status_code == 302
+    qwen = model_card(client.get("/fleet").get_data(as_text=True), "qwen")
+    assert (f'class="ttft" title="unknown for the model: {note}">— / —<'
+            .replace("'", "&#39;")) in qwen

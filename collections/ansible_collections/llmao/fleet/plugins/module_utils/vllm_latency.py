@@ -47,6 +47,8 @@ MAX_COUNT = 2**53
 # A latency past 11 days is no latency: a histogram with a bound that far (le="1e300") gives
 # an unknown quantile rather than a figure the pass record refuses.
 MAX_SECONDS = 1e6
+# A note names each figure once with a fixed reason: a few hundred characters at most.
+MAX_NOTE = 500
 
 Buckets = tuple[tuple[float, float], ...]
 
@@ -67,11 +69,12 @@ class Cumulative:
     preemptions_total: float | None = None
 
     def record(self) -> dict[str, Any]:
-        """JSON: bounds as numbers, ``+Inf`` as the string ``"+Inf"``; only the buckets whose
-        count differs from the bucket below, and ``+Inf`` (the rest follows from the next
-        scrape's bounds), so that a pass of 10,000 servers stays small."""
-        return {"histograms": {name: [[_bound_text(bound), count]
-                                      for bound, count in _sparse(buckets)]
+        """JSON: bounds as numbers, ``+Inf`` as the string ``"+Inf"``; every bucket, empty
+        ones included. The record is what reconcile hands from the probe to the plan and keeps
+        for the next pass: a bucket left out would move a quantile's lower edge (an empty
+        bucket below the observations is where Prometheus starts interpolating) and hide the
+        server's layout from the model's merge."""
+        return {"histograms": {name: [[_bound_text(bound), count] for bound, count in buckets]
                                for name, buckets in self.histograms.items()},
                 "preemptions_total": self.preemptions_total}
 
@@ -97,7 +100,9 @@ class Cumulative:
 
 @dataclass(frozen=True)
 class Latency:
-    """The last pass interval: p50 and p95 in seconds per figure, and the preemptions."""
+    """The last pass interval: p50 and p95 in seconds per figure, and the preemptions;
+    ``note`` says why a model's figure is unknown although its servers have one (their
+    buckets cannot be added)."""
 
     ttft_p50_s: float | None = None
     ttft_p95_s: float | None = None
@@ -106,9 +111,10 @@ class Latency:
     itl_p50_s: float | None = None
     itl_p95_s: float | None = None
     preemptions: int | None = None
+    note: str | None = None
 
     def record(self) -> dict[str, Any]:
-        return dict(vars(self))  # every field a number: no deep copy needed
+        return dict(vars(self))  # every field a number or text: no deep copy needed
 
     @classmethod
     def from_record(cls, record: Any) -> Latency:
@@ -120,7 +126,11 @@ class Latency:
         values = {}
         for item in fields(cls):
             value = record.get(item.name)
-            if value is not None and not (is_number(value) and 0 <= value <= MAX_COUNT):
+            if item.name == "note":
+                if value is not None and not (isinstance(value, str)
+                                              and len(value) <= MAX_NOTE):
+                    raise LatencyRecordError("latency.note must be a short text or null")
+            elif value is not None and not (is_number(value) and 0 <= value <= MAX_COUNT):
                 raise LatencyRecordError(f"latency.{item.name} must be a number or null")
             values[item.name] = value
         if values["preemptions"] is not None:
@@ -267,9 +277,12 @@ def interval_latency(scrapes: Iterable[Scrapes]) -> Latency:
     if not pairs or any(before is None or after is None for before, after in pairs):
         return Latency()
     figures: dict[str, float | None] = {}
+    notes = []
     for figure in HISTOGRAMS:
-        delta = _merged([_delta(before.histograms.get(figure), after.histograms.get(figure))
-                         for before, after in pairs])
+        delta, why = _merged([_delta(before.histograms.get(figure),
+                                     after.histograms.get(figure)) for before, after in pairs])
+        if why:
+            notes.append(f"{figure}: {why}")
         for suffix, quantile in QUANTILES:
             seconds = None if delta is None else bucket_quantile(quantile, delta)
             figures[f"{figure}_{suffix}_s"] = \
@@ -278,7 +291,8 @@ def interval_latency(scrapes: Iterable[Scrapes]) -> Latency:
              for before, after in pairs]
     preemptions = None if None in grown else math.fsum(grown)
     return Latency(**figures, preemptions=None if preemptions is None
-                   or not _is_count(preemptions) else int(preemptions))
+                   or not _is_count(preemptions) else int(preemptions),
+                   note="; ".join(notes) or None)
 
 
 def _grown(before: float | None, after: float | None) -> float | None:
@@ -288,33 +302,32 @@ def _grown(before: float | None, after: float | None) -> float | None:
     return after if after < before else after - before
 
 
-def _merged(deltas: list[Buckets | None]) -> Buckets | None:
-    """Several servers' deltas as one histogram; None when one lacks it or their buckets
-    differ (different vLLM versions)."""
+def _merged(deltas: list[Buckets | None]) -> tuple[Buckets | None, str]:
+    """Several servers' deltas as one histogram, and why not when they cannot be one.
+
+    A cumulative count is known at a bound only for a server that has that bound, so the
+    sum is exact at the bounds every server has: servers whose layouts differ (another
+    vLLM version, another configuration) merge on their common bounds, a coarser histogram
+    of the same requests. With no finite bound in common there is nothing to interpolate
+    in: None and the reason. A server lacking the histogram makes it unknown (no reason:
+    nothing was asked of it, or it does not export it).
+    """
     if not deltas or None in deltas:
-        return None
-    bounds = [bound for bound, _count in deltas[0]]
-    if any([bound for bound, _count in delta] != bounds for delta in deltas):
-        return None
-    return tuple((bound, math.fsum(delta[index][1] for delta in deltas))
-                 for index, bound in enumerate(bounds))
-
-
-def _sparse(buckets: Buckets) -> Buckets:
-    """The buckets whose count differs from the one below, and the last (``+Inf``)."""
-    kept, below = [], 0.0
-    for index, (bound, count) in enumerate(buckets):
-        if count != below or index == len(buckets) - 1:
-            kept.append((bound, count))
-        below = count
-    return tuple(kept)
+        return None, ""
+    common = set.intersection(*({bound for bound, _count in delta} for delta in deltas))
+    if len(deltas) > 1 and not common - {math.inf}:
+        return None, "the servers' buckets share no bound below +Inf"
+    counts = [dict(delta) for delta in deltas]
+    return tuple((bound, math.fsum(each[bound] for each in counts))
+                 for bound in sorted(common)), ""
 
 
 def _delta(before: Buckets | None, after: Buckets | None) -> Buckets | None:
     """What happened between two scrapes; the whole of ``after`` when vLLM restarted (a
     count went back, or its buckets changed), None when either lacks the histogram.
 
-    ``before`` may be sparse (:meth:`Cumulative.record`): a bound it lacks has the count
+    ``before`` may be sparse (the memory records written before every bucket was kept held
+    only the buckets whose count differs from the one below): a bound it lacks has the count
     of the bound below it.
     """
     if before is None or after is None:
@@ -333,13 +346,15 @@ def _delta(before: Buckets | None, after: Buckets | None) -> Buckets | None:
 
 
 def bucket_quantile(quantile: float, buckets: Buckets) -> float | None:
-    """The ``quantile`` of cumulative ``buckets``, interpolated inside its bucket as
-    Prometheus's ``histogram_quantile`` does; None when the buckets count nothing.
+    """The ``quantile`` of cumulative ``buckets`` as Prometheus's ``histogram_quantile``
+    computes it (the same steps in the same order, so the same float): interpolated inside
+    the bucket holding the rank, from the bound below it (0 for the first bucket); None when
+    the buckets count nothing or have no finite bound (Prometheus: NaN).
 
     A rank in the ``+Inf`` bucket is the largest finite bound (no more is known).
     """
     total = buckets[-1][1]
-    if total <= 0:
+    if total <= 0 or len(buckets) < 2:
         return None
     rank = quantile * total
     lower, below = 0.0, 0.0
@@ -348,6 +363,6 @@ def bucket_quantile(quantile: float, buckets: Buckets) -> float | None:
             if bound == math.inf:
                 return lower
             inside = count - below
-            return bound if inside <= 0 else lower + (bound - lower) * (rank - below) / inside
+            return bound if inside <= 0 else lower + (bound - lower) * ((rank - below) / inside)
         lower, below = bound, count
     return lower

@@ -157,8 +157,7 @@ def test_many_engines_cost_a_lookup_each_and_a_repeated_one_is_still_found():
 def test_records_survive_json_and_refuse_garbage():
     read = read_latency(REAL)
     stored = Cumulative.from_record(json.loads(json.dumps(read.record())))
-    assert dict(stored.histograms["ttft"]) == {0.01: 1.0, 0.02: 2.0, math.inf: 2.0}, \
-        "only the buckets that differ from the one below are kept"
+    assert stored.histograms == read.histograms, "every bucket is kept, empty ones too"
     later = read_latency(with_requests(REAL, {0.5: 9, 2.5: 1}))
     assert interval_latency([(stored, later)]) == interval_latency([(read, later)])
     latency = Latency(ttft_p50_s=0.1, preemptions=2)
@@ -232,3 +231,74 @@ def test_any_scrapes_give_a_latency_its_record_reads_back():
                  for _server in range(rng.randint(1, 3))]
         latency = interval_latency(pairs)
         assert Latency.from_record(json.loads(json.dumps(latency.record()))) == latency
+
+
+def test_an_old_sparse_memory_still_gives_the_interval():
+    """Memories written before every bucket was kept held only the buckets whose count
+    differs from the one below: the next pass still reads the interval from them."""
+    read = read_latency(REAL)
+    sparse = {"histograms": {"ttft": [[0.01, 1.0], [0.02, 2.0], ["+Inf", 2.0]]},
+              "preemptions_total": 0.0}
+    later = read_latency(with_requests(REAL, {0.5: 9, 2.5: 1}))
+    assert interval_latency([(Cumulative.from_record(sparse), later)]).ttft_p50_s == \
+        interval_latency([(read, later)]).ttft_p50_s
+
+
+def fresh(text: str) -> str:
+    """``text`` as a server that has answered nothing yet: every TTFT bucket at 0."""
+    return "\n".join(line.rsplit(" ", 1)[0] + " 0.0"
+                     if line.startswith("vllm:time_to_first_token_seconds_bucket{") else line
+                     for line in text.splitlines()) + "\n"
+
+
+def handed_on(cumulative: Cumulative) -> Cumulative:
+    """A scrape as reconcile hands it between its steps: through JSON and back."""
+    return Cumulative.from_record(json.loads(json.dumps(cumulative.record())))
+
+
+def test_empty_buckets_below_the_requests_keep_the_lower_edge():
+    """10 requests in (0.02, 0.04] after a start: p50 0.03 as Prometheus interpolates from
+    0.02, never 0.02 from an edge of 0 (the empty buckets below dropped on the way)."""
+    before = handed_on(read_latency(fresh(REAL)))
+    after = handed_on(read_latency(with_requests(fresh(REAL), {0.04: 10})))
+    assert interval_latency([(before, after)]).ttft_p50_s == pytest.approx(0.03)
+    assert interval_latency([(before, after), (before, after)]).ttft_p50_s == \
+        pytest.approx(0.03)
+
+
+def relaid(cumulative: Cumulative, figure: str, bounds: set[float]) -> Cumulative:
+    """``cumulative`` with ``figure``'s buckets at ``bounds`` only (another layout)."""
+    kept = tuple((bound, count) for bound, count in cumulative.histograms[figure]
+                 if bound in bounds or bound == math.inf)
+    return Cumulative({**cumulative.histograms, figure: kept}, cumulative.preemptions_total)
+
+
+def test_servers_with_other_layouts_merge_on_their_common_bounds():
+    """One server in the fast buckets, the other slow, their layouts not the same: the
+    model's figure comes from the bounds both have, and is known."""
+    quick = read_latency(with_requests(fresh(REAL), {0.01: 6, 0.04: 4}))
+    slow = relaid(read_latency(with_requests(fresh(REAL), {0.5: 10})), "ttft",
+                  {0.01, 0.04, 0.1, 0.5, 1.0})
+    zero = read_latency(fresh(REAL))
+    model = interval_latency([(handed_on(zero), handed_on(quick)),
+                              (handed_on(relaid(zero, "ttft", {0.01, 0.04, 0.1, 0.5, 1.0})),
+                               handed_on(slow))])
+    # 20 requests: 6 by 0.01, 10 by 0.04, 20 by 0.5 on the common bounds; rank 10 ends 0.04.
+    assert model.ttft_p50_s == pytest.approx(0.04)
+    assert model.ttft_p95_s == pytest.approx(0.1 + 0.4 * (19 - 10) / 10)
+    assert model.note is None
+
+
+def test_servers_with_no_bound_in_common_say_so():
+    quick = read_latency(with_requests(fresh(REAL), {0.01: 6}))
+    zero = read_latency(fresh(REAL))
+
+    def coarse(count: float) -> Cumulative:
+        return Cumulative({**zero.histograms, "ttft": ((0.3, count), (math.inf, count))}, 0.0)
+
+    model = interval_latency([(zero, quick), (coarse(0.0), coarse(3.0))])
+    assert model.ttft_p50_s is None and model.ttft_p95_s is None
+    assert model.note == "ttft: the servers' buckets share no bound below +Inf"
+    assert Latency.from_record(json.loads(json.dumps(model.record()))) == model
+    with pytest.raises(LatencyRecordError):
+        Latency.from_record({"note": "x" * 10_000})
