@@ -18,7 +18,7 @@ from typing import Any
 
 from .bearer import is_placeholder
 from .box_tls import BoxTls, read_box_tls
-from .config_errors import Problems
+from .config_errors import Problems, key_path
 from .field_checks import Section, shown, type_name
 from .hostnames import normalize_host
 from .json_values import is_integer, is_number
@@ -30,6 +30,7 @@ from .payload_rules import (
     SERVER_NAME_RE,
     clashes_with_follow_program,
 )
+from .pool_config import Budget, Pool, read_budget, read_pools
 from .secret_strength import MAKE_ONE, secret_weakness, unpresentable
 from .yaml_source import read_yaml
 
@@ -217,6 +218,9 @@ class Settings:
     box_tls: BoxTls | None = None
     # (key path, why) for fleet.key and fleet.vllm_api_salt when weak: loaded, but warned about.
     weak_secrets: tuple[tuple[str, str], ...] = ()
+    # pools: the boxes llmao rents itself, and budget: what they may cost (docs/pools.md).
+    pools: Mapping[str, Pool] = field(default_factory=lambda: MappingProxyType({}))
+    budget: Budget | None = None
 
     def secret_paths(self) -> dict[str, str | None]:
         """Every secret this file holds by its key path, as written (unset and placeholder
@@ -254,6 +258,8 @@ def load_settings(path: str, problems: Problems, warnings: list[str],
         rollout=_read_rollout(top.sub("rollout")),
         box_tls=read_box_tls(top.sub("box_tls"), path, warnings, signer),
     )
+    pools = read_pools(top, settings.providers, read_rows, warnings)
+    settings = replace(settings, pools=pools, budget=read_budget(top, pools))
     if settings.box_tls is not None and not settings.rollout.following:
         warnings.append(f"{path}: box_tls: boxes renew their certificates in the follow "
                         f"program, and rollout.follow_s is not set: a box renews only when it "
@@ -512,13 +518,13 @@ def _read_hosts(fleet: Section, warnings: list[str]) -> dict[str, tuple[HostRow,
         if name in hosts:
             fleet.problem(f"hosts.{raw_name}", f"names the same box as another key ({name})")
             continue
-        hosts[name] = _read_rows(fleet, raw_name, rows, warnings)
+        hosts[name] = read_rows(fleet, f"hosts.{raw_name}", rows, warnings)
     return hosts
 
 
-def _read_rows(fleet: Section, raw_name: str, rows: Any,
-               warnings: list[str]) -> tuple[HostRow, ...]:
-    where = f"hosts.{raw_name}"
+def read_rows(fleet: Section, where: str, rows: Any,
+              warnings: list[str]) -> tuple[HostRow, ...]:
+    """A box's rows, at ``where`` under ``fleet`` (``hosts.<box>``, or a pool's ``serve``)."""
     if rows is None:
         return ()
     if not isinstance(rows, list):
@@ -532,7 +538,8 @@ def _read_rows(fleet: Section, raw_name: str, rows: Any,
         if parsed_row is None:
             continue
         if parsed_row.seed_public_port is not None:
-            warnings.append(f"{fleet.source}: fleet.{where}[{index}]: the fourth element "
+            warnings.append(f"{fleet.source}: {key_path(*fleet.path, where)}[{index}]: "
+                            f"the fourth element "
                             f"(public port) is deprecated; a provider listing replaces it")
         for earlier in parsed:
             if earlier.port == parsed_row.port:

@@ -23,6 +23,10 @@ from .hostnames import normalize_host
 from .intent import BoxAssignment, IntendedServer, assign
 from .models_file import ModelEntry, load_models
 from .payload_rules import API_KEY_RE, BOX_NAME_RE, FOLLOW_PROGRAM, clashes_with_follow_program
+from .pool_config import box_name
+
+# At most this many pool members' assignments are kept built; past it they are built again.
+POOL_MEMBERS_KEPT = 10_000
 
 
 class ApprovalError(ValueError):
@@ -42,6 +46,8 @@ class Fleet:
     # What both files held when they were read (:func:`files_digest`): the modules of one
     # reconcile pass compare it, so that a pass acts on one version of the files.
     files_digest: str = ""
+    # Pool members' assignments built so far (:meth:`pool_assignment`); not part of the value.
+    _pool_built: dict = field(default_factory=dict, repr=False, compare=False)
 
     def assignment(self, box: str) -> BoxAssignment | None:
         """The configured assignment of a box name as a request gave it, or None."""
@@ -72,6 +78,19 @@ class Fleet:
                                           self.models[model_name], key))
         return assign(box, tuple(servers), self.settings.rollout.payload(),
                       tls_payload(self.settings))
+
+    def pool_assignment(self, box: str, pool: str) -> BoxAssignment:
+        """The assignment of ``box``, a member of ``pool`` (an enrollment naming the pool
+        made it one): the pool's rows, as a ``fleet.hosts`` box with those rows would get.
+        Built once per (box, pool) and kept, so a member's fetch stays a lookup."""
+        key = (normalize_host(box), pool)
+        built = self._pool_built.get(key)
+        if built is None:
+            built = pool_box_assignment(self, box, pool)
+            if len(self._pool_built) >= POOL_MEMBERS_KEPT:
+                self._pool_built.clear()
+            self._pool_built[key] = built
+        return built
 
     def with_approvals(self, approvals: Mapping[str, Sequence[str]]) -> Fleet:
         """This fleet plus each admin-approved box, as the config server serves them.
@@ -170,6 +189,7 @@ def _load_fleet(config_path: str, models_path: str, signer: bool) -> Fleet:
         problems.raise_if_any()
         raise
     _check_secrets(config_path, settings, problems)
+    check_pool_rows(config_path, settings, models, problems)
     assignments = {}
     for box, rows in settings.fleet.hosts.items():
         servers = tuple(_intend(config_path, settings, models, box, row, problems)
@@ -180,6 +200,34 @@ def _load_fleet(config_path: str, models_path: str, signer: bool) -> Fleet:
     built = {box: assign(box, servers, rollout, tls) for box, servers in assignments.items()}
     return Fleet(config_path, models_path, settings, MappingProxyType(models),
                  MappingProxyType(built), tuple(warnings))
+
+
+def check_pool_rows(source: str, settings: Settings, models: Mapping[str, ModelEntry],
+                    problems: Problems) -> None:
+    """Each pool's ``serve`` rows through the rule of a ``fleet.hosts`` row (:func:`_intend`),
+    for a box name of the pool's form, so that a pool that loads serves every box it rents."""
+    for pool in settings.pools.values():
+        probe_box = box_name(pool.name, "0" * 8)
+        for row in pool.rows:
+            _intend(source, settings, models, probe_box, row, problems,
+                    f"pools.{pool.name}.serve")
+
+
+def pool_box_assignment(fleet: Fleet, box: str, pool: str) -> BoxAssignment:
+    """What ``box``, a member of ``pool``, serves: the pool's rows, built as a ``fleet.hosts``
+    box's are (:func:`_intend`, :func:`intent.assign`), so the payload, bearer and revision
+    rules stay one. Raises ``KeyError`` for a pool ``config.yaml`` does not have and
+    ``ValueError`` for a name no box could send."""
+    settings = fleet.settings
+    name = normalize_host(box)
+    if not BOX_NAME_RE.match(name):
+        raise ValueError("a box name must be printable ASCII without spaces, "
+                         "at most 253 characters")
+    problems = Problems()
+    servers = tuple(_intend(fleet.config_path, settings, fleet.models, name, row, problems,
+                            f"pools.{pool}.serve") for row in settings.pools[pool].rows)
+    problems.raise_if_any()
+    return assign(name, servers, settings.rollout.payload(), tls_payload(settings))
 
 
 def tls_payload(settings: Settings) -> dict[str, object] | None:
@@ -212,10 +260,12 @@ def _check_secrets(source: str, settings: Settings, problems: Problems) -> None:
                      "boxes pass it to vLLM through Supervisor's environment")
 
 
-def _intend(source: str, settings: Settings, models: dict[str, ModelEntry], box: str,
-            row: HostRow, problems: Problems) -> IntendedServer | None:
-    """Join one row with its recipe and bearer, recording why it cannot be."""
-    where = f"fleet.hosts.{box}[{row.index}]"
+def _intend(source: str, settings: Settings, models: Mapping[str, ModelEntry], box: str,
+            row: HostRow, problems: Problems, rows_at: str | None = None
+            ) -> IntendedServer | None:
+    """Join one row with its recipe and bearer, recording why it cannot be (at ``rows_at``,
+    the rows' key path: ``fleet.hosts.<box>`` unless a pool's ``serve``)."""
+    where = f"{rows_at or f'fleet.hosts.{box}'}[{row.index}]"
     legacy = settings.fleet.is_legacy(box, row.port)
     entry = models.get(row.model_name)
     if entry is None:
