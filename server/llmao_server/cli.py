@@ -124,11 +124,22 @@ def load_checked_fleet(args: argparse.Namespace) -> Fleet:
     except ConfigError as exc:
         raise Refused(f"the fleet files are not usable:\n{exc}") from None
     for warning in fleet.warnings:
-        print(f"{PROG}: warning: {warning}", file=sys.stderr)
+        say(args, f"warning: {warning}", logging.WARNING)
     if not fleet.fleet_key_configured:
-        print(f"{PROG}: warning: fleet.key is missing, empty or CHANGE_ME: every "
-              "GET /vllm/config will answer 503", file=sys.stderr)
+        say(args, "warning: fleet.key is missing, empty or CHANGE_ME: every "
+            "GET /vllm/config will answer 503", logging.WARNING)
     return fleet
+
+
+def say(args: argparse.Namespace, text: str, level: int) -> None:
+    """A line of the start (a warning, a refusal) on stderr: ``llmao-server: text`` as
+    ever, or under ``--log-format json`` a JSON line like every line after it, so that
+    ``journalctl ... | jq .`` reads the log from its first line."""
+    if args.log_format == "json":
+        log_to_stderr("json")  # the first line may come before main's own setup
+        logging.getLogger(SERVER_LOGGER).log(level, "%s: %s", PROG, text)
+    else:
+        print(f"{PROG}: {text}", file=sys.stderr)
 
 
 def app_settings(args: argparse.Namespace, location: str, fleet: Fleet) -> dict[str, Any]:
@@ -169,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
         location = args.state or fleet.settings.server.state
         versions = prepare_state(location)
     except Refused as exc:
-        print(f"{PROG}: {exc}", file=sys.stderr)
+        say(args, str(exc), logging.ERROR)
         return 2
     log_to_stderr(args.log_format)
     log_upgrade(versions)
