@@ -22,6 +22,7 @@ import hashlib
 import io
 import json
 import re
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -35,7 +36,7 @@ from packaging.requirements import Requirement
 
 from rig import REPO_ROOT, rig_lock
 from rig.box_image import BASE_TAG, build_base_image, image_exists
-from rig.dockerd import docker
+from rig.dockerd import docker, engine_answers
 
 REPO = "llmao-server"
 DISTRIBUTION = "llmao-fleet"
@@ -211,5 +212,31 @@ def build_server_image() -> str:
     return tag
 
 
-if __name__ == "__main__":
+def missing_tools() -> str | None:
+    """What this machine lacks to build the image, said before any work is done (a build
+    without an engine once ran debootstrap for 47 s, then died with a traceback); None when
+    nothing is missing."""
+    if shutil.which("docker") is None:
+        return ("no container engine: the image is built with one. Install it first "
+                "(Debian: apt-get install docker.io), start it (dockerd, or "
+                "`.venv/bin/python -m rig.dockerd start`), then run this again")
+    if not engine_answers():
+        return ("the container engine does not answer (`docker info` fails): start it "
+                "(dockerd, or `.venv/bin/python -m rig.dockerd start`), then run this again")
+    if not image_exists(BASE_TAG) and shutil.which("debootstrap") is None:
+        return ("debootstrap is needed once, to make the image's Debian base "
+                "(apt-get install debootstrap)")
+    return None
+
+
+def main() -> int:
+    missing = missing_tools()
+    if missing:
+        print(f"rig.server_image: {missing}", file=sys.stderr)
+        return 2
     print(build_server_image())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
