@@ -145,11 +145,14 @@ def write_credential_files(folder: Path, fleet: DemoFleet, box: str) -> Credenti
 
 
 def write_prometheus_config(path: Path, llmao_url: str, ca_file: Path,
-                            token_file: Path) -> Path:
+                            token_file: Path, fleet_ca: Path) -> Path:
     """A ``prometheus.yml`` that scrapes this run's llmao-server (HTTPS, the demo's CA, the
-    metrics token read from its file) with llmao's alert rules: ``prometheus
-    --config.file=PATH`` as it is. Absolute paths: it works from any folder."""
+    metrics token read from its file) and, found through its ``/metrics/targets``, every
+    vLLM server (HTTPS under box TLS: verified against the fleet CA), with llmao's alert
+    rules; the Grafana dashboard (docs/grafana/) reads both. Absolute paths: it works from
+    any folder."""
     target = urlsplit(llmao_url).netloc
+    token = str(token_file.resolve())
     config = {
         "global": {"scrape_interval": "15s", "evaluation_interval": "15s"},
         "rule_files": [str(ALERT_RULES)],
@@ -157,10 +160,22 @@ def write_prometheus_config(path: Path, llmao_url: str, ca_file: Path,
             "job_name": "llmao",
             "scheme": "https",
             "tls_config": {"ca_file": str(ca_file.resolve())},
-            "authorization": {"credentials_file": str(token_file.resolve())},
+            "authorization": {"credentials_file": token},
             "static_configs": [{"targets": [target]}],
+        }, {
+            "job_name": "vllm",
+            # Each target group says __scheme__ https; the boxes' certificates are the
+            # fleet CA's, not the one llmao-server's certificate comes from.
+            "tls_config": {"ca_file": str(fleet_ca.resolve())},
+            "http_sd_configs": [{
+                "url": f"{llmao_url}/metrics/targets",
+                "refresh_interval": "15s",
+                "tls_config": {"ca_file": str(ca_file.resolve())},
+                # Prometheus's HTTP discovery does not default the type to Bearer.
+                "authorization": {"type": "Bearer", "credentials_file": token},
+            }],
         }],
     }
-    path.write_text("# Prometheus for the llmao demo: prometheus --config.file=" + str(path)
-                    + "\n" + yaml.safe_dump(config, sort_keys=False))
+    path.write_text("# Prometheus for the llmao demo: `make demo` prints the command\n"
+                    + yaml.safe_dump(config, sort_keys=False))
     return path

@@ -55,6 +55,8 @@ from .summary import Summary
 MODE_ENV = "LLMAO_DEMO_BOXES"
 STEPS = 5
 LOCK_NAME = "lock"
+# Prometheus's own port, for the command the summary prints (another when it is taken).
+PROMETHEUS_PORT = 9090
 
 
 class Progress:
@@ -246,7 +248,7 @@ def bring_up(folder: Path, record: Record, progress: Progress) -> Summary:
     litellm = launch_litellm(record, keys.master_key, litellm_port, logs)  # waited for at 3
     llmao_url = start_llmao(record, fleet, tls, host, llmao_port, logs)
     prometheus = write_prometheus_config(folder / "prometheus.yml", llmao_url, tls.ca_file,
-                                         credentials.metrics_token)
+                                         credentials.metrics_token, Path(box_tls["ca_cert"]))
     progress.done(llmao_url)
 
     progress.step(2, f"{len(layout.boxes)} boxes boot, pull their assignment and certificate")
@@ -293,6 +295,7 @@ def bring_up(folder: Path, record: Record, progress: Progress) -> Summary:
         inventory=fleet.inventory_path, logs=logs, models_file=fleet.models_path,
         llmao_pid=next(entry.pid for entry in record.processes if entry.role == "llmao-server"),
         follow_s=ROLLOUT["follow_s"], prometheus_config=prometheus,
+        prometheus_listen=f"127.0.0.1:{pick_port('127.0.0.1', PROMETHEUS_PORT)}",
         metrics_token_file=credentials.metrics_token, reach_inventory=reach,
         fleet_ca=Path(box_tls["ca_cert"]))
 

@@ -36,6 +36,8 @@ class Summary:
     llmao_pid: int
     follow_s: float
     prometheus_config: Path
+    # Where the printed Prometheus listens: its usual port when free at the demo's start.
+    prometheus_listen: str
     metrics_token_file: Path
     # The inventory source that reaches the container boxes; None for local boxes.
     reach_inventory: Path | None
@@ -44,7 +46,9 @@ class Summary:
 
     def playbook(self, name: str, *inventories: Path) -> str:
         sources = " ".join(f"-i {shown(path)}" for path in inventories)
-        return (f"SSL_CERT_FILE={shown(self.ca_file)} .venv/bin/ansible-playbook "
+        # Absolute: Ansible runs each module from a folder of its own, where a relative
+        # path names nothing (and the certificate check fails with no hint).
+        return (f"SSL_CERT_FILE={self.ca_file.resolve()} .venv/bin/ansible-playbook "
                 f"playbooks/{name} {sources}")
 
     def chat_command(self) -> str:
@@ -84,10 +88,20 @@ class Summary:
                 "               box by box, each in its turn; a pushed box is the push "
                 "path's: it stops following"]
 
+    def prometheus_command(self) -> str:
+        """Debian's Prometheus on the demo's config, its data kept in the demo's folder (by
+        default it would write data/ wherever it is started)."""
+        folder = self.prometheus_config.parent
+        return (f"prometheus --config.file={shown(self.prometheus_config)} "
+                f"--storage.tsdb.path={shown(folder / 'prometheus-data')} "
+                f"--web.listen-address={self.prometheus_listen}")
+
     def metrics_lines(self) -> list[str]:
-        return [f"  prometheus   prometheus --config.file={shown(self.prometheus_config)}",
+        return [f"  prometheus   {self.prometheus_command()}",
                 f"               (scrapes {self.llmao_url}/metrics with the token in "
-                f"{shown(self.metrics_token_file)})"]
+                f"{shown(self.metrics_token_file)},",
+                "               and every vLLM server it lists at /metrics/targets; "
+                "docs/grafana/ reads both)"]
 
     def text(self) -> str:
         kind = "container boxes" if self.mode == "container" else "local boxes"

@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shlex
 import shutil
 import socket
 import ssl
@@ -24,6 +23,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -33,6 +33,7 @@ from ansible_collections.llmao.fleet.plugins.module_utils.fleet import load_flee
 from demo.fleet import template_boxes
 from demo.processes import start_time
 from rig.litellm_process import LiteLLMMissing, litellm_python
+from tests.e2e.demo_commands import check_prometheus_command, printed_commands, run_printed
 
 pytestmark = [pytest.mark.litellm, pytest.mark.slow]
 
@@ -52,11 +53,35 @@ def port_open(host: str, port: int) -> bool:
         return probe.connect_ex((host, port)) == 0
 
 
-def printed_command(output: str, label: str) -> list[str]:
-    """The command the summary prints after ``label`` (e.g. `chat   curl ...`)."""
-    match = re.search(rf"^  {label} +(curl .*)$", output, re.MULTILINE)
-    assert match, f"no {label} command in:\n{output}"
-    return shlex.split(match.group(1))
+def run_every_printed_command(output: str, env: dict[str, str]) -> str:
+    """Runs each command the summary prints, as printed, and checks what it did; returns the
+    stop command, for the end. A printed command this does not know fails the test."""
+    commands = printed_commands(output)
+    stop = [command for command in commands if command == "make demo-stop"]
+    assert len(stop) == 1, commands
+    for command in commands:
+        if command.startswith("curl ") and "/v1/chat/completions" in command:
+            answer = json.loads(run_printed(command, env).stdout)
+            assert re.fullmatch(r"answered by 127\.0\.0\.[234] port 800[12]",
+                                answer["choices"][0]["message"]["content"])
+        elif command.startswith("curl ") and command.endswith("/vllm/config"):
+            assignment = json.loads(run_printed(command, env).stdout)  # box token in headers
+            assert assignment["host"] == "127.0.0.2"
+            assert [server["port"] for server in assignment["servers"]] == [8001, 8002]
+            assert assignment["rollout"]["follow_s"] > 0, "the boxes follow their assignment"
+            assert "tls" in assignment, "box TLS is on"
+        elif command.startswith("SSL_CERT_FILE=") and "playbooks/reconcile.yml" in command:
+            assert "failed=0" in run_printed(command, env).stdout
+        elif command.startswith("kill -HUP "):
+            run_printed(command, env)  # llmao-server reads the same files again
+        elif command.startswith("prometheus "):
+            chat = next(c for c in commands if "/v1/chat/completions" in c)
+            servers = int(re.search(r"(\d+) vLLM servers", output).group(1))
+            check_prometheus_command(command, env, servers,
+                                     ask=lambda chat=chat: run_printed(chat, env))
+        else:
+            assert command == "make demo-stop", f"a printed command no test runs: {command}"
+    return stop[0]
 
 
 def processes_mentioning(text: str) -> list[int]:
@@ -120,7 +145,10 @@ def check_box_tls(folder: Path, printed: str) -> None:
 
 
 @pytest.fixture
-def demo_env(tmp_path: Path) -> dict[str, str]:
+def demo_env(tmp_path: Path) -> Iterator[dict[str, str]]:
+    """The demo's environment, its folder under the checkout's .demo/ (git-ignored), so that
+    the summary names its files by relative paths, as a user's `make demo` does; removed
+    after."""
     try:
         litellm_python()
     except LiteLLMMissing as exc:
@@ -132,13 +160,16 @@ def demo_env(tmp_path: Path) -> dict[str, str]:
     if busy:
         pytest.skip(f"the local fleet's addresses are in use ({', '.join(busy)}): is a "
                     "`make demo` running? `make demo-stop` stops it")
-    return {**os.environ, "LLMAO_DEMO_BOXES": "local", "LLMAO_DEMO_DIR": str(tmp_path / "demo"),
-            "LLMAO_DEMO_RECONCILE_S": str(LOOP_INTERVAL_S)}
+    folder = REPO / ".demo" / f"test-{tmp_path.name}"
+    yield {**os.environ, "LLMAO_DEMO_BOXES": "local", "LLMAO_DEMO_DIR": str(folder),
+           "LLMAO_DEMO_RECONCILE_S": str(LOOP_INTERVAL_S)}
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 def test_demo_starts_answers_a_chat_and_stops_without_a_trace(demo_env):
     folder = Path(demo_env["LLMAO_DEMO_DIR"])
     outputs: list[str] = []
+    stopped = None
     try:
         first = demo(demo_env)
         outputs.append(first.stdout + first.stderr)
@@ -156,19 +187,8 @@ def test_demo_starts_answers_a_chat_and_stops_without_a_trace(demo_env):
         assert all(start_time(entry["pid"]) == entry["started"]
                    for entry in record["processes"]), "every service outlives `make demo`"
 
-        # The printed commands work as printed, their secrets read from 0600 files.
-        if shutil.which("curl"):
-            chat = subprocess.run(printed_command(first.stdout, "chat"), capture_output=True,
-                                  text=True, timeout=60, check=True)
-            answer = json.loads(chat.stdout)["choices"][0]["message"]["content"]
-            assert re.fullmatch(r"answered by 127\.0\.0\.[234] port 800[12]", answer)
-            fetched = subprocess.run(printed_command(first.stdout, "assignment"),
-                                     capture_output=True, text=True, timeout=60, check=True)
-            assignment = json.loads(fetched.stdout)  # the box's headers hold its box token
-            assert assignment["host"] == "127.0.0.2"
-            assert [server["port"] for server in assignment["servers"]] == [8001, 8002]
-            assert assignment["rollout"]["follow_s"] > 0, "the boxes follow their assignment"
-            assert "tls" in assignment, "box TLS is on"
+        # Every printed command works as printed, its secrets read from 0600 files.
+        stop_command = run_every_printed_command(first.stdout, demo_env)
         check_box_tls(folder, first.stdout)
         for name in ("admin-token", "litellm.headers", "box.headers", "metrics-token",
                      "fleet/config.yaml"):
@@ -181,7 +201,7 @@ def test_demo_starts_answers_a_chat_and_stops_without_a_trace(demo_env):
                          re.MULTILINE), first.stdout
         config = yaml.safe_load((folder / "fleet" / "config.yaml").read_text())
         assert set(config["fleet"]["cost_per_hour"]) == set(template_boxes())
-        prometheus = re.search(r"^  prometheus +prometheus --config\.file=(\S+)$",
+        prometheus = re.search(r"^  prometheus +prometheus --config\.file=(\S+) ",
                                first.stdout, re.MULTILINE)
         assert prometheus and Path(REPO, prometheus.group(1)).resolve() == \
             folder / "prometheus.yml"
@@ -220,8 +240,10 @@ def test_demo_starts_answers_a_chat_and_stops_without_a_trace(demo_env):
         assert "max_model_len: 4096" in (folder / "fleet" / "models.yaml").read_text()
         running = processes_mentioning(str(folder))
         assert len(running) >= 10, "the vLLM stubs, supervisords, servers and loop are seen"
+        stopped = run_printed(stop_command, demo_env)  # `make demo-stop` as printed
     finally:
-        stopped = demo(demo_env, "stop")
+        if stopped is None:
+            stopped = demo(demo_env, "stop")
         outputs.append(stopped.stdout + stopped.stderr)
     assert stopped.returncode == 0, outputs[-1]
     assert "llmao demo stopped" in stopped.stdout

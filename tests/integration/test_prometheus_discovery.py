@@ -11,7 +11,6 @@ second; bounded in time, every process stopped by PID.
 from __future__ import annotations
 
 import json
-import re
 import secrets
 import shutil
 import time
@@ -36,16 +35,14 @@ from tests.alerts.test_prometheus_scrape import (
     wait_for,
     write_token,
 )
+from tests.grafana_queries import DASHBOARD, empty_queries, grafana_queries
 from tests.llmao_process import start_llmao_server
 from tests.reconcile_run import run_reconcile
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "docs" / "prometheus" / "prometheus.yml"
-DASHBOARD = REPO / "docs" / "grafana" / "llmao-fleet.json"
 METRICS_TOKEN = secrets.token_urlsafe(32)
 REQUESTS_PER_SERVER = 3
-# What Grafana puts in for the dashboard's variables when every model is chosen.
-VARIABLES = {"$model": ".*", "$__rate_interval": "1m"}
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(PROMETHEUS is None, reason="Debian's prometheus is not "
@@ -144,18 +141,10 @@ def test_every_grafana_query_parses_and_returns_data(scraped) -> None:
     variables = {variable["name"]: variable for variable in dashboard["templating"]["list"]}
     assert variables["datasource"]["type"] == "datasource"
     assert variables["datasource"]["query"] == "prometheus"
-    expressions = [(panel["title"], target["expr"]) for panel in dashboard["panels"]
-                   for target in panel.get("targets", [])]
-    assert len(expressions) >= 20
+    assert len(grafana_queries()) >= 20
     assert all(target["datasource"]["uid"] == "${datasource}" for panel in dashboard["panels"]
                for target in panel.get("targets", []))
     wait_for(lambda: query(prometheus, 'up{job="vllm"} == 1'), SEEN_TIMEOUT_S)
     time.sleep(5)  # a few scrapes, so that rate() has two samples in its window
-    empty = []
-    for title, expression in expressions:
-        promql = re.sub(r"\$\w+", lambda found: VARIABLES[found.group()], expression)
-        answer = api(prometheus, "/api/v1/query", query=promql)
-        assert answer is not None, f"{title}: {promql} does not parse"
-        if not answer["result"]:
-            empty.append(f"{title}: {promql}")
+    empty = empty_queries(prometheus)
     assert not empty, "queries without data:\n" + "\n".join(empty)
