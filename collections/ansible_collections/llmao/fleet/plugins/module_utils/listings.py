@@ -30,6 +30,7 @@ from .hostnames import is_ip_address, normalize_host
 from .http_json import HttpCallError, call_json
 from .json_values import is_integer, is_number
 from .lifecycle import Listed
+from .pool_config import read_label
 
 # Vast's instance list as its OpenAPI document describes it (GET /api/v1/instances/, pages of
 # at most 25 joined by ``next_token``), and RunPod's REST API v2 (GET /v2/pods), which replaced
@@ -105,6 +106,10 @@ class ListedBox:
     status: str = ""
     interruptible: bool = False
     gpus: int | None = None
+    # The provider's own label of the instance (Vast's ``label``, RunPod's pod ``name``), as
+    # given (at most 100 characters; empty when none): a pool's instance carries
+    # llmao's (:func:`pool_config.read_label`), and nothing without it is ever destroyed.
+    tag: str = ""
 
     @property
     def label(self) -> str:
@@ -346,10 +351,14 @@ class _Entries:
         self.problems.append(EntryProblem(self.provider, what, _unprefixed(reason, what), names))
 
     def add(self, listing_id: str, address: str, ports: dict[int, int], price: Any,
-            what: str, status: str, interruptible: bool, gpus: Any = None) -> None:
-        """One instance, named by its id and by its address when it has one; a stopped one's
-        running rate is not its price."""
-        names = (listing_id, address) if address else (listing_id,)
+            what: str, status: str, interruptible: bool, gpus: Any = None,
+            tag: Any = None) -> None:
+        """One instance, named by its id, by the box name of llmao's label when it carries
+        one (a pool's box) and by its address when it has one; a stopped one's running rate
+        is not its price."""
+        tag = tag[:100] if isinstance(tag, str) else ""
+        pooled = read_label(tag)
+        names = (listing_id, *(pooled[1:] if pooled else ()), *((address,) if address else ()))
         try:
             priced = _price(price, what)
         except ListingError as exc:
@@ -358,7 +367,7 @@ class _Entries:
             priced = None
         self.boxes.append(ListedBox(self.provider, names, address, MappingProxyType(ports),
                                     None if status in STOPPED_STATUSES else priced, status,
-                                    interruptible, _gpu_count(gpus)))
+                                    interruptible, _gpu_count(gpus), tag))
 
 
 def _unprefixed(reason: str, what: str) -> str:
@@ -379,8 +388,9 @@ def _known_names(*values: Any) -> tuple[str, ...]:
 
 def parse_vast(document: Any) -> tuple[list[ListedBox], list[EntryProblem]]:
     """One page of Vast's instance list: ``{"instances": [{"id", "public_ipaddr", "ports",
-    "dph_total", "actual_status", "is_bid", "num_gpus"}], "next_token"}``; an instance is
-    named by its id and by its address. The instances read, and those that could not be."""
+    "dph_total", "actual_status", "is_bid", "num_gpus", "label"}], "next_token"}``; an
+    instance is named by its id, its pool box name (llmao's label) and its address. The instances
+    read, and those that could not be."""
     if not isinstance(document, dict) or not isinstance(document.get("instances"), list):
         raise ListingError("vast: the answer has no 'instances' list")
     entries = _Entries("vast")
@@ -399,7 +409,7 @@ def parse_vast(document: Any) -> tuple[list[ListedBox], list[EntryProblem]]:
             continue
         entries.add(instance_id, address, ports, instance.get("dph_total"), what,
                     _status(instance.get("actual_status")), instance.get("is_bid") is True,
-                    instance.get("num_gpus"))
+                    instance.get("num_gpus"), instance.get("label"))
     return entries.boxes, entries.problems
 
 
@@ -412,7 +422,8 @@ def _next_token(document: dict[str, Any]) -> str | None:
 
 def parse_runpod(document: Any) -> tuple[list[ListedBox], list[EntryProblem]]:
     """RunPod v2's pod list: ``{"pods": [{"id", "cost", "desiredStatus", "interruptible",
-    "gpuCount", "runtime": {"ports": [...]}}]}``; the pods read, and those that could not be.
+    "gpuCount", "name", "runtime": {"ports": [...]}}]}``; the pods read, and those that could
+    not be.
 
     ``runtime`` is null while a pod is not running: it is listed by its id, with
     no address. Each ``runtime.ports`` entry maps a ``private`` port to a
@@ -434,7 +445,7 @@ def parse_runpod(document: Any) -> tuple[list[ListedBox], list[EntryProblem]]:
             continue
         entries.add(pod_id, address, ports, pod.get("cost"), what,
                     _status(pod.get("desiredStatus")), pod.get("interruptible") is True,
-                    pod.get("gpuCount"))
+                    pod.get("gpuCount"), pod.get("name"))
     return entries.boxes, entries.problems
 
 

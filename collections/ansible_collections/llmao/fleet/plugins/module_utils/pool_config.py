@@ -140,6 +140,9 @@ def _read_pool(section: Section, name: str, providers: Mapping[str, Provider],
         section.problem("provider", f"{provider} has no providers.{provider} (its api_key): "
                                     "llmao rents with the listing's key")
     offer = _read_offer(section.sub("offer", required=True))
+    if provider == "runpod" and offer.interruptible:
+        section.problem("offer.interruptible", "RunPod's v2 create has no spot pods: a runpod "
+                                               "pool rents on-demand pods only")
     low, high = _read_sizes(section.sub("boxes", required=True))
     rows = read_rows(section, "serve", section.raw("serve", None), warnings)
     if not rows and section.raw("serve", None) is None:

@@ -103,6 +103,10 @@ CASES = [
     ("interruptible not a flag", lambda c: _pool(c)["offer"].update(interruptible="yes"),
      "config.yaml: pools.chat.offer.interruptible: must be true or false"),
     ("pools a list", lambda c: c.update(pools=[]), "config.yaml: pools: must be a mapping"),
+    ("runpod spot", lambda c: (c["providers"].update(runpod={"api_key": VAST_KEY + "r"}),
+                               _pool(c).update(provider="runpod"),
+                               _pool(c)["offer"].update(interruptible=True)),
+     "config.yaml: pools.chat.offer.interruptible: RunPod's v2 create has no spot pods"),
     ("bad image", lambda c: _pool(c).update(image="a b"),
      "config.yaml: pools.chat.image: must be a container image reference"),
 ]
