@@ -20,7 +20,12 @@ Steps
              presents the box token kept from llmao's first answer
              (``X-LLMAO-Box-Token``, docs/box-identity.md); a token llmao hands out
              is kept, 0600 (never on ``--dry-run``). A name bound to another box
-             is refused in one line, nothing written.
+             is refused in one line, nothing written. While it keeps no box token,
+             the fetch presents ``LLMAO_BOOTSTRAP_TOKEN`` (an admin's one-time
+             enrollment of the name) in ``X-LLMAO-Bootstrap-Token``; nothing else
+             does, and no dry run or follow program ever does (it works once).
+             A 429 with ``Retry-After`` (any call) is waited out, within
+             ``LLMAO_RETRY_AFTER_MAX_S`` in all; one line says how long.
   2. place    read every card (``nvidia-smi --query-gpu=index,uuid,name,
              memory.total,memory.free``) and give each server ``gpus`` cards
              (default 1): servers spanning more cards first, then row order; servers
@@ -103,6 +108,12 @@ Environment
   LLMAO_FETCH_ATTEMPTS     attempts per request (default 8)
   LLMAO_FETCH_BACKOFF_S    first retry delay, doubled each time up to 60 s (default 2)
   LLMAO_FETCH_TIMEOUT_S    deadline of one whole request: connect, headers, body (default 30)
+  LLMAO_RETRY_AFTER_MAX_S  the most seconds one run waits in all for llmao's 429
+                       Retry-After (default 900; 0: never wait, stop at once)
+  LLMAO_BOOTSTRAP_TOKEN  the one-time token an admin minted for this box's name
+                       (llmao-server enroll <name>); sent only on a fetch while no
+                       box token is kept, never printed, never written, never
+                       given to the follow program
   LLMAO_TOKEN_FILE     where the box token is kept (default: under /workspace on
                        RunPod, whose volume alone survives a restart; else
                        $DATA_DIRECTORY/llmao/box-token)
@@ -118,7 +129,8 @@ Exit codes
      malformed or hostile (see docs/box-protocol.md), an existing file is
      not ours, or the environment is wrong (LLMAO_HOST or FLEET_KEY not
      printable ASCII, say); one line on stderr, never a traceback
-  3  llmao unreachable after the retries (network errors, 5xx)
+  3  llmao unreachable after the retries (network errors, 5xx), or it asks
+     (429 Retry-After) for a longer wait than LLMAO_RETRY_AFTER_MAX_S leaves
   4  programs written but the supervisorctl handover failed; the applied
      record is not written, so the next run hands over again
 """
@@ -172,6 +184,8 @@ DEFAULT_VLLM_HOST = "0.0.0.0"
 HOST_HEADER = "X-LLMAO-Host"
 TOKEN_HEADER = "X-LLMAO-Box-Token"
 INSTANCE_HEADER = "X-LLMAO-Box-Instance"
+BOOTSTRAP_HEADER = "X-LLMAO-Bootstrap-Token"
+RETRY_AFTER_HEADER = "Retry-After"
 CONFIG_PATH = "/vllm/config"
 APPLIED_PATH = "/vllm/applied"
 TURN_PATH = "/vllm/turn"
@@ -211,6 +225,13 @@ ETAG_RE = re.compile(r"[!#-~]{1,128}\Z")
 # The environment's retry knobs, bounded so a typo cannot make a box wait for days.
 MAX_ATTEMPTS = 100
 MAX_WAIT_S = 3600.0
+# What one run waits in all for llmao's 429 ``Retry-After`` (LLMAO_RETRY_AFTER_MAX_S), and its
+# bound. A Retry-After is whole seconds (RFC 9110's delay-seconds; llmao sends no date), read
+# from at most 10 digits; each wait lasts at least a second, so a run's 429s are bounded too.
+RATE_WAIT_S = 900.0
+MAX_RATE_WAIT_S = 86400.0
+RETRY_AFTER_RE = re.compile(r"[0-9]{1,10}\Z")
+MIN_RATE_WAIT_S = 1
 
 # DATA_DIRECTORY lands in environment= and stdout_logfile=: keep it plain.
 DATA_DIRECTORY_RE = re.compile(r"/[A-Za-z0-9._/@+-]*\Z")
@@ -236,8 +257,10 @@ FOLLOW_FILE = f"{FOLLOW_PROGRAM}.conf"
 # reads, what TLS verification reads, and PATH (supervisorctl and nvidia-smi are found by it).
 FOLLOW_ENV = ("LLMAO_URL", "FLEET_KEY", "LLMAO_HOST", "DATA_DIRECTORY", "SUPERVISOR_CONF_DIR",
               "VLLM_BIN", "VLLM_HOST", "LLMAO_FETCH_ATTEMPTS", "LLMAO_FETCH_BACKOFF_S",
-              "LLMAO_FETCH_TIMEOUT_S", "SSL_CERT_FILE", "SSL_CERT_DIR", "PATH",
-              "LLMAO_TOKEN_FILE", *INSTANCE_ENV)
+              "LLMAO_FETCH_TIMEOUT_S", "LLMAO_RETRY_AFTER_MAX_S", "SSL_CERT_FILE",
+              "SSL_CERT_DIR", "PATH", "LLMAO_TOKEN_FILE", *INSTANCE_ENV)
+# Never among them: LLMAO_BOOTSTRAP_TOKEN works once, on the boot's fetch, and the follow
+# program's file would keep a secret that is spent.
 # Each wait of the follow loop is its period times a draw from this range, so boxes that
 # booted together do not check together.
 FOLLOW_JITTER = (0.8, 1.2)
@@ -254,7 +277,8 @@ EXIT_DOC = """exit codes:
      no nvidia-smi (no GPU); nothing written
   2  refused: 403/404/other 4xx, malformed or hostile assignment, foreign file,
      bad environment (non-ASCII LLMAO_HOST or FLEET_KEY, say)
-  3  llmao unreachable after the retries (network errors, 5xx)
+  3  llmao unreachable after the retries (network errors, 5xx), or a 429
+     asking for a longer wait than LLMAO_RETRY_AFTER_MAX_S leaves
   4  programs written but supervisorctl reread/update failed"""
 
 
@@ -316,6 +340,10 @@ class Settings:
     instance: str | None = None
     # A box token llmao hands out is stored (not on a dry run, which stores nothing).
     keeps_token: bool = True
+    # LLMAO_BOOTSTRAP_TOKEN: presented on a fetch while no box token is kept.
+    bootstrap_token: str | None = field(default=None, repr=False)
+    # The most seconds this run waits in all for llmao's 429 Retry-After.
+    rate_wait_s: float = RATE_WAIT_S
 
     @property
     def record_path(self) -> Path:
@@ -384,8 +412,22 @@ def read_settings(environ: Mapping[str, str], fetching: bool) -> Settings:
         attempts=env_number(environ, "LLMAO_FETCH_ATTEMPTS", 8, int, 1, MAX_ATTEMPTS),
         backoff_s=env_number(environ, "LLMAO_FETCH_BACKOFF_S", 2.0, float, 0, MAX_WAIT_S),
         timeout_s=env_number(environ, "LLMAO_FETCH_TIMEOUT_S", 30.0, float, 0.001, MAX_WAIT_S),
+        rate_wait_s=env_number(environ, "LLMAO_RETRY_AFTER_MAX_S", RATE_WAIT_S, float, 0,
+                               MAX_RATE_WAIT_S),
+        bootstrap_token=bootstrap_token(environ) if fetching else None,
         follow_env=tuple((name, environ[name]) for name in FOLLOW_ENV if environ.get(name)),
     )
+
+
+def bootstrap_token(environ: Mapping[str, str]) -> str | None:
+    """LLMAO_BOOTSTRAP_TOKEN when set: shaped as llmao mints it (a box token's shape), else
+    refused here, before any call, rather than spent on a refusal."""
+    token = environ.get("LLMAO_BOOTSTRAP_TOKEN", "").strip() or None
+    if token is not None and not BOX_TOKEN_RE.match(token):
+        raise Refused("LLMAO_BOOTSTRAP_TOKEN is not a bootstrap token: llmao mints 32 to 128 "
+                      "URL-safe characters (letters, digits, - and _); is the template's value "
+                      "pasted whole? (llmao-server enroll <name> prints it)")
+    return token
 
 
 def default_token_path(environ: Mapping[str, str], data_dir: Path) -> Path:
@@ -542,12 +584,13 @@ def build_opener(ca_file: str | None, ca_dir: str | None) -> urllib.request.Open
 
 
 def http_request(method: str, url: str, headers: Mapping[str, str], body: bytes | None,
-                 timeout: float, issued: dict[str, str] | None = None) -> tuple[int, bytes]:
+                 timeout: float, heard: dict[str, str] | None = None) -> tuple[int, bytes]:
     """One request, whole (connect, headers, body) within ``timeout`` seconds.
 
     Any HTTP answer is returned as (status, body), its body cut at MAX_ANSWER_BYTES;
     network faults raise, and an answer not whole by the deadline raises TimeoutError.
-    A box token the answer hands out goes into ``issued`` when given.
+    The answer's headers of llmao's protocol (a box token it hands out, a Retry-After) go
+    into ``heard`` when given, whatever the status.
     """
     request = urllib.request.Request(url, data=body, method=method, headers=dict(headers))
     opener = build_opener(os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR"))
@@ -556,11 +599,11 @@ def http_request(method: str, url: str, headers: Mapping[str, str], body: bytes 
     try:
         try:
             with opener.open(request, timeout=timeout) as answer:
-                if issued is not None and answer.headers.get(TOKEN_HEADER):
-                    issued[TOKEN_HEADER] = answer.headers[TOKEN_HEADER].strip()
+                note_headers(answer.headers, heard)
                 status, body = answer.status, answer.read(MAX_ANSWER_BYTES)
         except urllib.error.HTTPError as answer:
             with answer:
+                note_headers(answer.headers, heard)
                 status, body = answer.code, answer.read(MAX_ANSWER_BYTES)
     except (OSError, HTTPException):
         if not deadline.fired:
@@ -572,6 +615,16 @@ def http_request(method: str, url: str, headers: Mapping[str, str], body: bytes 
         # ended early) and is not.
         raise TimeoutError(f"no whole answer within {timeout:g} s")
     return status, body
+
+
+def note_headers(headers: Any, heard: dict[str, str] | None) -> None:
+    """Copy the answer headers the box program acts on into ``heard``."""
+    if heard is None or headers is None:
+        return
+    for name in (TOKEN_HEADER, RETRY_AFTER_HEADER):
+        value = headers.get(name)
+        if value:
+            heard[name] = value.strip()
 
 
 def auth_headers(settings: Settings) -> dict[str, str]:
@@ -599,46 +652,112 @@ def describe_network_error(exc: BaseException) -> str:
 
 def with_retries(send: Callable[[], tuple[int, bytes]], attempts: int, backoff_s: float,
                  what: str, say: Callable[[str], None],
-                 sleep: Callable[[float], None] = time.sleep) -> tuple[int, bytes]:
-    """Call ``send`` until it gets an answer below 500, backing off in between.
+                 sleep: Callable[[float], None] = time.sleep, *,
+                 heard: dict[str, str] | None = None, rate_wait_s: float = 0.0,
+                 again: Iterable[int] = ()) -> tuple[int, bytes]:
+    """Call ``send`` until llmao answers for good: one loop, bounded two ways.
 
-    A TLS verification failure is not retried: waiting does not fix a CA.
+    Network errors, 5xx and the statuses in ``again`` (llmao's "not yet") are tried
+    ``attempts`` times in all, backing off in between. A 429 whose ``Retry-After`` (read
+    from ``heard``, which ``send`` fills) says how long is waited out and costs no attempt
+    (llmao said when; asking sooner is only refused again), while this loop's waits stay
+    within ``rate_wait_s`` in all: each is a second at least, so they are bounded too. A
+    TLS verification failure is not retried: waiting does not fix a CA.
     """
-    last_status: int | None = None
-    problem = ""
-    for attempt in range(1, attempts + 1):
-        try:
-            status, body = send()
-        except (OSError, HTTPException) as exc:
-            if is_tls_verification_error(exc):
-                raise Refused(f"{what}: TLS verification failed ({describe_network_error(exc)}); "
-                              "give the CA that signs llmao's certificate in SSL_CERT_FILE"
-                              ) from None
-            last_status, problem = None, describe_network_error(exc)
-        else:
-            if status < 500:
-                return status, body
-            last_status, problem = status, f"HTTP {status}"
-        if attempt < attempts:
-            delay = min(backoff_s * 2 ** (attempt - 1), BACKOFF_CAP_S)
-            say(f"{what}: {problem}; attempt {attempt} of {attempts}, retrying in {delay:g} s")
-            sleep(delay)
-    if last_status == 503:
-        raise Unreachable(f"{what}: llmao answered 503 on all {attempts} attempts: fleet.key is "
-                          "probably not configured on the server (config.yaml fleet.key empty "
-                          "or CHANGE_ME)")
-    raise Unreachable(f"{what}: no answer after {attempts} attempts: {problem}")
+    failures, waited, retried = 0, 0.0, frozenset(again)
+    while True:
+        if heard is not None:
+            heard.clear()
+        status, body, problem = attempt_once(send, what)
+        wait = retry_after(heard) if status == 429 else None
+        if wait is not None:
+            rate_limited(wait, rate_wait_s - waited, rate_wait_s, what, body, say)
+            waited += wait
+            sleep(wait)
+            continue
+        if status is not None and status < 500 and status not in retried | {429}:
+            return status, body
+        failures += 1
+        if failures >= attempts:
+            raise gave_up(what, status, problem, attempts)
+        delay = min(backoff_s * 2 ** (failures - 1), BACKOFF_CAP_S)
+        again_in = "asking again" if status in retried else "retrying"
+        say(f"{what}: {problem}; attempt {failures} of {attempts}, {again_in} in {delay:g} s")
+        sleep(delay)
+
+
+def attempt_once(send: Callable[[], tuple[int, bytes]],
+                 what: str) -> tuple[int | None, bytes, str]:
+    """One call: its status (None on a network fault), body, and what went wrong in words."""
+    try:
+        status, body = send()
+    except (OSError, HTTPException) as exc:
+        if is_tls_verification_error(exc):
+            raise Refused(f"{what}: TLS verification failed ({describe_network_error(exc)}); "
+                          "give the CA that signs llmao's certificate in SSL_CERT_FILE"
+                          ) from None
+        return None, b"", describe_network_error(exc)
+    if status >= 500:
+        return status, body, f"HTTP {status}"
+    return status, body, f"HTTP {status}: {server_message(body)}"
+
+
+def retry_after(heard: Mapping[str, str] | None) -> int | None:
+    """The seconds a ``Retry-After`` asks for, or None when there is none or it is not whole
+    seconds (an HTTP date, a fraction, a sign: llmao sends none of them)."""
+    value = (heard or {}).get(RETRY_AFTER_HEADER, "")
+    return max(int(value), MIN_RATE_WAIT_S) if RETRY_AFTER_RE.match(value) else None
+
+
+def rate_limited(wait: int, left: float, budget: float, what: str, body: bytes,
+                 say: Callable[[str], None]) -> None:
+    """Say that the box waits ``wait`` s as llmao's 429 asks; Unreachable when that is more
+    than what is ``left`` of LLMAO_RETRY_AFTER_MAX_S: no use waiting to be refused again."""
+    code = error_code(body) or "rate limited"
+    if wait > left:
+        raise Unreachable(f"{what}: llmao asks this box to wait {wait} s (429 {code}), more "
+                          f"than the {max(left, 0):g} s left of LLMAO_RETRY_AFTER_MAX_S="
+                          f"{budget:g}; nothing more was sent: run again later")
+    say(f"{what}: llmao asks this box to wait (429 {code}): waiting {wait} s as its "
+        "Retry-After says")
+
+
+def gave_up(what: str, status: int | None, problem: str, attempts: int) -> Unreachable:
+    """Why the retries ended, in one message (exit 3)."""
+    if status == 503:
+        return Unreachable(f"{what}: llmao answered 503 on all {attempts} attempts: fleet.key is "
+                           "probably not configured on the server (config.yaml fleet.key empty "
+                           "or CHANGE_ME)")
+    if status is None or status >= 500:
+        return Unreachable(f"{what}: no answer after {attempts} attempts: {problem}")
+    return Unreachable(f"{what}: still {problem} after {attempts} attempts")
+
+
+def call_llmao(settings: Settings, method: str, path: str, say: Callable[[str], None],
+               body: bytes | None = None, attempts: int | None = None,
+               extra: Mapping[str, str] | None = None,
+               again: Iterable[int] = ()) -> tuple[int, bytes, dict[str, str]]:
+    """One call of the box protocol, with the fleet key, the name and the box token, retried
+    as :func:`with_retries` says: its status, body and the protocol headers heard."""
+    url = f"{settings.url}{path}"
+    headers = {**auth_headers(settings), **(extra or {})}
+    if body is not None:
+        headers["Content-Type"] = "application/json"
+    heard: dict[str, str] = {}
+    status, answer = with_retries(
+        lambda: http_request(method, url, headers, body, settings.timeout_s, heard),
+        attempts or settings.attempts, settings.backoff_s, f"{method} {url}", say,
+        heard=heard, rate_wait_s=settings.rate_wait_s, again=again)
+    return status, answer, heard
 
 
 def refusal(status: int, body: bytes, host: str | None) -> Refused:
     """What a 3xx/4xx from llmao means for the operator, in one message."""
-    if status == 403 and error_code(body) in BOUND_ELSEWHERE:
-        name = repr(host) if host else "this box's address"
-        return Refused(f"llmao refused {name} (403 {error_code(body)}): the name is bound to "
-                       "another box, the first that fetched it; nothing was written. If this "
-                       "box replaced that one, ask an admin to release the binding (the "
-                       "dashboard's Release button) and run again; if not, someone holds the "
-                       "fleet key (docs/box-identity.md)")
+    code = error_code(body) if status == 403 else None
+    if code in BINDING_REFUSALS:
+        return Refused(f"llmao refused {repr(host) if host else 'this address'} (403 {code}): "
+                       + BINDING_REFUSALS[code].format(name=host or "<name>")
+                       + "; nothing was written (docs/box-identity.md)")
     if status == 403:
         return Refused("llmao refused the fleet key (403): the template's FLEET_KEY does not "
                        "match llmao's fleet.key")
@@ -652,8 +771,28 @@ def refusal(status: int, body: bytes, host: str | None) -> Refused:
     return Refused(f"llmao refused the request ({status}): {server_message(body)}")
 
 
-# llmao's codes for a call for a name bound to another box (docs/box-protocol.md).
-BOUND_ELSEWHERE = ("box_token_required", "box_token_mismatch")
+# llmao's codes for a call the name's binding refuses (docs/box-protocol.md), and what each
+# tells the operator to do.
+BOUND_ELSEWHERE = ("the name is bound to another box, the first that fetched it or the one "
+                   "enrolled for it. If this box replaced that one, ask an admin to release "
+                   "the binding (the dashboard's Release button) or to enroll the name for "
+                   "this box, and run again; if not, someone holds the fleet key")
+BINDING_REFUSALS = {
+    "box_token_required": BOUND_ELSEWHERE,
+    "box_token_mismatch": BOUND_ELSEWHERE,
+    "box_not_enrolled": "the fleet binds names only through enrollment: ask an admin for a "
+                        "bootstrap token (llmao-server enroll {name} --ttl 1h) and set "
+                        "LLMAO_BOOTSTRAP_TOKEN (a dry run never presents it: it works once)",
+    "bootstrap_token_invalid": "LLMAO_BOOTSTRAP_TOKEN is not this name's: expired, used "
+                               "already (a retried first fetch whose answer was lost uses "
+                               "it too) or wrong; ask an admin for a new one (llmao-server "
+                               "enroll {name} --ttl 1h)",
+    "box_pending_elsewhere": "another box, from another address, claimed this name a moment "
+                             "ago and its binding is pending; if that box is not yours, ask "
+                             "an admin to enroll the name for this box (LLMAO_BOOTSTRAP_TOKEN)",
+    "box_reserved": "the name was released for another provider instance, not this one; ask "
+                    "an admin to release it for this box or to enroll the name for it",
+}
 
 
 def error_code(body: bytes) -> str | None:
@@ -685,23 +824,26 @@ def fetch_assignment(settings: Settings, say: Callable[[str], None],
     """GET the box's assignment from llmao and return the decoded JSON.
 
     Naming the ``applied_revision`` makes it a follow check (``If-None-Match``): None
-    when llmao answers 304, that revision is still the intended one.
+    when llmao answers 304, that revision is still the intended one. While the box keeps no
+    box token, the bootstrap token (when given) goes with it: llmao binds the name to this
+    box and hands out the box token, kept before anything else happens.
     """
-    url = f"{settings.url}{CONFIG_PATH}"
-    headers = auth_headers(settings)
-    if applied_revision is not None:
-        headers["If-None-Match"] = f'"{applied_revision}"'
-    issued: dict[str, str] = {}
-    status, body = with_retries(
-        lambda: http_request("GET", url, headers, None, settings.timeout_s, issued),
-        attempts or settings.attempts, settings.backoff_s, f"GET {url}", say)
+    extra = {} if applied_revision is None else {"If-None-Match": f'"{applied_revision}"'}
+    enrolling = settings.bootstrap_token is not None and read_token(settings) is None
+    if enrolling:
+        extra[BOOTSTRAP_HEADER] = settings.bootstrap_token
+    status, body, heard = call_llmao(settings, "GET", CONFIG_PATH, say, attempts=attempts,
+                                     extra=extra)
     if status in (200, 304):
-        keep_token(settings, issued.get(TOKEN_HEADER))
+        keep_token(settings, heard.get(TOKEN_HEADER))
+        if enrolling and heard.get(TOKEN_HEADER):
+            say(f"enrolled: llmao bound {settings.host or 'this address'} to this box with "
+                f"the bootstrap token; the box token is kept in {settings.token_path}")
     if status == 304 and applied_revision is not None:
         return None
     if status != 200:
         raise refusal(status, body, settings.host)
-    return decode_json(body, f"llmao's answer from {url}")
+    return decode_json(body, f"llmao's answer from {settings.url}{CONFIG_PATH}")
 
 
 @dataclass(frozen=True)
@@ -722,10 +864,7 @@ def ask_turn(settings: Settings, say: Callable[[str], None], revision: str,
     """
     url = f"{settings.url}{TURN_PATH}"
     body = json.dumps({"revision": revision, "servers": servers}).encode("utf-8")
-    headers = {**auth_headers(settings), "Content-Type": "application/json"}
-    status, answer = with_retries(
-        lambda: http_request("POST", url, headers, body, settings.timeout_s),
-        1, settings.backoff_s, f"POST {url}", say)
+    status, answer, _ = call_llmao(settings, "POST", TURN_PATH, say, body, attempts=1)
     if status == 409:
         return None
     if status != 200:
@@ -1819,17 +1958,22 @@ def certificate_due(settings: Settings, tls: BoxTls, now: float) -> str | None:
     return None
 
 
-def openssl(args: list[str], what: str) -> bytes:
-    """Run the openssl command; its standard output. Missing or failing: refused."""
+def run_openssl(args: list[str], what: str) -> subprocess.CompletedProcess[bytes]:
+    """Run the openssl command, within OPENSSL_TIMEOUT_S. Missing or stuck: refused."""
     binary = shutil.which("openssl")
     if binary is None:
         raise Refused("box TLS needs the openssl command and this box has none: install it "
                       "(Debian and Ubuntu: apt-get install openssl)")
     try:
-        done = subprocess.run([binary, *args], capture_output=True, check=False,
-                              timeout=OPENSSL_TIMEOUT_S)
+        return subprocess.run([binary, *args], capture_output=True, check=False,
+                              timeout=OPENSSL_TIMEOUT_S, stdin=subprocess.DEVNULL)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise Refused(f"openssl {what}: {exc}") from None
+
+
+def openssl(args: list[str], what: str) -> bytes:
+    """Run the openssl command; its standard output. Missing or failing: refused."""
+    done = run_openssl(args, what)
     if done.returncode != 0:
         raise Refused(f"openssl {what} failed: "
                       f"{clean_text(done.stderr.decode('utf-8', 'replace'))}")
@@ -1864,69 +2008,93 @@ def certificate_request(settings: Settings) -> str:
 
 def request_certificate(settings: Settings, tls: BoxTls, say: Callable[[str], None]) -> str:
     """Ask llmao to sign a request for the box's key; keep what it answers. Returns the
-    certificate's not_after."""
+    certificate's not_after.
+
+    A 409 is llmao's "not yet": a box named by its provider's id has no address llmao knows
+    of until a reconcile pass reads the listing, worth waiting for as for a server that is
+    not up yet. It is retried in the same one loop, and bound, as a network error.
+    """
     if settings.url is None or settings.fleet_key is None:
         raise Refused("box TLS needs a certificate from llmao: set LLMAO_URL and FLEET_KEY")
-    url = f"{settings.url}{CERT_PATH}"
     body = json.dumps({"csr": certificate_request(settings)}).encode("utf-8")
-    headers = {**auth_headers(settings), "Content-Type": "application/json"}
-    for attempt in range(1, settings.attempts + 1):
-        status, answer = with_retries(
-            lambda: http_request("POST", url, headers, body, settings.timeout_s),
-            settings.attempts, settings.backoff_s, f"POST {url}", say)
-        if status != 409:
-            break
-        # A box named by its provider's id has no address llmao knows of until a reconcile
-        # pass reads the listing: worth waiting for, as for a server that is not up yet.
-        if attempt == settings.attempts:
-            raise Unreachable(f"POST {url}: {server_message(answer)} (after {attempt} "
-                              "attempts)")
-        delay = min(settings.backoff_s * 2 ** (attempt - 1), BACKOFF_CAP_S)
-        say(f"certificate: {server_message(answer)}; asking again in {delay:g} s")
-        time.sleep(delay)
+    status, answer, _ = call_llmao(settings, "POST", CERT_PATH, say, body, again=(409,))
     if status != 200:
         raise refusal(status, answer, settings.host)
-    return keep_certificate(settings, tls, decode_json(answer, f"llmao's answer from {url}"),
-                            f"llmao's answer from {url}")
+    source = f"llmao's answer from {settings.url}{CERT_PATH}"
+    return keep_certificate(settings, tls, decode_json(answer, source), source)
 
 
 def keep_certificate(settings: Settings, tls: BoxTls, doc: Any, source: str) -> str:
     """Keep llmao's answer to a certificate request (``certificate``, ``ca``, ``not_after``)
-    for the box's key; its not_after. The certificate is checked against the key and the CA
-    against the assignment's before anything is written: vLLM reloads whatever lands there.
-    The box's own request and the push path's (``--certificate``) both land here."""
+    for the box's key; its not_after. The CA is checked against the assignment's pin, the
+    certificate against the key and against that CA (it must chain to it) before anything
+    is installed: vLLM reloads whatever lands there, and a leaf that does not chain would
+    make every dialer refuse the box. The box's own request and the push path's
+    (``--certificate``) both land here."""
     key = settings.tls_dir / KEY_FILE
     if not key.is_file():
         raise Refused(f"{source}: this box has no key for it (make the request here first: "
                       "--cert-request); nothing kept")
+    certificate, ca, not_after = read_certificate_answer(doc, source, tls)
+    staged = {name: settings.tls_dir / f".{name}.new" for name in (CERT_FILE, CA_FILE)}
+    try:
+        atomic_write(staged[CERT_FILE], certificate, 0o644)
+        atomic_write(staged[CA_FILE], ca, 0o644)
+        check_leaf(staged[CERT_FILE], staged[CA_FILE], key)
+    except BaseException:
+        for path in staged.values():
+            path.unlink(missing_ok=True)
+        raise
+    os.replace(staged[CA_FILE], settings.tls_dir / CA_FILE)
+    replace_in_place(staged[CERT_FILE], settings.tls_dir / CERT_FILE)
+    atomic_write(settings.tls_dir / CERT_META,
+                 json.dumps({"issued_at": time.time(), "not_after": rfc3339_seconds(not_after),
+                             "ca_sha256": tls.ca_sha256}) + "\n", 0o644)
+    return not_after
+
+
+def read_certificate_answer(doc: Any, source: str, tls: BoxTls) -> tuple[str, str, str]:
+    """The answer's certificate, its CA and not_after, the CA being the one the assignment
+    pins: rewritten from the very bytes its digest names, so that certificate alone is
+    trusted when the leaf is verified, whatever else the answer's PEM text carried."""
     fields = [doc.get(name) if isinstance(doc, dict) else None
               for name in ("certificate", "ca", "not_after")]
-    not_after = rfc3339_seconds(fields[2])
-    if not all(isinstance(f, str) and len(f) <= MAX_PEM for f in fields) or not_after is None:
+    if not all(isinstance(f, str) and len(f) <= MAX_PEM for f in fields) \
+            or rfc3339_seconds(fields[2]) is None:
         raise Refused(f"{source} is not a certificate: certificate, ca (PEM) "
                       "and not_after (RFC 3339) are needed")
-    certificate, ca = fields[0], fields[1]
     try:
-        ca_sha256 = hashlib.sha256(ssl.PEM_cert_to_DER_cert(ca.strip())).hexdigest()
+        der = ssl.PEM_cert_to_DER_cert(fields[1].strip())
     except ValueError:
-        ca_sha256 = ""
-    if ca_sha256 != tls.ca_sha256:
+        der = b""
+    if hashlib.sha256(der).hexdigest() != tls.ca_sha256:
         raise Refused("llmao answered with a CA other than the one its assignment names; "
                       "nothing kept")
-    staged = settings.tls_dir / f".{CERT_FILE}.new"
-    atomic_write(staged, certificate, 0o644)
+    return fields[0], ssl.DER_cert_to_PEM_cert(der), fields[2]
+
+
+def check_leaf(certificate: Path, ca: Path, key: Path) -> None:
+    """Refuse a certificate that is not for this box's key, or that the pinned CA did not
+    sign (a server whose CA key was replaced signs leaves nothing verifies).
+
+    ``openssl verify -trusted`` takes that one file as the only trust anchor (no system
+    store), ``-purpose sslserver`` wants a server's leaf, and ``-no_check_time`` leaves the
+    dates out: a box whose clock is off is not a reason to refuse, and not_after is kept
+    apart for the renewal.
+    """
     try:
-        ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(staged, key)
+        ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(certificate, key)
     except ssl.SSLError as exc:
-        staged.unlink(missing_ok=True)
         raise Refused(f"llmao's certificate does not fit this box's key ({exc.reason or exc}); "
                       "nothing kept") from None
-    atomic_write(settings.tls_dir / CA_FILE, ca, 0o644)
-    replace_in_place(staged, settings.tls_dir / CERT_FILE)
-    atomic_write(settings.tls_dir / CERT_META,
-                 json.dumps({"issued_at": time.time(), "not_after": not_after,
-                             "ca_sha256": ca_sha256}) + "\n", 0o644)
-    return str(fields[2])
+    done = run_openssl(["verify", "-trusted", str(ca), "-purpose", "sslserver",
+                        "-no_check_time", str(certificate)], "verify")
+    if done.returncode != 0:
+        said = (done.stdout + done.stderr).decode("utf-8", "replace")
+        reason = re.search(r"error \d+ at \d+ depth lookup: ([^\n]+)", said)
+        raise Refused("llmao's certificate does not chain to the fleet CA its assignment pins "
+                      f"(openssl verify: {clean_text(reason.group(1) if reason else said)}); "
+                      "nothing kept: was llmao's CA key replaced?")
 
 
 def replace_in_place(staged: Path, path: Path) -> None:
@@ -2067,7 +2235,6 @@ def report_applied(settings: Settings, assignment: Assignment, applied_at: str,
                    say: Callable[[str], None], placement: Placement = Placement()
                    ) -> str | None:
     """POST the applied revision to llmao; returns a warning instead of raising."""
-    url = f"{settings.url}{APPLIED_PATH}"
     body = json.dumps({
         "revision": assignment.revision,
         "applied_at": applied_at,
@@ -2075,11 +2242,9 @@ def report_applied(settings: Settings, assignment: Assignment, applied_at: str,
                     for s in assignment.servers],
         **placement.record(),
     }).encode("utf-8")
-    headers = {**auth_headers(settings), "Content-Type": "application/json"}
     try:
-        status, answer = with_retries(
-            lambda: http_request("POST", url, headers, body, settings.timeout_s),
-            min(settings.attempts, 3), settings.backoff_s, f"POST {url}", say)
+        status, answer, _ = call_llmao(settings, "POST", APPLIED_PATH, say, body,
+                                       attempts=min(settings.attempts, 3))
     except InstallError as exc:
         return f"could not report the applied revision: {exc}"
     if not 200 <= status < 300:
@@ -2335,6 +2500,11 @@ class Follower:
     sleep: Callable[[float], None] = time.sleep
     uniform: Callable[[float, float], float] = random.uniform
 
+    def __post_init__(self) -> None:
+        # It never presents a bootstrap token (supervisord may hand it one from the image's
+        # environment): the boot's fetch spent it, and kept the box token it bought.
+        self.settings = dataclasses.replace(self.settings, bootstrap_token=None)
+
     def say(self, text: str) -> None:
         self.console.say(text)
 
@@ -2460,8 +2630,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         description="Fetch this box's assignment from llmao (or take --payload) and write\n"
                     "one Supervisor program per vLLM server.\n\n"
                     "environment: LLMAO_URL, FLEET_KEY, LLMAO_HOST, DATA_DIRECTORY,\n"
-                    "SUPERVISOR_CONF_DIR, VLLM_BIN, VLLM_HOST; LLMAO_FETCH_ATTEMPTS,\n"
-                    "LLMAO_FETCH_BACKOFF_S, LLMAO_FETCH_TIMEOUT_S tune the retries.",
+                    "SUPERVISOR_CONF_DIR, VLLM_BIN, VLLM_HOST; LLMAO_BOOTSTRAP_TOKEN (an\n"
+                    "enrollment, presented once); LLMAO_FETCH_ATTEMPTS, LLMAO_FETCH_BACKOFF_S,\n"
+                    "LLMAO_FETCH_TIMEOUT_S, LLMAO_RETRY_AFTER_MAX_S tune the retries.",
         epilog=EXIT_DOC, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--payload", metavar="FILE",
                         help="apply this assignment (JSON; - for stdin) instead of fetching it; "
@@ -2487,11 +2658,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def run(args: argparse.Namespace, environ: Mapping[str, str], console: Console) -> None:
     fetching = args.payload is None
     settings = read_settings(environ, fetching)
-    if args.dry_run:
-        settings = dataclasses.replace(settings, keeps_token=False)
-    for secret in (settings.fleet_key, read_token(settings)):
+    for secret in (settings.fleet_key, read_token(settings), settings.bootstrap_token):
         if secret:
             console.secrets.add(secret)
+    settings = spend_nothing(settings, args, console)
     if args.follow:
         Follower(settings, console).run()
     doc = fetch_assignment(settings, console.say) if fetching else load_payload(args.payload)
@@ -2503,6 +2673,17 @@ def run(args: argparse.Namespace, environ: Mapping[str, str], console: Console) 
     apply_assignment(validate_assignment(doc), settings, console,
                      Mode(fetched=fetching, dry_run=args.dry_run,
                           handover=not args.no_handover, certificate=given))
+
+
+def spend_nothing(settings: Settings, args: argparse.Namespace, console: Console) -> Settings:
+    """A dry run keeps no box token and presents no bootstrap token: that works once, and
+    the box token it buys would be lost."""
+    if not args.dry_run:
+        return settings
+    if settings.bootstrap_token and read_token(settings) is None:
+        console.say("dry run: LLMAO_BOOTSTRAP_TOKEN is not presented (it works once, and a dry "
+                    "run keeps no box token)")
+    return dataclasses.replace(settings, keeps_token=False, bootstrap_token=None)
 
 
 def main(argv: list[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
