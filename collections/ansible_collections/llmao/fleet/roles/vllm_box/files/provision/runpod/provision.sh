@@ -10,6 +10,11 @@
 #
 # Environment:
 #   FLEET_KEY, LLMAO_URL   required (from the template); the key is never printed
+#   LLMAO_BOOTSTRAP_TOKEN  optional: the one-time token an admin (or an llmao pool)
+#                          minted for this pod (fleet.binding: enrolled). Given to
+#                          install_set.py alone, which presents it once; never
+#                          printed, and taken out of the environment first, so
+#                          supervisord and the programs it runs never hold it
 #   RUNPOD_POD_ID          required (RunPod sets it); becomes LLMAO_HOST
 #   LLMAO_INSTALL_SET      path of install_set.py (default: beside this script)
 #   SUPERVISORD_CONF       supervisord's configuration (default
@@ -27,6 +32,10 @@ require() {
 }
 
 main() {
+  # The bootstrap token leaves the environment here and reaches the box program alone
+  # (in its environment, never on a command line).
+  local bootstrap=${LLMAO_BOOTSTRAP_TOKEN:-}
+  unset LLMAO_BOOTSTRAP_TOKEN
   require FLEET_KEY "put llmao's fleet.key in the pod template's environment"
   require LLMAO_URL "put llmao's base URL (https://...) in the pod template's environment"
   require RUNPOD_POD_ID "RunPod sets it in every pod; elsewhere, set it to the box's name in fleet.hosts"
@@ -36,7 +45,7 @@ main() {
   installer=${LLMAO_INSTALL_SET:-$here/install_set.py}
   [[ -f "$installer" ]] || die "install_set.py not found at $installer"
   say "applying the assignment of $LLMAO_HOST from ${LLMAO_URL:?}"
-  python3 "$installer" --no-handover "$@"
+  LLMAO_BOOTSTRAP_TOKEN=$bootstrap python3 "$installer" --no-handover "$@"
   exec supervisord -n -c "${SUPERVISORD_CONF:-/etc/supervisor/supervisord.conf}"
 }
 

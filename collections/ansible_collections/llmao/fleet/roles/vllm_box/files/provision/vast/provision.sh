@@ -11,6 +11,11 @@
 #
 # Environment:
 #   FLEET_KEY, LLMAO_URL   required (from the template); the key is never printed
+#   LLMAO_BOOTSTRAP_TOKEN  optional: the one-time token an admin minted for this
+#                          box's name (fleet.binding: enrolled). Given to
+#                          install_set.py alone, which presents it once; never
+#                          printed, and taken out of the environment first, so a
+#                          supervisord this script starts never holds it
 #   LLMAO_VAST_BOX_NAME    which name the box sends: "address" (the default) or
 #                          "instance_id"
 #   PUBLIC_IPADDR          required by "address" (Vast sets it); becomes LLMAO_HOST
@@ -105,6 +110,10 @@ box_name() {
 }
 
 main() {
+  # The bootstrap token leaves the environment here and reaches the box program alone
+  # (in its environment, never on a command line).
+  local bootstrap=${LLMAO_BOOTSTRAP_TOKEN:-}
+  unset LLMAO_BOOTSTRAP_TOKEN
   require FLEET_KEY "put llmao's fleet.key in the template's environment"
   require LLMAO_URL "put llmao's base URL (https://...) in the template's environment"
   LLMAO_HOST=$(box_name)
@@ -113,7 +122,7 @@ main() {
   installer=$(locate_installer)
   ensure_supervisor
   say "applying the assignment of $LLMAO_HOST from ${LLMAO_URL:?}"
-  exec python3 "$installer" "$@"
+  LLMAO_BOOTSTRAP_TOKEN=$bootstrap exec python3 "$installer" "$@"
 }
 
 main "$@"
