@@ -66,8 +66,9 @@ Box TLS (docs/box-tls.md)
   ``leaf_days``). Before writing the programs, the box makes its key with the
   ``openssl`` command (EC P-256, ``$DATA_DIRECTORY/llmao/tls/key.pem``, 0600; it never
   leaves the box), sends a certificate request to ``POST /vllm/cert`` and keeps the
-  certificate and the CA beside it, after checking that the certificate fits the key and
-  the CA is the one the payload names. vLLM runs with ``--ssl-keyfile``,
+  certificate and the CA beside it, after checking that the certificate fits the key, the
+  CA is the one the payload names, and the certificate chains to it (``openssl verify``:
+  a leaf that does not is refused, nothing installed). vLLM runs with ``--ssl-keyfile``,
   ``--ssl-certfile`` and ``--enable-ssl-refresh`` (it reloads the files when they change,
   so a renewal restarts nothing). A certificate is asked for when missing, from another
   CA, or with less than a third of its life left: at boot, and by the follow program at
