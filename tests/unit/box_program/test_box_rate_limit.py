@@ -6,9 +6,11 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Iterator
 
 import pytest
 
+from .conftest import point_box_at
 from .follow_llmao import turn
 from .helpers import FakeLlmao, Seen, payload, server_entry
 from .test_box_tls import OPENSSL, with_tls
@@ -29,10 +31,10 @@ class LimitingLlmao(FakeLlmao):
 
 
 @pytest.fixture
-def limiting(llmao):
-    """The box's llmao (conftest's, on loopback) answering 429s with a Retry-After."""
-    llmao.__class__ = LimitingLlmao
-    return llmao
+def limiting(box, monkeypatch) -> Iterator[LimitingLlmao]:
+    with LimitingLlmao().serve() as fake:
+        point_box_at(fake, monkeypatch)
+        yield fake
 
 
 def test_a_429_on_the_fetch_is_waited_out_and_said_in_one_line(limiting, box, run_main):
