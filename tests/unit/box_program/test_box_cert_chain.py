@@ -116,3 +116,20 @@ def test_the_push_path_refuses_a_leaf_that_does_not_chain_too(signing, cas, box,
     assert outcome.rc == 2
     assert "does not chain to the fleet CA its assignment pins" in outcome.err
     assert tls_files(box) == ["key.pem"] and box.ctl_calls() == []
+
+
+def test_a_renewal_that_does_not_chain_leaves_the_certificate_in_use(signing, cas, box,
+                                                                    run_main):
+    """vLLM reloads whatever lands in cert.pem: a refused renewal must not touch it."""
+    assert run_main().rc == 0
+    folder = box.data / "llmao" / "tls"
+    in_use = {name: (folder / name).read_bytes() for name in ("cert.pem", "ca.pem", "cert.json")}
+    meta = json.loads(in_use["cert.json"])
+    (folder / "cert.json").write_text(json.dumps({**meta, "not_after": meta["issued_at"]}))
+    signing.signer = cas[1]
+    outcome = run_main()
+    assert outcome.rc == 2 and "does not chain" in outcome.err
+    assert "less than a third of its life is left: asking llmao for one" in outcome.out
+    assert {name: (folder / name).read_bytes() for name in ("cert.pem", "ca.pem")} == \
+        {name: in_use[name] for name in ("cert.pem", "ca.pem")}
+    assert tls_files(box) == ["ca.pem", "cert.json", "cert.pem", "key.pem"]
