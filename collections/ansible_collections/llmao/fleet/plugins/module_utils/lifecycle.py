@@ -110,18 +110,25 @@ class Probe:
     detail: str = ""
     metrics: ServerMetrics | None = None   # read when it answered with our bearer
     latency: Cumulative | None = None      # its latency histograms, read with the metrics
-    # Under box TLS, the box answered in plain HTTP while it was still allowed to (it had not
-    # applied the revision that turns TLS on): it is dialled, and routed, over http until then.
+    # Under box TLS, the box answered the TLS hello in plain HTTP while it was still allowed to
+    # (llmao never issued nor verified a certificate of it, docs/box-tls.md).
     plain_http: bool = False
     # Under box TLS, when the box's certificate expires (seconds since the epoch), as served.
     cert_not_after: float | None = None
+    # Under box TLS, the serial number of the certificate the box served and we verified.
+    cert_serial: int | None = None
+
+    @property
+    def tls_verified(self) -> bool:
+        """A certificate of the box verified against the fleet CA on this probe."""
+        return self.cert_not_after is not None or self.cert_serial is not None
 
 
 @dataclass(frozen=True)
 class Memory:
     """What the previous pass left behind (stored by the server between runs).
 
-    The last four are the load's (:mod:`server_load`): passes in a row with
+    Four are the load's (:mod:`server_load`): passes in a row with
     requests waiting, the generation counter with the time it was read, and the
     latency histograms as last scraped (:meth:`Cumulative.record`), whose deltas
     the next pass reads.
@@ -135,6 +142,9 @@ class Memory:
     generation_tokens_total: int | None = None
     generation_counted_at: float | None = None
     latency_seen: Mapping[str, Any] | None = None
+    # A probe once verified a certificate of this server: it never answers plain HTTP again
+    # (no downgrade, docs/box-tls.md). Only set, never cleared by a plain answer.
+    tls_seen: bool = False
 
     def record(self) -> dict[str, Any]:
         """The memory as JSON, as the server keeps it between passes."""
@@ -155,7 +165,7 @@ class Memory:
                    _remembered(record.get("generation_tokens_total")),
                    _remembered(record.get("generation_counted_at")),
                    record.get("latency_seen") if isinstance(record.get("latency_seen"), Mapping)
-                   else None)
+                   else None, record.get("tls_seen") is True)
 
 
 def _remembered(value: Any) -> Any:

@@ -29,8 +29,11 @@ Under box TLS (docs/box-tls.md) every probe and scrape dials HTTPS and verifies 
 chain against the fleet CA and the certificate against the address dialled, under
 the same deadlines, before the bearer goes out.
 A certificate that does not verify is the same verdict as a wrong bearer: not ours
-(rejected). A box that has not applied the revision turning TLS on yet may still
-answer plain HTTP (``plain_allowed``); nothing else falls back.
+(rejected). A box llmao never issued nor verified a certificate of may still answer plain
+HTTP (``plain_allowed``, decided by :func:`reconcile_plan.plain_allowed`), and the probe
+falls back to it only on a positive sign: the box answered the TLS hello in HTTP. An EOF,
+a reset or a timeout is what a network that drops hellos causes, so it never falls back
+(docs/box-tls.md, "No downgrade"). The fallback keeps the probe's bound.
 """
 
 from __future__ import annotations
@@ -86,6 +89,10 @@ SCRAPED = FIGURES_READ | LATENCY_READ
 READ_BYTES = 1 << 16
 READS_PER_WAKEUP = 16
 _CONNECTING = (0, errno.EINPROGRESS, errno.EWOULDBLOCK, errno.EALREADY)
+# What OpenSSL says when the answer to its ClientHello is not a TLS record but plain HTTP
+# ("HTTP/1.1 400 ..."): its version bytes read as a wrong version (OpenSSL 3.0, 3.1), a
+# record layer failure (3.2 and later), or an HTTP request. Nothing else is a sign of plain HTTP.
+PLAIN_HTTP_REASONS = frozenset({"WRONG_VERSION_NUMBER", "RECORD_LAYER_FAILURE", "HTTP_REQUEST"})
 # DNS names are looked up before the loop runs, this many at once (boxes are mostly dialled
 # by address; a hand-launched one may have a name).
 LOOKUP_THREADS = 16
@@ -103,7 +110,8 @@ class Target:
     api_key: str = field(repr=False)
     # The fleet CA's client context (:func:`box_tls.box_context`) when boxes serve HTTPS.
     tls: ssl.SSLContext | None = field(default=None, repr=False)
-    # Whether a box that answers plain HTTP is still taken at its word (not on TLS yet).
+    # Whether a box that answers the TLS hello in plain HTTP is still taken at its word (llmao
+    # never issued it a certificate nor verified one from it).
     plain_allowed: bool = False
 
 
@@ -224,7 +232,7 @@ class _Wire:
         self.closed = self.connected = self.opened = self.reusable = False
         self.error: OSError | None = None
         self.sock: socket.socket | None = None
-        self.deadline = time.monotonic() + owner.connect_timeout
+        self.deadline = min(time.monotonic() + owner.connect_timeout, owner.ends)
         host = f"[{endpoint.host}]" if ":" in endpoint.host else endpoint.host
         self.host, self.authority = endpoint.host, f"{host}:{endpoint.port}"
         try:
@@ -262,7 +270,7 @@ class _Wire:
             return
         self.out += text
         if deadline is None:
-            deadline = time.monotonic() + self.whole
+            deadline = min(time.monotonic() + self.whole, self.owner.ends)
         elif deadline < self.deadline:
             self.deadline = deadline
             self.loop.arm(self)
@@ -283,7 +291,7 @@ class _Wire:
         ``connect_timeout + timeout`` from then."""
         now = time.monotonic()
         for request in self.pending:
-            request.deadline = now + self.whole
+            request.deadline = min(now + self.whole, self.owner.ends)
         self._rearm()
 
     def tls_session(self) -> ssl.SSLSession | None:
@@ -294,6 +302,14 @@ class _Wire:
         """When the certificate the box presented (and we verified) expires."""
         try:
             return ssl.cert_time_to_seconds(self.sock.getpeercert()["notAfter"])
+        except (AttributeError, KeyError, TypeError, ValueError):
+            return None
+
+    def certificate_serial(self) -> int | None:
+        """The serial number of the certificate the box presented (and we verified): the
+        plan refuses one llmao revoked when the box's binding was released."""
+        try:
+            return int(self.sock.getpeercert()["serialNumber"], 16)
         except (AttributeError, KeyError, TypeError, ValueError):
             return None
 
@@ -524,6 +540,9 @@ class _Probe:
                  scrape: bool, finished: Callable[[Probe], None]):
         self.loop, self.target, self.scrape, self.finished = loop, target, scrape, finished
         self.connect_timeout, self.timeout = connect_timeout, timeout
+        # Every request, connect and handshake of this probe ends by then, the plain HTTP
+        # fallback's too: a fallback never restarts the clock (docs/metrics.md).
+        self.ends = time.monotonic() + 2 * (connect_timeout + timeout)
         self.wires: list[_Wire] = []
         self.first: _Wire | None = None
         self.spare: _Wire | None = None
@@ -532,6 +551,7 @@ class _Probe:
         self.over = False
         self.health_ok = False
         self.not_after: float | None = None
+        self.serial: int | None = None
         self.models: tuple[Probe, bytes] | None = None
         self.exposition: tuple[str | None, str] | None = None
         self.scraped_at = 0.0
@@ -577,6 +597,7 @@ class _Probe:
         self.health_ok = answer.status == 200
         if self.tls is not None:
             self.not_after = first.certificate_expiry()
+            self.serial = first.certificate_serial()
             first.restart_deadlines()
             return
         bearer = {"Authorization": f"Bearer {self.target.api_key}"}
@@ -599,8 +620,8 @@ class _Probe:
             self._finish(Probe(False, Models.REJECTED, f"a certificate the fleet CA did not "
                                                        f"sign for this address "
                                                        f"({exc.verify_message})"))
-        elif (isinstance(exc, ssl.SSLError) and not first.opened and self.tls is not None
-              and self.target.plain_allowed):
+        elif (not first.opened and self.tls is not None and self.target.plain_allowed
+              and answered_in_plain_http(exc)):
             self.tls = None
             self._dial()
         else:
@@ -655,7 +676,17 @@ class _Probe:
             probe = replace(probe, plain_http=True)
         if self.not_after is not None:
             probe = replace(probe, cert_not_after=self.not_after)
+        if self.serial is not None:
+            probe = replace(probe, cert_serial=self.serial)
         self.finished(probe)
+
+
+def answered_in_plain_http(exc: BaseException) -> bool:
+    """Whether a failed handshake is the box answering our hello in plain HTTP: the one
+    positive sign that it does not speak TLS. An EOF (``SSLEOFError``), a reset or a
+    timeout is not one: anything on the path can cause those."""
+    return (isinstance(exc, ssl.SSLError) and not isinstance(exc, ssl.SSLEOFError)
+            and getattr(exc, "reason", None) in PLAIN_HTTP_REASONS)
 
 
 def short_reason(text: str) -> str:

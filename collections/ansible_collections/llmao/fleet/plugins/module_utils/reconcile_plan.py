@@ -21,6 +21,7 @@ from .lifecycle import (
     Change,
     Drift,
     Memory,
+    Models,
     Probe,
     State,
     Verdict,
@@ -29,6 +30,7 @@ from .lifecycle import (
 )
 from .listings import Endpoint, Listings, provider_of
 from .litellm_routes import Route, route_differs
+from .llmao_admin import BoxLeaves
 from .probe import Target
 from .reconcile_records import Observations
 from .reconcile_turns import TurnUpdate, holding_turns, turn_updates
@@ -62,6 +64,8 @@ class ServerPlan:
     why: str = ""
     # Under box TLS, when the certificate the box served this pass expires.
     cert_not_after: float | None = None
+    # Under box TLS, the box answered in plain HTTP: an attention item and an alert.
+    plain_http: bool = False
 
     @property
     def id(self) -> str:
@@ -78,6 +82,7 @@ class ServerPlan:
             "change": self.change.value if self.change else None, "why": self.why,
             "outlives_instance": self.verdict.outlives_instance,
             **({} if self.cert_not_after is None else {"cert_not_after": self.cert_not_after}),
+            **({"plain_http": True} if self.plain_http else {}),
         }
 
 
@@ -99,31 +104,50 @@ class Plan:
         return [row.line() for row in self.rollout] + [u.line() for u in self.turn_updates]
 
 
+# The attention item a plain HTTP verdict under box TLS carries (dashboard, alert, plan line).
+PLAIN_UNDER_TLS = "plain HTTP under box TLS"
+
+
+def plain_allowed(leaves: BoxLeaves | None, memory: Memory) -> bool:
+    """Whether a box's plain HTTP answer may still be taken, under box TLS: only from a box
+    llmao never issued a certificate to (nor to an earlier binding of its name) and never
+    verified one from. Anything else that answers in plain HTTP is a downgrade, whatever
+    revision the box says it applied (its claims are not trusted, SPEC §17).
+    ``leaves`` None: llmao did not say what it issued, so nothing is allowed."""
+    if leaves is None or leaves.issued or leaves.revoked:
+        return False
+    return not memory.tls_seen
+
+
 def probe_targets(fleet: Fleet, listings: Listings,
-                  applied: Mapping[str, str | None] | None = None,
+                  leaves: Mapping[str, BoxLeaves] | None = None,
+                  memories: Mapping[str, Memory] | None = None,
                   ca_path: str | None = None) -> list[Target]:
     """What to probe: every intended server at its public address, with its bearer.
 
     Under box TLS, over HTTPS verified against the fleet CA (``ca_path``, else
-    ``box_tls.ca_cert``, and ``box_tls.previous_ca_cert`` while the CA is rotated). A box
-    whose ``applied`` revision is not the intended one may not have turned TLS on yet: its
-    plain HTTP answer is still taken (docs/box-tls.md). Without ``applied`` nothing is
-    known of that, and nothing falls back.
+    ``box_tls.ca_cert``, and ``box_tls.previous_ca_cert`` while the CA is rotated), falling
+    back to plain HTTP only where :func:`plain_allowed` says so (docs/box-tls.md). Without
+    ``leaves`` (what llmao issued each box) nothing falls back.
     """
     tls = fleet.settings.box_tls
     context = box_context(*tls.trusted(ca_path)) if tls is not None else None
+    memories = memories or {}
     targets = []
     for s in fleet.servers():
-        behind = applied is not None and applied.get(s.box) != fleet.assignment(s.box).revision
+        allowed = context is not None and plain_allowed(
+            None if leaves is None else leaves.get(s.box, BoxLeaves()),
+            memories.get(s.id, Memory()))
         targets.append(Target(
             s.id, dialled(fleet, listings.endpoint(s.box, s.listen_port, s.seed_public_port)),
-            s.served_model_name, s.api_key, context, context is not None and behind))
+            s.served_model_name, s.api_key, context, allowed))
     return targets
 
 
 def dialled(fleet: Fleet, endpoint: Endpoint | None, plain_http: bool = False) -> Endpoint | None:
     """The endpoint as it is dialled and routed: HTTPS under box TLS, unless the box
-    answered plain HTTP while it was allowed to."""
+    answered plain HTTP while it was allowed to (an https route still never moves to it:
+    :func:`_decide`)."""
     if endpoint is None or fleet.settings.box_tls is None or plain_http:
         return endpoint
     return replace(endpoint, scheme="https")
@@ -145,14 +169,13 @@ def plan_pass(fleet: Fleet, observations: Observations, probes: Mapping[str, Pro
         endpoint = dialled(fleet, listings.endpoint(server.box, server.listen_port,
                                                     server.seed_public_port),
                            probes[key].plain_http)
-        verdict = classify(observations.now, observations.last_fetches.get(server.box),
-                           probes[key], listings.listed(server.box),
-                           observations.memories.get(key, Memory()), fleet.settings.fleet.lifecycle)
+        verdict = _classify(fleet, observations, server.box, key, probes[key])
         if server.box in short:
             plan = _short_of_cards(server, endpoint, verdict, by_id.get(key), short[server.box])
         else:
             plan = _decide(server, endpoint, verdict, by_id.get(key), held.get(key), trust)
-        plans.append(replace(plan, cert_not_after=probes[key].cert_not_after))
+        plans.append(replace(plan, cert_not_after=probes[key].cert_not_after,
+                             plain_http=probes[key].plain_http))
     intended = {p.id for p in plans}
     owned_orphans = tuple(r for r in routes if r.owned and r.id not in intended)
     drift = _drift(fleet, plans, routes, intended, observations.applied)
@@ -170,6 +193,23 @@ def plan_pass(fleet: Fleet, observations: Observations, probes: Mapping[str, Pro
                 _model_loads(plans, loads, observations.memories, probes), boxes, updates,
                 rollout_rows(fleet, _after(observations.turns, updates), observations.applied,
                              states))
+
+
+def _classify(fleet: Fleet, observations: Observations, box: str, key: str,
+              probe: Probe) -> Verdict:
+    """The server's verdict: a revoked certificate is not ours, a plain answer under box
+    TLS is flagged, and a verified certificate is remembered (no plain HTTP after it)."""
+    memory = observations.memories.get(key, Memory())
+    leaves = (observations.leaves or {}).get(box)
+    if probe.cert_serial is not None and leaves is not None and probe.cert_serial in leaves.revoked:
+        probe = Probe(probe.health_ok, Models.REJECTED,
+                      f"a certificate of a released binding (serial {probe.cert_serial:x})")
+    verdict = classify(observations.now, observations.last_fetches.get(box), probe,
+                       observations.listings.listed(box), memory, fleet.settings.fleet.lifecycle)
+    if probe.plain_http:
+        verdict = replace(verdict, reason=f"{PLAIN_UNDER_TLS}: {verdict.reason}")
+    seen = memory.tls_seen or (probe.tls_verified and probe.models is not Models.REJECTED)
+    return replace(verdict, memory=replace(verdict.memory, tls_seen=seen))
 
 
 def _routed_after(plans: list[ServerPlan], routes: tuple[Route, ...],
@@ -248,6 +288,10 @@ def _decide(server: IntendedServer, endpoint: Endpoint | None, verdict: Verdict,
         if route is None:
             return ServerPlan(server, endpoint, verdict, route, Change.REGISTER,
                               "Healthy, not in LiteLLM")
+        if _downgrade(route, endpoint):
+            return ServerPlan(server, endpoint, verdict, route,
+                              why=f"{PLAIN_UNDER_TLS}: its https route is kept, never moved "
+                                  "to http")
         differs = route_differs(route, server, endpoint, trust)
         if differs and not verdict.answered_healthy:
             # Nothing answered at ``endpoint`` this pass: under box TLS it is the https one
@@ -261,6 +305,12 @@ def _decide(server: IntendedServer, endpoint: Endpoint | None, verdict: Verdict,
         return ServerPlan(server, endpoint, verdict, route, Change.DELETE,
                           f"{verdict.state.value}: {verdict.reason}")
     return ServerPlan(server, endpoint, verdict, route)
+
+
+def _downgrade(route: Route, endpoint: Endpoint) -> bool:
+    """Whether registering ``endpoint`` would move an https route to http: never done."""
+    return (endpoint.scheme != "https" and route.api_base is not None
+            and route.api_base.startswith("https://"))
 
 
 def _short_of_cards(server: IntendedServer, endpoint: Endpoint | None, verdict: Verdict,

@@ -112,15 +112,16 @@ def listings_from_record(record: Any) -> Listings:
 
 def route_record(route: Route) -> dict[str, Any]:
     return {"id": route.id, "model_name": route.model_name, "api_base": route.api_base,
-            "public_base": route.public_base}
+            "public_base": route.public_base, "ca_path": route.ca_path}
 
 
 def route_from_record(record: Any) -> Route:
     record = _mapping(record, "route")
     if not isinstance(record.get("id"), str):
         raise RecordError("route.id must be a string")
+    ca_path = record.get("ca_path")
     return Route(record["id"], str(record.get("model_name") or ""), record.get("api_base"),
-                 record.get("public_base"))
+                 record.get("public_base"), ca_path=ca_path if isinstance(ca_path, str) else None)
 
 
 # ------------------------------------------------------------------- probes
@@ -136,6 +137,9 @@ def probe_record(probe: Probe) -> dict[str, Any]:
         record["plain_http"] = True
     if probe.cert_not_after is not None:
         record["cert_not_after"] = probe.cert_not_after
+    if probe.cert_serial is not None:
+        # As a decimal string: a serial is up to 160 bits, more than a JSON number holds.
+        record["cert_serial"] = str(probe.cert_serial)
     return record
 
 
@@ -161,9 +165,12 @@ def probe_from_record(record: Any, what: str = "probe") -> Probe:
     plain_http = record.get("plain_http", False)
     if not isinstance(plain_http, bool):
         raise RecordError(f"{what}.plain_http must be true or false")
+    serial = record.get("cert_serial")
+    if serial is not None and not (isinstance(serial, str) and serial.isdigit()):
+        raise RecordError(f"{what}.cert_serial must be a decimal string")
     return Probe(record["health_ok"], models, str(record.get("detail") or ""), metrics, latency,
                  plain_http, _number(record.get("cert_not_after"), f"{what}.cert_not_after",
-                                     optional=True))
+                                     optional=True), None if serial is None else int(serial))
 
 
 def probes_from_record(record: Any) -> dict[str, Probe]:
@@ -222,6 +229,8 @@ class Observations:
     turns: tuple[Turn, ...] = ()
     # Box to the number of cards it reported (boxes that did).
     cards: Mapping[str, int] = field(default_factory=dict)
+    # Box to the leaves llmao issued it (llmao_admin.BoxLeaves); None: llmao did not say.
+    leaves: Mapping[str, Any] | None = None
 
     def record(self) -> dict[str, Any]:
         return {
@@ -234,6 +243,7 @@ class Observations:
             "approved": {box: list(models) for box, models in self.approved.items()},
             "turns": [turn.record() for turn in self.turns],
             "cards": dict(self.cards),
+            **({} if self.leaves is None else {"leaves": leaves_record(self.leaves)}),
         }
 
     @classmethod
@@ -257,4 +267,23 @@ class Observations:
                    approvals_from_record(record.get("approved", {})),
                    turns_from_record(record.get("turns", [])),
                    {str(box): _count(count, f"cards[{box!r}]")
-                    for box, count in _mapping(record.get("cards", {}), "cards").items()})
+                    for box, count in _mapping(record.get("cards", {}), "cards").items()},
+                   None if record.get("leaves") is None else leaves_from_record(record["leaves"]))
+
+
+def leaves_record(leaves: Mapping[str, Any]) -> dict[str, Any]:
+    """What llmao issued each box, as its observations document says it."""
+    return {box: {"issued": held.issued, "revoked": sorted(str(n) for n in held.revoked)}
+            for box, held in leaves.items()}
+
+
+def leaves_from_record(record: Any) -> dict[str, Any]:
+    """:func:`leaves_record` read back, by the reader of llmao's own document (imported
+    here, when read: llmao_admin reads its records with this module)."""
+    from .llmao_admin import LlmaoAdminError
+    from .llmao_admin import _leaves as read_leaves
+
+    try:
+        return read_leaves(record)
+    except LlmaoAdminError as exc:
+        raise RecordError(str(exc)) from None

@@ -185,7 +185,8 @@ def observe(fleet: Fleet, timeout: float) -> tuple[Observations, list[ReplacedBi
         raise ObserveError(f"{exc}: {NOTHING_CHANGED}") from None
     listings = read_listings(fleet.settings.providers, timeout)
     return (Observations(llmao.now, llmao.last_fetches, llmao.applied, llmao.memories,
-                         listings, tuple(routes), llmao.approved, llmao.turns, llmao.cards),
+                         listings, tuple(routes), llmao.approved, llmao.turns, llmao.cards,
+                         llmao.leaves),
             replaced_bindings(llmao.bindings, listings))
 
 

@@ -70,13 +70,19 @@ options:
       - Read each answering server's C(/metrics) too. C(false) probes only.
     type: bool
     default: true
-  applied:
+  leaves:
     description:
-      - The revision each box last applied, as M(llmao.fleet.fleet_observe) returns them in
-        C(observations.applied). Under box TLS, a box that has not applied its intended
-        revision may not serve HTTPS yet, and only such a box is still probed over plain HTTP
-        when it answers so.
-      - When omitted, every box must answer HTTPS (see C(docs/box-tls.md)).
+      - What llmao issued each box, as M(llmao.fleet.fleet_observe) returns it in
+        C(observations.leaves). Under box TLS, only a box llmao never issued a certificate to
+        and never verified one from (see O(memories)) is still taken at its plain HTTP word,
+        and only when it answered the TLS hello in HTTP, never on an EOF or a reset.
+      - When omitted, every box must answer HTTPS (see C(docs/box-tls.md), "No downgrade").
+    type: dict
+  memories:
+    description:
+      - The lifecycle memory of every server, as M(llmao.fleet.fleet_observe) returns it in
+        C(observations.memories): a server a probe once verified over TLS is never taken at
+        its plain HTTP word again.
     type: dict
   ca_path:
     description:
@@ -186,7 +192,9 @@ from ansible_collections.llmao.fleet.plugins.module_utils.fleet_module import (
     load_reconcile_fleet,
     module_args,
 )
+from ansible_collections.llmao.fleet.plugins.module_utils.lifecycle import Memory
 from ansible_collections.llmao.fleet.plugins.module_utils.listings import Listings, read_listings
+from ansible_collections.llmao.fleet.plugins.module_utils.llmao_admin import BoxLeaves
 from ansible_collections.llmao.fleet.plugins.module_utils.probe import (
     DEFAULT_CONCURRENCY,
     probe_many,
@@ -194,6 +202,7 @@ from ansible_collections.llmao.fleet.plugins.module_utils.probe import (
 from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_plan import probe_targets
 from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_records import (
     RecordError,
+    leaves_from_record,
     listings_from_record,
     probe_record,
 )
@@ -206,11 +215,12 @@ def unknown_boxes(fleet: Fleet, boxes: Collection[str]) -> list[str]:
 def probe_fleet(fleet: Fleet, listings: Listings, boxes: Collection[str] | None,
                 connect_timeout: float, timeout: float,
                 concurrency: int = DEFAULT_CONCURRENCY,
-                scrape: bool = True, applied: Mapping[str, str | None] | None = None,
+                scrape: bool = True, leaves: Mapping[str, BoxLeaves] | None = None,
+                memories: Mapping[str, Memory] | None = None,
                 ca_path: str | None = None) -> dict[str, dict[str, Any]]:
     """Probe the chosen servers concurrently; server id → where it was dialled and what answered."""
     chosen = None if boxes is None else {fleet.assignment(box).box for box in boxes}
-    targets = probe_targets(fleet, listings, applied, ca_path)
+    targets = probe_targets(fleet, listings, leaves, memories, ca_path)
     pairs = [(server, target) for server, target in zip(fleet.servers(), targets, strict=True)
              if chosen is None or server.box in chosen]
     probes = probe_many([target for _server, target in pairs], connect_timeout, timeout,
@@ -226,6 +236,15 @@ def probe_fleet(fleet: Fleet, listings: Listings, boxes: Collection[str] | None,
     return results
 
 
+def tls_memory(leaves: Any, memories: Any) -> tuple[dict[str, BoxLeaves] | None,
+                                                    dict[str, Memory]]:
+    """What llmao issued each box and what the probes verified before, read from the
+    observations: whether a box's plain HTTP answer may still be taken."""
+    return (None if leaves is None else leaves_from_record(leaves),
+            {str(key): Memory.from_record(value)
+             for key, value in (memories or {}).items() if isinstance(value, Mapping)})
+
+
 def probe_counts(probes: dict[str, dict[str, Any]]) -> dict[str, int]:
     return {"servers": len(probes), **Counter(probe["models"] for probe in probes.values())}
 
@@ -238,7 +257,8 @@ def main() -> None:
         "timeout": {"type": "float"},
         "concurrency": {"type": "int", "default": DEFAULT_CONCURRENCY},
         "scrape": {"type": "bool", "default": True},
-        "applied": {"type": "dict"},
+        "leaves": {"type": "dict"},
+        "memories": {"type": "dict"},
         "ca_path": {"type": "path"},
         **FILES_DIGEST_OPTION,
     }, approved=True))
@@ -265,10 +285,14 @@ def main() -> None:
             listings = listings_from_record(params["listings"])
         except RecordError as exc:
             module.fail_json(msg=f"listings: {exc}")
+    try:
+        leaves, memories = tls_memory(params["leaves"], params["memories"])
+    except RecordError as exc:
+        module.fail_json(msg=str(exc))
     probes = probe_fleet(fleet, listings, boxes,
                          params["connect_timeout"] or knobs.probe_connect_timeout_s,
                          params["timeout"] or knobs.probe_timeout_s, params["concurrency"],
-                         params["scrape"], params["applied"], params["ca_path"])
+                         params["scrape"], leaves, memories, params["ca_path"])
     module.exit_json(changed=False, files_changed=False, probes=probes,
                      counts=probe_counts(probes))
 

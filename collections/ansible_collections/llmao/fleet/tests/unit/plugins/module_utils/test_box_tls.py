@@ -21,11 +21,19 @@ from ansible_collections.llmao.fleet.plugins.module_utils.fleet import load_flee
 from ansible_collections.llmao.fleet.plugins.module_utils.lifecycle import Change, Memory, State
 from ansible_collections.llmao.fleet.plugins.module_utils.listings import index_listings
 from ansible_collections.llmao.fleet.plugins.module_utils.litellm_routes import Route
+from ansible_collections.llmao.fleet.plugins.module_utils.llmao_admin import BoxLeaves
 from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_plan import (
+    PLAIN_UNDER_TLS,
+    plain_allowed,
     plan_pass,
     probe_targets,
 )
-from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_records import Observations
+from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_records import (
+    Observations,
+    RecordError,
+    probe_from_record,
+    probe_record,
+)
 from ansible_collections.llmao.fleet.tests.unit.fleets import (
     DOWN,
     SERVING,
@@ -228,3 +236,98 @@ def test_turning_tls_on_moves_a_route_to_https_only_on_an_https_answer(tmp_path)
     answered = gemma_plan(SERVING)
     assert (answered.change, answered.endpoint.base_url) == (
         Change.REPLACE, "https://203.0.113.10:8001/v1")
+
+
+# ---------------------------------------------------------------- no downgrade (issue 33)
+
+
+def tls_fleet(tmp_path):
+    cert, key = openssl_ca(tmp_path)
+    return load_with(tmp_path, {"ca_cert": str(cert), "ca_key": str(key)}, signer=False)
+
+
+@pytest.mark.parametrize(("leaves", "memory", "allowed"), [
+    (BoxLeaves(), Memory(), True),
+    (BoxLeaves(issued=True), Memory(), False),
+    (BoxLeaves(revoked=frozenset({7})), Memory(), False),
+    (BoxLeaves(), Memory(tls_seen=True), False),
+    (None, Memory(), False),
+])
+def test_plain_http_only_from_a_box_never_issued_nor_verified(leaves, memory, allowed):
+    assert plain_allowed(leaves, memory) is allowed
+
+
+def test_a_box_behind_its_revision_with_a_leaf_is_not_taken_at_its_plain_word(tmp_path):
+    """The old rule let every box behind its revision fall back; the revision is the box's
+    claim, what llmao issued and verified is not."""
+    fleet = tls_fleet(tmp_path)
+    box = "203.0.113.10"
+    gemma = fleet.assignment(box).servers[0].id
+    listings = index_listings([], [], {})
+    issued = {box: BoxLeaves(issued=True)}
+    ours = {s.id for s in fleet.assignment(box).servers}
+    allowed = {t.key: t.plain_allowed for t in probe_targets(fleet, listings, issued)}
+    assert not any(allowed[key] for key in ours) and any(allowed.values())
+    seen = {gemma: Memory(tls_seen=True)}
+    allowed = {t.key: t.plain_allowed for t in probe_targets(fleet, listings, {}, seen)}
+    assert allowed[gemma] is False and any(allowed.values())
+    assert not any(t.plain_allowed for t in probe_targets(fleet, listings))
+
+
+def gemma_pass(fleet, probe, routes=(), memory=None, leaves=None):
+    gemma = fleet.assignment("203.0.113.10").servers[0].id
+    probes = {s.id: DOWN for s in fleet.servers()} | {gemma: probe}
+    memories = {gemma: memory or Memory(State.HEALTHY, 0, 0, 0.0)}
+    seen = Observations(100.0, {}, {}, memories, index_listings([], [], {}), routes,
+                        leaves=leaves)
+    return next(s for s in plan_pass(fleet, seen, probes).servers if s.id == gemma)
+
+
+def test_an_https_route_is_never_moved_to_http_and_the_plain_answer_is_flagged(tmp_path):
+    fleet = tls_fleet(tmp_path)
+    gemma = fleet.assignment("203.0.113.10").servers[0].id
+    secure = "https://203.0.113.10:8001/v1"
+    plan = gemma_pass(fleet, replace(SERVING, plain_http=True),
+                      (Route(gemma, "gemma", secure, secure),))
+    assert plan.change is None and plan.route.api_base == secure
+    assert PLAIN_UNDER_TLS in plan.why and PLAIN_UNDER_TLS in plan.verdict.reason
+    assert plan.summary()["plain_http"] is True
+    assert "plain_http" not in gemma_pass(fleet, SERVING).summary()
+
+
+def test_a_certificate_of_a_released_binding_is_rejected(tmp_path):
+    fleet = tls_fleet(tmp_path)
+    served = replace(SERVING, cert_serial=0xABC, cert_not_after=2e9)
+    revoked = {"203.0.113.10": BoxLeaves(True, frozenset({0xABC}))}
+    plan = gemma_pass(fleet, served, leaves=revoked)
+    assert plan.verdict.state is State.REJECTED
+    assert "a certificate of a released binding (serial abc)" in plan.verdict.reason
+    assert not plan.verdict.memory.tls_seen
+    current = {"203.0.113.10": BoxLeaves(True, frozenset({0xABD}))}
+    assert gemma_pass(fleet, served, leaves=current).verdict.state is State.HEALTHY
+
+
+def test_a_verified_certificate_is_remembered_and_a_plain_answer_never_clears_it(tmp_path):
+    fleet = tls_fleet(tmp_path)
+    verified = gemma_pass(fleet, replace(SERVING, cert_not_after=2e9, cert_serial=5))
+    assert verified.verdict.memory.tls_seen
+    plain = gemma_pass(fleet, replace(SERVING, plain_http=True), memory=verified.verdict.memory)
+    assert plain.verdict.memory.tls_seen
+    assert Memory.from_record(plain.verdict.memory.record()).tls_seen
+    assert not gemma_pass(fleet, SERVING).verdict.memory.tls_seen
+
+
+def test_what_no_downgrade_reads_survives_the_playbooks_steps():
+    """The CA path of a route (else every https route reads as to be replaced), the serial
+    a probe verified and what llmao issued each box, between fleet_observe, vllm_probe and
+    fleet_plan."""
+    route = Route("llmao:x", "m", "https://x:1/v1", "https://x:1/v1", ca_path="/etc/ca.pem")
+    leaves = {"x": BoxLeaves(True, frozenset({2 ** 150}))}
+    seen = Observations(1.0, routes=(route,), leaves=leaves)
+    back = Observations.from_record(json.loads(json.dumps(seen.record())))
+    assert back.routes == (route,) and back.leaves == leaves
+    assert Observations.from_record(Observations(1.0).record()).leaves is None
+    probe = replace(SERVING, cert_serial=2 ** 159 + 1)
+    assert probe_from_record(json.loads(json.dumps(probe_record(probe)))) == probe
+    with pytest.raises(RecordError, match="cert_serial"):
+        probe_from_record({**probe_record(SERVING), "cert_serial": 12})
