@@ -156,6 +156,7 @@ def _vast_create(api: RentApi, body: Any, offer_id: str) -> tuple[int, Any, dict
                                    offer.get("num_gpus", 1), bid is not None)
     if instance is None:
         return 429, {"success": False, "error": "rate_limited"}, headers
+    api.vast_offers.remove(offer)  # an ask is one machine: rented, it is no longer offered
     return 200, {"success": True, "new_contract": int(instance.instance_id)}, {}
 
 

@@ -27,6 +27,7 @@ FILES_REQUIRED = [
     ("module", "llmao.fleet.fleet_plan", {"diff_mode": "none"}),
     ("module", "llmao.fleet.litellm_deployment", {"diff_mode": "full"}),
     ("module", "llmao.fleet.fleet_verdicts", {"diff_mode": "none"}),
+    ("module", "llmao.fleet.box_pool", {"diff_mode": "full"}),
     ("lookup", "llmao.fleet.box_assignment", {}),
 ]
 

@@ -45,6 +45,8 @@ BACKOFF_S = 60.0
 MAX_REMEMBERED = 200
 
 RENT, DRAIN, RETURN, FORGET, REFUSE, HOLD = "rent", "drain", "return", "forget", "refuse", "hold"
+# The decisions that change a pool (what check mode and the diff show, what reports changed).
+CHANGES = (RENT, DRAIN, RETURN)
 
 
 @dataclass(frozen=True)
