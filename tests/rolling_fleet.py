@@ -18,6 +18,7 @@ import json
 import os
 import secrets
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import ExitStack, contextmanager
@@ -96,6 +97,15 @@ class ReconcileLoop(Background):
         self.inventory = inventory
         self.env = dict(env)
         self.runs: list[tuple[float, float, PlaybookRun]] = []  # (began, ended, run)
+        # Held by each pass; a test holds it to run passes of its own at chosen moments.
+        self._turn = threading.RLock()
+
+    @contextmanager
+    def held(self) -> Iterator[None]:
+        """No pass of the loop's runs in the block (one under way ends first); ``step()``
+        called in it runs a pass then and there, so a test knows the interval between two."""
+        with self._turn:
+            yield
 
     def passes_since(self, began: float) -> list[PlaybookRun]:
         return [run for start, _, run in self.runs if start >= began]
@@ -117,6 +127,10 @@ class ReconcileLoop(Background):
         return "\n".join(parts)
 
     def step(self) -> None:
+        with self._turn:
+            self._one_pass()
+
+    def _one_pass(self) -> None:
         began = time.monotonic()
         try:
             run = run_reconcile(self.inventory, "-e", f"llmao_pass_lease_s={PASS_TIMEOUT_S}",

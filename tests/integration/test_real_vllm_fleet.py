@@ -10,7 +10,10 @@ builds on the one before and a real start costs a minute or two:
 2. reconcile's scrape of the real /metrics, as llmao keeps it, moves while streams are held
    open on the real server (running, waiting, KV usage, generated tokens);
 3. the `openai` client streams chat and text completions through LiteLLM, answered by the
-   real server among others;
+   real server among others; then, between two passes run at chosen moments, both servers
+   answer requests whose first tokens fall in different buckets (the real one's in tens of
+   milliseconds, the stub's in under one): the model's TTFT in llmao's /metrics is a number,
+   and the real Prometheus (promtool) computes the same from the raw buckets of both;
 4. a change of max_model_len, with box TLS turned on in the same reload, rolls box by box under
    a chat load through LiteLLM with no failed request, and the real server then serves the new
    context;
@@ -36,12 +39,14 @@ import threading
 import time
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from rig import REPO_ROOT
 from rig.chat_load import ChatLoad, Shape
 from rig.litellm_process import litellm_python
 from rig.route_watch import RouteWatch
 from rig.web import authorization, call, events
+from tests.prometheus_quantile import TTFT, Expected, bucket_lines, promtool_disagreement
 from tests.real_vllm_fleet import (
     FIRST_CONTEXT,
     KV_CACHE_BYTES,
@@ -81,6 +86,8 @@ RENEW_STREAMS = 4
 RENEW_TIMEOUT_S = 90.0
 VERIFIED_TIMEOUT_S = 240.0
 REAL_ANSWER_TRIES = 10
+# Requests each server answers between the two passes whose interval the latency covers.
+LATENCY_REQUESTS = 4
 
 
 class StreamHolder:
@@ -200,6 +207,7 @@ def test_the_real_vllm_serves_through_llmao_and_rolls(fleet, real_litellm, litel
     assert {a["finish_reason"] for a in answers} == {"length"}
     assert all(a["usage"]["completion_tokens"] == 6 and a["chunks"] >= 2 for a in answers)
     assert any(not a["text"].startswith("answered by") for a in answers), answers
+    check_model_latency(fleet)
 
     # 4. A change of max_model_len, with box TLS turned on, rolls with no failed request.
     before = fleet.intended()
@@ -224,6 +232,71 @@ def test_the_real_vllm_serves_through_llmao_and_rolls(fleet, real_litellm, litel
     # 5. The real vLLM serves HTTPS with the certificate llmao signed for its address; LiteLLM
     # and the probes verify it against the fleet CA.
     check_real_tls(fleet, real_litellm.url, litellm_master_key, url)
+
+
+def raw_metrics(fleet: RealVllmFleet) -> dict[str, str]:
+    """Each server's own /metrics answer now."""
+    answers = {}
+    for server in fleet.local.load().servers():
+        status, body = call(f"{fleet.box_url(server.box)}/metrics",
+                            headers=authorization(server.api_key), context=fleet.context(),
+                            timeout=10)
+        assert status == 200, body[:300]
+        answers[server.box] = body.decode()
+    return answers
+
+
+def llmao_ttft(fleet: RealVllmFleet) -> dict[tuple[str, str], float]:
+    """llmao's TTFT quantiles of the last pass: (model or box, quantile) -> seconds."""
+    status, body = call(f"{fleet.server.url}/metrics", context=fleet.server.context,
+                        headers=authorization(fleet.local.settings.get("metrics", {})
+                                              .get("token")), timeout=30)
+    assert status == 200, body[:300]
+    found = {}
+    for family in text_string_to_metric_families(body.decode()):
+        for sample in family.samples:
+            if sample.name in ("llmao_model_time_to_first_token_seconds",
+                               "llmao_server_time_to_first_token_seconds"):
+                owner = sample.labels.get("model") if "box" not in sample.labels \
+                    else sample.labels["box"]
+                found[owner, sample.labels["quantile"]] = sample.value
+    return found
+
+
+def check_model_latency(fleet: RealVllmFleet) -> None:
+    """Two servers of the model answer between two passes, in different TTFT buckets: the
+    model's TTFT is known and is Prometheus's quantile of both servers' raw bucket deltas."""
+    said = fleet.diagnostics
+    with fleet.loop.held():
+        fleet.loop.step()
+        before = raw_metrics(fleet)
+        for server in fleet.local.load().servers():
+            for _ in range(LATENCY_REQUESTS):
+                status, body = call(f"{fleet.box_url(server.box)}/v1/completions",
+                                    headers=authorization(server.api_key),
+                                    body={"model": MODEL, "prompt": "when", "max_tokens": 2},
+                                    context=fleet.context(), timeout=60)
+                assert status == 200, body[:300]
+        after = raw_metrics(fleet)
+        fleet.loop.step()
+    scrapes = {box: (before[box], after[box]) for box in fleet.boxes}
+    first = {box: first_bucket(*pair) for box, pair in scrapes.items()}
+    assert first[fleet.real_box] != first[fleet.stub_box], first
+    shown = llmao_ttft(fleet)
+    checks = [Expected(q, shown[MODEL, label]) for q, label in ((0.5, "0.5"), (0.95, "0.95"))]
+    checks += [Expected(q, shown[box, label], (box,)) for box in fleet.boxes
+               for q, label in ((0.5, "0.5"), (0.95, "0.95"))]
+    disagreement = promtool_disagreement(scrapes, checks)
+    assert disagreement is None, f"{shown}\n{disagreement}\n{said()}"
+    print(f"model TTFT p50 / p95 {shown[MODEL, '0.5']:.4f} / {shown[MODEL, '0.95']:.4f} s "
+          f"(first buckets {first})")
+
+
+def first_bucket(before: str, after: str) -> str:
+    """The lowest ``le`` whose TTFT count grew between two answers of one server."""
+    old, new = bucket_lines(before, TTFT), bucket_lines(after, TTFT)
+    grown = [dict(labels)["le"] for labels, value in new.items() if value > old.get(labels, 0)]
+    return min(grown, key=float)
 
 
 def check_real_tls(fleet: RealVllmFleet, litellm_url: str, master_key: str,
