@@ -92,6 +92,27 @@ class Fleet:
             self._pool_built[key] = built
         return built
 
+    def with_pool_members(self, members: Mapping[str, str]) -> Fleet:
+        """This fleet plus each pool member (box → pool, llmao's enrollments), as the config
+        server serves them: reconcile intends their servers like any other box's. A member
+        of a pool ``config.yaml`` no longer has, or whose name joined ``fleet.hosts``, is left
+        out with a warning (the server would not serve it either)."""
+        assignments = dict(self.assignments)
+        warnings = list(self.warnings)
+        for box, pool in members.items():
+            name = normalize_host(box)
+            if name in self.assignments:
+                warnings.append(f"pool member {name} ignored: it is in fleet.hosts")
+            elif pool not in self.settings.pools:
+                warnings.append(f"pool member {name} ignored: pool {pool!r} is not in "
+                                "config.yaml")
+            else:
+                try:
+                    assignments[name] = self.pool_assignment(name, pool)
+                except ValueError as exc:
+                    warnings.append(f"pool member {name} ignored: {exc}")
+        return replace(self, assignments=MappingProxyType(assignments), warnings=tuple(warnings))
+
     def with_approvals(self, approvals: Mapping[str, Sequence[str]]) -> Fleet:
         """This fleet plus each admin-approved box, as the config server serves them.
 

@@ -174,3 +174,17 @@ def test_only_llmaos_exact_label_reads_as_llmaos(label):
 
 def test_a_label_written_reads_back():
     assert read_label(instance_label("chat", "chat-a1b2c3d4")) == ("chat", "chat-a1b2c3d4")
+
+
+def test_pool_members_join_the_fleet_as_any_box_and_strays_are_warned_about(tmp_path):
+    fleet = load(tmp_path, pooled())
+    member = box_name("chat", "a1b2c3d4")
+    joined = fleet.with_pool_members({member: "chat", "chat-zzzzzzzz": "gone",
+                                      "203.0.113.10": "chat"})
+    assert joined.assignment(member) == fleet.pool_assignment(member, "chat")
+    assert [s.id for s in joined.servers()][-2:] == [f"llmao:{member}:8001:gemma",
+                                                     f"llmao:{member}:8002:qwen"]
+    assert joined.assignment("chat-zzzzzzzz") is None
+    assert joined.assignment("203.0.113.10") == fleet.assignment("203.0.113.10")
+    assert any("pool 'gone' is not in config.yaml" in w for w in joined.warnings)
+    assert any("203.0.113.10 ignored: it is in fleet.hosts" in w for w in joined.warnings)
