@@ -95,7 +95,7 @@ def test_a_pool_rents_replaces_and_returns_only_its_own_boxes(rig):
     rig.run_pass(1000.0)
     ((first_id, first_box),) = pool_instances(rig.api).items()
     created = rig.api.instances[first_id]
-    assert created.env["LLMAO_HOST"] == first_box and created.env["FLEET_KEY"] == FLEET_KEY
+    assert created.env["LLMAO_POOL_BOX"] == first_box and created.env["FLEET_KEY"] == FLEET_KEY
     assert created.env["LLMAO_BOOTSTRAP_TOKEN"] and created.price == 0.45
     assert [entry["action"] for entry in rig.audit] == ["rent"]
 

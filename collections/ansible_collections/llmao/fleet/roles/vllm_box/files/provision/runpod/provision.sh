@@ -16,6 +16,8 @@
 #                          printed, and taken out of the environment first, so
 #                          supervisord and the programs it runs never hold it
 #   RUNPOD_POD_ID          required (RunPod sets it); becomes LLMAO_HOST
+#   LLMAO_POOL_BOX         set by llmao on a pod a pool rented: the name llmao gave it,
+#                          which becomes LLMAO_HOST instead (docs/pools.md)
 #   LLMAO_INSTALL_SET      path of install_set.py (default: beside this script)
 #   SUPERVISORD_CONF       supervisord's configuration (default
 #                          /etc/supervisor/supervisord.conf)
@@ -38,8 +40,13 @@ main() {
   unset LLMAO_BOOTSTRAP_TOKEN
   require FLEET_KEY "put llmao's fleet.key in the pod template's environment"
   require LLMAO_URL "put llmao's base URL (https://...) in the pod template's environment"
-  require RUNPOD_POD_ID "RunPod sets it in every pod; elsewhere, set it to the box's name in fleet.hosts"
-  export LLMAO_HOST="${RUNPOD_POD_ID:?}"
+  if [[ -n "${LLMAO_POOL_BOX:-}" ]]; then
+    # A pool's box: llmao named it before renting it (its bootstrap token is for that name).
+    export LLMAO_HOST="$LLMAO_POOL_BOX"
+  else
+    require RUNPOD_POD_ID "RunPod sets it in every pod; elsewhere, set it to the box's name in fleet.hosts"
+    export LLMAO_HOST="${RUNPOD_POD_ID:?}"
+  fi
   local here installer
   here=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd)
   installer=${LLMAO_INSTALL_SET:-$here/install_set.py}

@@ -20,6 +20,8 @@
 #                          "instance_id"
 #   PUBLIC_IPADDR          required by "address" (Vast sets it); becomes LLMAO_HOST
 #   CONTAINER_ID           required by "instance_id" (Vast sets it); becomes LLMAO_HOST
+#   LLMAO_POOL_BOX         set by llmao on a box a pool rented: the name llmao gave
+#                          it, which becomes LLMAO_HOST (docs/pools.md)
 #   INSTALL_SET_URL        https URL of install_set.py, used when it is not beside
 #                          this script
 #   LLMAO_INSTALL_SET      path of install_set.py, overrides both of the above
@@ -98,6 +100,11 @@ ensure_supervisor() {
 # Print the box's name in fleet.hosts: its public address by default, its Vast
 # instance id when the template asks (two instances can share one address).
 box_name() {
+  # A pool's box: llmao named it before renting it (its bootstrap token is for that name).
+  if [[ -n "${LLMAO_POOL_BOX:-}" ]]; then
+    printf '%s\n' "$LLMAO_POOL_BOX"
+    return
+  fi
   case "${LLMAO_VAST_BOX_NAME:-address}" in
     address)
       require PUBLIC_IPADDR "Vast sets it on every instance; elsewhere, set it to the box's name in fleet.hosts"
