@@ -55,6 +55,9 @@ POOL_STATE_NAME = "llmao-pools.json"
 ENROLL_TTL_S = 2 * 3600.0
 MAX_STATE_BYTES = 1 << 20
 STALLED = "Stalled"
+BOOTING = ("Awaiting", "Loading")
+# A member the pass's plan has no server of (not served yet): booting, its load unknown.
+UNSEEN = BoxSignal(running=None, booting=True)
 
 
 def state_path(fleet: Fleet, given: str | None) -> str:
@@ -106,7 +109,8 @@ def signals_of(plan: Mapping[str, Any]) -> tuple[dict[str, BoxSignal], set[str]]
         running = running if isinstance(running, int) and running >= 0 else None
         was = signals.get(box, BoxSignal(running=0))
         total = None if running is None or was.running is None else was.running + running
-        signals[box] = BoxSignal(was.stalled or server.get("state") == STALLED, total)
+        signals[box] = BoxSignal(was.stalled or server.get("state") == STALLED, total,
+                                 was.booting or server.get("state") in BOOTING)
     models = plan.get("models") if isinstance(plan.get("models"), Mapping) else {}
     saturated = {str(name) for name, load in models.items()
                  if isinstance(load, Mapping) and load.get("saturated") is True}
@@ -157,7 +161,7 @@ def observe(fleet: Fleet, plan: Mapping[str, Any], memory: Mapping[str, PoolMemo
         views[name] = PoolView(
             pool, members, listings.failed.get(pool.provider),
             any(row.model_name in saturated for row in pool.rows),
-            {m.box: signals.get(m.box, BoxSignal()) for m in members}, None,
+            {m.box: signals.get(m.box, UNSEEN) for m in members}, None,
             memory.get(name, PoolMemory()))
     return PoolPass(fleet, time.time() if now is None else now, views, listings)
 

@@ -62,11 +62,14 @@ class Member:
 
 @dataclass(frozen=True)
 class BoxSignal:
-    """What the last verdicts say of a box: a server of it Stalled past its grace, and the
-    requests its servers ran (None when any of them was not read)."""
+    """What the last verdicts say of a box: a server of it Stalled past its grace, the
+    requests its servers ran (None when any of them was not read), and whether it is still
+    booting (a server Awaiting or Loading, or none verdicted yet): a pool with a box booting
+    does not grow again, since the saturation it sees is what that box is coming for."""
 
     stalled: bool = False
     running: int | None = None
+    booting: bool = False
 
 
 @dataclass(frozen=True)
@@ -264,7 +267,9 @@ def _plan_pool(view: PoolView, purse: _Purse, now: float,
     count = len(live) + len(pending)
     replaced, count = _replace(view, purse, broken, count, now)
     decisions += replaced
-    sized, memory = _size(view, purse, live, count, bool(pending or broken or draining), now)
+    booting = any(view.signals.get(m.box, BoxSignal()).booting for m in live)
+    sized, memory = _size(view, purse, live, count,
+                          bool(pending or broken or draining or booting), now)
     decisions += sized
     drained = {d.box: now for d in sized if d.kind == DRAIN}
     returned = {d.box for d in decisions if d.kind == RETURN}

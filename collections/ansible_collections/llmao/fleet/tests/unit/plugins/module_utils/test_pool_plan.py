@@ -255,3 +255,15 @@ def test_properties_budget_min_max_and_only_labelled_boxes(listed, low, extra, p
         assert len(kept) + pending >= the_pool.min_boxes
     # Idempotent: planning the same pass again decides the same.
     assert plan(view, budget=budget).decisions == result.decisions
+
+
+def test_a_pool_with_a_box_still_booting_does_not_grow_again():
+    ready, booting = member(1), member(2)
+    signals = MappingProxyType({ready.box: BoxSignal(running=4),
+                                booting.box: BoxSignal(running=None, booting=True)})
+    view = PoolView(pool(passes=1), members=(ready, booting), saturated=True, signals=signals,
+                    offers=offers(0.3), memory=PoolMemory(saturated_passes=5))
+    assert kinds(plan(view)) == []
+    ready_now = MappingProxyType({**signals, booting.box: BoxSignal(running=4)})
+    assert [d.kind for d in plan(PoolView(**{**view.__dict__,
+                                             "signals": ready_now})).decisions] == [RENT]
