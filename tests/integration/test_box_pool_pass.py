@@ -2,7 +2,8 @@
 (2 workers) and the fake Vast rent API: a rent enrolls its box in the pool and creates the
 instance with the token and llmao's label; the next pass does not double it; an interrupted
 instance is replaced (rent first) and returned, its binding released; an instance without the
-label is never touched; a 429 backs the pool off; a timed-out create is never doubled; every
+label is never touched; a 429 backs the pool off; a timed-out create is never doubled; a pool
+asking past the budget rents what fits and says why not more; every
 rent and return is audited, no secret in any line."""
 
 from __future__ import annotations
@@ -53,11 +54,19 @@ class PoolRig:
             "provider": "vast", "boxes": {"min": 1, "max": 2}, "serve": [["gemma", 8001]],
             "offer": {"gpu_names": ["RTX 4090"], "max_usd_per_hour": 0.6, "disk_gb": 60}}}
         document["budget"] = {"max_usd_per_hour": 1.0}
+        self.document = document
         self.paths = write_pair(folder / "fleet", document)
         self.server.reload()
         self.fleet = load_fleet(*self.paths)
         self.memory_path = str(folder / "pools.json")
         self.audit: list[dict] = []
+
+    def resize(self, low: int, high: int) -> None:
+        """Ask the pool for more boxes (the budget stays): a reload, as an operator's edit."""
+        self.document["pools"]["chat"]["boxes"] = {"min": low, "max": high}
+        self.paths = write_pair(self.folder / "fleet", self.document)
+        self.server.reload()
+        self.fleet = load_fleet(*self.paths)
 
     def run_pass(self, now: float) -> list[str]:
         memory = load_memory(self.memory_path, self.fleet.settings.pools)
@@ -128,3 +137,12 @@ def test_a_throttled_rent_backs_off_and_a_timed_out_create_is_not_doubled(rig):
     rig.run_pass(1160.0)
     rig.run_pass(1190.0)
     assert len(pool_instances(rig.api)) == 1
+
+
+def test_a_pool_asking_past_the_budget_rents_what_fits_and_says_why_not_more(rig):
+    rig.api.vast_offers.append(vast_offer(23, "RTX 4090", 0.55))
+    rig.resize(3, 3)
+    lines = rig.run_pass(1000.0) + rig.run_pass(1030.0)
+    prices = sorted(rig.api.instances[i].price for i in pool_instances(rig.api))
+    assert prices == [0.45, 0.5] and sum(prices) <= rig.fleet.settings.budget.max_usd_per_hour
+    assert any("past budget.max_usd_per_hour 1" in line for line in lines), lines
