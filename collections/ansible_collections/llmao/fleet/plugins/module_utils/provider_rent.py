@@ -129,6 +129,12 @@ def _error(exc: HttpCallError, what: str, secrets: tuple[str, ...],
     return RentError("refused", reason)
 
 
+def _name(value: Any) -> str | None:
+    """A GPU name or id as an offer gives it: printable, at most 100 characters, or None."""
+    return value if isinstance(value, str) and 0 < len(value) <= 100 and value.isprintable() \
+        else None
+
+
 def _number(value: Any) -> float | None:
     return float(value) if is_number(value) and value >= 0 else None
 
@@ -247,7 +253,7 @@ class RunPodRent(_Client):
 
     @staticmethod
     def _offers(entry: dict[str, Any], need: Need) -> list[RentOffer]:
-        gpu_id, memory = entry.get("id"), _number(entry.get("memory"))
+        gpu_id, memory = _name(entry.get("id")), _number(entry.get("memory"))
         named = gpu_id in need.gpu_names or entry.get("name") in need.gpu_names
         if not isinstance(gpu_id, str) or not named or memory is None \
                 or memory < need.gpu_ram_gb:
@@ -262,7 +268,7 @@ class RunPodRent(_Client):
                 continue
             price = each * need.num_gpus
             if price <= need.max_usd_per_hour:
-                offers.append(RentOffer("runpod", gpu_id, str(entry.get("name") or gpu_id),
+                offers.append(RentOffer("runpod", gpu_id, _name(entry.get("name")) or gpu_id,
                                         need.num_gpus, memory, price, cloud))
         return offers
 

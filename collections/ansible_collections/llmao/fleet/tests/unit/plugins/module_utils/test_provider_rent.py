@@ -43,6 +43,8 @@ def api():
             runpod_gpu("NVIDIA GeForce RTX 4090", "RTX 4090", 24, secure=0.44, community=0.31),
             runpod_gpu("NVIDIA RTX A6000", "RTX A6000", 48, secure=0.49, community=0.33),
             runpod_gpu("NVIDIA RTX A4000", "RTX A4000", 16, secure=0.2, community=0.1),
+            {**runpod_gpu("RTX 4090\x1b[2J" + "x" * 200, "RTX 4090", 24, 0.01, 0.01)},  # hostile
+            {"id": "NVIDIA GeForce RTX 4090", "name": "RTX 4090", "memory": "24"},  # no prices
         ]
         yield served
 
