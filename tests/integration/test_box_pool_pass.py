@@ -52,6 +52,7 @@ class PoolRig:
         document["providers"] = {"vast": {"api_key": VAST_KEY, "url": api.vast_url}}
         document["pools"] = {"chat": {
             "provider": "vast", "boxes": {"min": 1, "max": 2}, "serve": [["gemma", 8001]],
+            "env": {"DATA_DIRECTORY": "/workspace"}, "onstart": "bash /opt/llmao/start.sh",
             "offer": {"gpu_names": ["RTX 4090"], "max_usd_per_hour": 0.6, "disk_gb": 60}}}
         document["budget"] = {"max_usd_per_hour": 1.0}
         self.document = document
@@ -106,6 +107,8 @@ def test_a_pool_rents_replaces_and_returns_only_its_own_boxes(rig):
     created = rig.api.instances[first_id]
     assert created.env["LLMAO_POOL_BOX"] == first_box and created.env["FLEET_KEY"] == FLEET_KEY
     assert created.env["LLMAO_BOOTSTRAP_TOKEN"] and created.price == 0.45
+    assert created.env["DATA_DIRECTORY"] == "/workspace"
+    assert created.onstart == "bash /opt/llmao/start.sh"
     assert [entry["action"] for entry in rig.audit] == ["rent"]
 
     rig.run_pass(1030.0)                       # listed now: never doubled

@@ -231,9 +231,10 @@ def _rent(done: PoolPass, hands: Hands, pool: Pool, decision: Decision,
     try:
         token = hands.admin.enroll(box, ENROLL_TTL_S, pool.name)["bootstrap_token"]
         request = RentRequest(pool.name, box, pool.image, need_of(done.fleet, pool).disk_gb,
-                              {"FLEET_KEY": settings.fleet.key or "",
+                              {**pool.env, "FLEET_KEY": settings.fleet.key or "",
                                "LLMAO_URL": settings.server.url or "",
-                               "LLMAO_BOOTSTRAP_TOKEN": token, "LLMAO_POOL_BOX": box})
+                               "LLMAO_BOOTSTRAP_TOKEN": token, "LLMAO_POOL_BOX": box},
+                              pool.onstart)
         made = hands.client(pool).create(offer, request)
     except RuntimeError as exc:  # a RentError, or llmao's or LiteLLM's error
         done.count(pool.name, "failed_rents")

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
@@ -37,6 +37,10 @@ MAX_IDLE_S = 7 * 86400.0
 MAX_PASSES = 1000
 DEFAULT_IMAGES = MappingProxyType({"vast": "vllm/vllm-openai:latest",
                                    "runpod": "llmao/vllm-box:latest"})
+# The environment llmao itself gives a rented box: a pool's env may not name these.
+OWN_ENV = ("FLEET_KEY", "LLMAO_URL", "LLMAO_BOOTSTRAP_TOKEN", "LLMAO_POOL_BOX")
+ENV_NAME_RE = re.compile(r"^[A-Z_][A-Z0-9_]{0,63}$")
+MAX_ENV = 50
 IMAGE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:@-]{0,254}$")
 
 # Every instance a pool rents is labelled ``llmao-pool:<pool>/<box>``: the mark that it is
@@ -76,6 +80,10 @@ class Pool:
     image: str
     scale_up_passes: int = 3
     idle_s: float = 1800.0
+    # What the box template needs besides what llmao sets (Vast's PROVISIONING_SCRIPT and
+    # INSTALL_SET_URL, DATA_DIRECTORY, SSL_CERT_FILE...), and Vast's onstart command.
+    env: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    onstart: str = ""
 
 
 @dataclass(frozen=True)
@@ -153,9 +161,32 @@ def _read_pool(section: Section, name: str, providers: Mapping[str, Provider],
     pool = Pool(name, provider or "", offer, low, high, rows, image or "",
                 scale_up_passes=section.integer("scale_up_passes", Pool.scale_up_passes,
                                                 maximum=MAX_PASSES),
-                idle_s=section.number("idle_s", Pool.idle_s, maximum=MAX_IDLE_S))
+                idle_s=section.number("idle_s", Pool.idle_s, maximum=MAX_IDLE_S),
+                env=_read_env(section), onstart=section.text("onstart", "") or "")
+    if len(pool.onstart) > 4096 or "\x00" in pool.onstart:
+        section.problem("onstart", "must be a shell command of at most 4096 characters")
     section.close()
     return pool if provider and offer.gpu_names and section.valid else None
+
+
+def _read_env(pool: Section) -> Mapping[str, str]:
+    """``env``: names to string values for the box template, none of llmao's own."""
+    value = pool.raw("env", None)
+    if value is None:
+        return MappingProxyType({})
+    if not isinstance(value, dict) or len(value) > MAX_ENV:
+        pool.problem("env", f"must be a mapping of at most {MAX_ENV} variable names to strings")
+        return MappingProxyType({})
+    env = {}
+    for name, text in value.items():
+        if not isinstance(name, str) or not ENV_NAME_RE.match(name) or name in OWN_ENV:
+            pool.problem(f"env.{name}", "must be an upper-case variable name other than "
+                                        f"{', '.join(OWN_ENV)} (llmao sets those)")
+        elif not isinstance(text, str) or len(text) > 4096 or "\x00" in text:
+            pool.problem(f"env.{name}", "must be a string of at most 4096 characters")
+        else:
+            env[name] = text
+    return MappingProxyType(env)
 
 
 def _read_offer(section: Section) -> Offer:

@@ -107,6 +107,10 @@ CASES = [
                                _pool(c).update(provider="runpod"),
                                _pool(c)["offer"].update(interruptible=True)),
      "config.yaml: pools.chat.offer.interruptible: RunPod's v2 create has no spot pods"),
+    ("env naming llmao's own", lambda c: _pool(c).update(env={"FLEET_KEY": "x"}),
+     "config.yaml: pools.chat.env.FLEET_KEY: must be an upper-case variable name other than"),
+    ("env not a string", lambda c: _pool(c).update(env={"DATA_DIRECTORY": 5}),
+     "config.yaml: pools.chat.env.DATA_DIRECTORY: must be a string"),
     ("bad image", lambda c: _pool(c).update(image="a b"),
      "config.yaml: pools.chat.image: must be a container image reference"),
 ]
@@ -188,3 +192,10 @@ def test_pool_members_join_the_fleet_as_any_box_and_strays_are_warned_about(tmp_
     assert joined.assignment("203.0.113.10") == fleet.assignment("203.0.113.10")
     assert any("pool 'gone' is not in config.yaml" in w for w in joined.warnings)
     assert any("203.0.113.10 ignored: it is in fleet.hosts" in w for w in joined.warnings)
+
+
+def test_a_pools_template_env_and_onstart_are_kept(tmp_path):
+    env = {"PROVISIONING_SCRIPT": "https://example.invalid/provision.sh",
+           "DATA_DIRECTORY": "/workspace"}
+    pool = load(tmp_path, pooled(env=env, onstart="bash /opt/start.sh")).settings.pools["chat"]
+    assert dict(pool.env) == env and pool.onstart == "bash /opt/start.sh"
