@@ -6,6 +6,8 @@ the server: it carries copies. A change on either side must fail here, not on a 
 
 from __future__ import annotations
 
+import pytest
+
 from ansible_collections.llmao.fleet.plugins.module_utils.hostnames import HOST_HEADER
 from ansible_collections.llmao.fleet.plugins.module_utils.models_file import RECIPE_NUMBERS
 from llmao_server.box_api import ROUTES
@@ -30,3 +32,13 @@ def test_the_box_token_headers_are_the_ones_the_server_reads(install_set):
 
     assert install_set.TOKEN_HEADER == TOKEN_HEADER
     assert install_set.INSTANCE_HEADER == INSTANCE_HEADER
+
+
+def test_the_bootstrap_header_and_every_binding_refusal_are_the_servers(install_set):
+    """Each code a binding refusal may carry has its own line on the box (what to do)."""
+    from llmao_server import bindings
+
+    if not hasattr(bindings, "BOOTSTRAP_HEADER"):
+        pytest.skip("llmao-server has no enrollment yet (issue 33)")
+    assert install_set.BOOTSTRAP_HEADER == bindings.BOOTSTRAP_HEADER
+    assert set(bindings.REFUSALS) <= set(install_set.BINDING_REFUSALS)
