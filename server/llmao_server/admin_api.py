@@ -23,17 +23,28 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Collection
 from typing import Any
 
 from flask import Blueprint, Response, request
 
 from ansible_collections.llmao.fleet.plugins.module_utils.hostnames import normalize_host
 from ansible_collections.llmao.fleet.plugins.module_utils.intent import BoxAssignment
+from ansible_collections.llmao.fleet.plugins.module_utils.json_values import is_number
+from ansible_collections.llmao.fleet.plugins.module_utils.payload_rules import BOX_NAME_RE
 
 from .admin_gate import require_admin_token
 from .api_errors import JSON, RequestRefused
 from .applied_report import read_applied_report
-from .bindings import binding_record, release_binding
+from .bindings import (
+    MAX_ENROLL_S,
+    MIN_ENROLL_S,
+    binding_record,
+    claim_for_controller,
+    enroll_box,
+    release_binding,
+    reported_instance,
+)
 from .box_certs import CERT_REQUEST_MAX_BYTES, issue_certificate
 from .json_body import read_json_body
 from .observations import observations
@@ -48,6 +59,8 @@ bp.before_request(require_admin_token)
 
 # The reason given for releasing a binding, as the audit line shows it.
 MAX_WHY = 200
+# An enrollment lasts an hour unless the admin says otherwise.
+DEFAULT_ENROLL_S = 3600
 
 
 def json_answer(document: Any) -> Response:
@@ -84,7 +97,7 @@ def take_turn() -> Response:
     answered as ``POST /vllm/turn`` answers the box."""
     state = app_state()
     box, revision, names = read_ask(read_json_body(), with_box=True)
-    assignment = served_box(state, box or "")
+    assignment = pushed_box(state, box or "")
     return json_answer(ask_turn(state, assignment.box, assignment.revision, revision, names,
                                 "admin-api", request.remote_addr))
 
@@ -100,13 +113,21 @@ def served_box(state: ServerState, name: str) -> BoxAssignment:
     return assignment
 
 
+def pushed_box(state: ServerState, name: str) -> BoxAssignment:
+    """:func:`served_box` for the push path, which acts as the controller: a name no box has
+    confirmed becomes the controller's (docs/box-identity.md)."""
+    assignment = served_box(state, name)
+    claim_for_controller(state, assignment.box, request.remote_addr)
+    return assignment
+
+
 @bp.post("/boxes/<path:name>/applied")
 def report_box_applied(name: str) -> Response:
     """The push path reports what it applied on a box, as the controller (never as the box):
     the body of ``POST /vllm/applied``. Its servers restarted, so their Loading window starts
     now, as a pull box's fetch starts it. A revision llmao does not intend is refused (409)."""
     state = app_state()
-    assignment = served_box(state, name)
+    assignment = pushed_box(state, name)
     now = time.time()
     report = read_applied_report(read_json_body(), assignment.box, now)
     if report.revision != assignment.revision:
@@ -130,7 +151,7 @@ def sign_box_certificate(name: str) -> Response:
     same rules hold (the box's attributed addresses only, the allowed keys, the size, the
     box's hourly budget); the audit line names the admin API as the caller."""
     state = app_state()
-    assignment = served_box(state, name)
+    assignment = pushed_box(state, name)
     body = read_json_body(CERT_REQUEST_MAX_BYTES)
     return Response(issue_certificate(state, assignment.box, request.remote_addr, body,
                                       "admin-api"),
@@ -152,15 +173,73 @@ def read_box_turn(name: str) -> Response:
 
 @bp.delete("/boxes/<path:name>/binding")
 def release_box_binding(name: str) -> Response:
-    """Release a box's binding (docs/box-identity.md): the next box to fetch the name binds
-    it. ``?why=`` says why in the audit line (reconcile names the listing it read)."""
+    """Release a box's binding (docs/box-identity.md). ``?why=`` says why in the audit line
+    (reconcile names the listing it read); ``?next_instance=`` names the provider instance
+    that alone may bind the name next (the one a listing now gives it)."""
     state = app_state()
     assignment = state.served_assignment(name)
     box = assignment.box if assignment is not None else normalize_host(name)
     why = clipped(request.args.get("why", "admin"), MAX_WHY)
-    released = release_binding(state, box, "admin-api", request.remote_addr, why)
+    next_instance = request.args.get("next_instance")
+    if next_instance is not None and reported_instance(next_instance) is None:
+        raise RequestRefused(400, "bad_instance", "next_instance must be a provider instance "
+                                                  "id: printable ASCII, at most 128 characters")
+    released = release_binding(state, box, "admin-api", request.remote_addr, why,
+                               next_instance)
     return json_answer({"box": box, "released": released is not None,
                         "binding": binding_record(released) if released else None})
+
+
+@bp.post("/boxes/<path:name>/enroll")
+def enroll(name: str) -> Response:
+    """Mint a one-time bootstrap token for a box: ``{"ttl_s": 3600, "pool": "<pool>"}`` (pool
+    optional) answers ``{"box", "bootstrap_token", "expires_at", "pool"}``. The name must be
+    served (``fleet.hosts`` or approved), or join the pool named."""
+    state = app_state()
+    ttl_s, pool = read_enrollment(state, read_json_body())
+    assignment = state.served_assignment(name)
+    if assignment is None and pool is None:
+        raise RequestRefused(404, "unknown_host",
+                             f"box {clipped(name)!r} is not served: add it to fleet.hosts or "
+                             "approve it first, or name the pool it joins")
+    box = assignment.box if assignment is not None else enrolled_name(name)
+    token, expires_at = enroll_box(state, box, ttl_s, pool, "admin-api", request.remote_addr)
+    return json_answer({"box": box, "bootstrap_token": token,
+                        "expires_at": iso_time(expires_at), "pool": pool})
+
+
+def read_enrollment(state: ServerState, doc: Any) -> tuple[float, str | None]:
+    """``ttl_s`` (a minute to thirty days) and the optional ``pool`` of an enroll body."""
+    if not isinstance(doc, dict) or not set(doc) <= {"ttl_s", "pool"}:
+        raise RequestRefused(400, "bad_enrollment", 'send {"ttl_s": seconds, "pool": name}, '
+                                                    "pool optional")
+    ttl_s = doc.get("ttl_s", DEFAULT_ENROLL_S)
+    if not is_number(ttl_s) or not MIN_ENROLL_S <= ttl_s <= MAX_ENROLL_S:
+        raise RequestRefused(400, "bad_enrollment", f"ttl_s must be a number of seconds from "
+                                                    f"{MIN_ENROLL_S} to {MAX_ENROLL_S}")
+    pool = doc.get("pool")
+    if pool is not None and pool not in configured_pools(state):
+        raise RequestRefused(400, "unknown_pool", f"pool {clipped(str(pool))!r} is not in "
+                                                  "config.yaml's pools")
+    return float(ttl_s), pool
+
+
+def enrolled_name(name: str) -> str:
+    """A name an enrollment makes a box of: normalised, and one a box can have."""
+    box = normalize_host(name)
+    if not BOX_NAME_RE.match(box):
+        raise RequestRefused(400, "bad_box_name", "a box name is printable ASCII, at most 253 "
+                                                  "characters")
+    return box
+
+
+def configured_pools(state: ServerState) -> Collection[str]:
+    """The pools config.yaml names (none before pools are configured)."""
+    return getattr(state.fleet.settings, "pools", None) or {}
+
+
+def iso_time(seconds: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seconds))
 
 
 # ------------------------------------------------ the fleet-wide reconcile pass lease

@@ -85,13 +85,14 @@ def admin_token_matches(state: ServerState, presented: str, peer: str | None, ac
 
 
 def claim_attempts(state: ServerState, peer: str | None, action: str, who: str = "-",
-                   overall: bool = True, what: str = "admin token") -> str:
+                   overall: bool = True, what: str = "admin token", kind: str = "") -> str:
     """Count one credential attempt from ``peer`` (and from everyone, when ``overall``),
     before the credential is looked at; the peer's scope, for
-    :meth:`~.store.StateStore.release_attempt` when it was right. Raises
+    :meth:`~.store.StateStore.release_attempt` when it was right. ``kind`` names a budget
+    of its own (box tokens count apart from the admin token). Raises
     :class:`AttemptRefused` over a limit or when the store cannot count."""
     limits = state.fleet.settings.admin.attempts
-    scope = peer_scope(peer)
+    scope = f"{kind}:{peer_scope(peer)}" if kind else peer_scope(peer)
     scopes = [(scope, limits.per_peer, "this address")]
     if overall and not limits.trusts(peer):
         scopes.append((OVERALL_SCOPE, limits.overall, "all addresses"))

@@ -44,12 +44,14 @@ from .access_log import NO_CLAIM, AccessLog, LineHead
 from .api_errors import JSON, RequestRefused, error_answer
 from .applied_report import APPLIED_MAX_BYTES, read_applied_report
 from .bearer_header import presented_bearer
-from .bindings import TOKEN_ENVIRON, TOKEN_HEADER, admit_box, admitted_by_memory
-from .box_certs import (
-    CERT_REQUEST_MAX_BYTES,
-    issue_certificate,
-    require_bound,
+from .bindings import (
+    BOOTSTRAP_ENVIRON,
+    TOKEN_ENVIRON,
+    TOKEN_HEADER,
+    admit_box,
+    admitted_by_memory,
 )
+from .box_certs import CERT_REQUEST_MAX_BYTES, issue_certificate
 from .hsts import HSTS_HEADER, over_https
 from .redaction import clipped
 from .state import ServerState
@@ -167,6 +169,8 @@ def resolve_box(state: ServerState, request: BoxRequest) -> BoxAssignment:
                              "the box name is empty: send X-LLMAO-Host with the box's name in "
                              "fleet.hosts (LLMAO_HOST on the box), or leave the header out")
     assignment = state.served_assignment(name)
+    if assignment is None and request.environ.get(BOOTSTRAP_ENVIRON) is not None:
+        assignment = state.enrolled_assignment(name, time.time())
     if assignment is None:
         if BOX_NAME_RE.match(name):
             state.note_unknown(name, time.time())
@@ -236,7 +240,6 @@ def request_turn(state: ServerState, request: BoxRequest) -> Answer:
 def request_certificate(state: ServerState, request: BoxRequest) -> Answer:
     """``POST /vllm/cert``: ``{"csr": PEM}`` → the box's certificate (:mod:`.box_certs`)."""
     assignment = resolve_box(state, request)
-    require_bound(state, assignment.box, request.environ)
     body = request.json_body(CERT_REQUEST_MAX_BYTES)
     return 200, issue_certificate(state, assignment.box, request.peer, body), []
 

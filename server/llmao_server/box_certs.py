@@ -21,10 +21,9 @@ from ansible_collections.llmao.fleet.plugins.module_utils.hostnames import is_ip
 
 from .api_errors import RequestRefused
 from .audit import audit
-from .bindings import TOKEN_ENVIRON, TOKEN_HEADER, matches
 from .fleet_ca import CsrRefused, read_csr, requested_names, sign_leaf
 from .state import ServerState, StateView
-from .store.base import StoreError
+from .store.base import IssuedLeaf, StoreError
 
 # A P-256 or RSA-4096 request in PEM is 0.5 to 2 KiB; anything much larger is not a request.
 CERT_REQUEST_MAX_BYTES = 8 * 1024
@@ -34,6 +33,7 @@ CERT_REQUESTS_PER_HOUR = 6
 CERT_WINDOW_S = 3600.0
 # Counted in the store's attempt table, shared by every worker and instance.
 SCOPE_PREFIX = "cert:"
+CONTROLLER_SCOPE = "controller:"
 # A DNS name: dot-separated labels of letters, digits and hyphens, the last not all digits.
 DNS_NAME_RE = re.compile(r"^(?=.{1,253}$)([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)+"
                          r"[a-z]([a-z0-9-]{0,61}[a-z0-9])?$")
@@ -85,22 +85,14 @@ def box_addresses(state: ServerState, box: str) -> list[str]:
     return ListedAddresses.of(state).of_box(box)
 
 
-def require_bound(state: ServerState, box: str, environ: Mapping[str, Any]) -> None:
-    """Under ``fleet.binding: first_fetch``, a certificate goes only to the box holding the
-    name's token: a box that has not fetched its config yet is refused (403)."""
-    if state.binds_boxes and not matches(state.bindings.held(box), environ.get(TOKEN_ENVIRON)):
-        raise RequestRefused(403, "box_token_required",
-                             f"a certificate for {box} goes to the box that holds its name: "
-                             "fetch GET /vllm/config first and present its box token "
-                             f"({TOKEN_HEADER})")
-
-
 def take_request(state: ServerState, box: str, peer: str | None, who: str = "") -> None:
     """Count one signature for ``box``: 429 beyond the hourly limit. Only a request that
     would be signed counts, so a box waiting for its first listing (409) keeps its budget.
-    The box's own requests and the controller's for it share one budget."""
+    The controller's requests for a box (``who`` set) draw on a budget of their own, so
+    nothing a box does can keep the push path from a certificate."""
+    scope = SCOPE_PREFIX + (CONTROLLER_SCOPE if who else "") + box
     try:
-        count, since = state.store.claim_attempt(SCOPE_PREFIX + box, time.time(), CERT_WINDOW_S)
+        count, since = state.store.claim_attempt(scope, time.time(), CERT_WINDOW_S)
     except StoreError as exc:
         raise RequestRefused(503, "store_unavailable", f"the state store cannot count "
                                                        f"certificate requests now: {exc}") from None
@@ -145,6 +137,12 @@ def issue_certificate(state: ServerState, box: str, peer: str | None, body: Any,
     take_request(state, box, peer, who)
     with open(tls.ca_key, "rb") as key, open(tls.ca_cert, "rb") as cert:
         issued = sign_leaf(csr, addresses, cert.read(), key.read(), tls.leaf_days)
+    try:  # unrecorded, a leaf could not be refused after a release: it is not handed out
+        state.store.record_leaf(IssuedLeaf(str(issued.serial), box,
+                                           issued.not_after.timestamp(), time.time(), bool(who)))
+    except StoreError as exc:
+        raise RequestRefused(503, "store_unavailable", f"the state store cannot record "
+                                                       f"the certificate now: {exc}") from None
     not_after = issued.not_after.strftime("%Y-%m-%dT%H:%M:%SZ")
     audit(state.redact, "box_cert", "issued", who or f"box {box}", peer, **about(box, who),
           names=",".join(addresses), not_after=not_after)

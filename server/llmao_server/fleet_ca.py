@@ -36,6 +36,7 @@ class CsrRefused(ValueError):
 class IssuedCertificate:
     pem: str
     not_after: datetime.datetime
+    serial: int
 
 
 def make_ca(common_name: str) -> tuple[bytes, bytes]:
@@ -143,4 +144,4 @@ def sign_leaf(csr: x509.CertificateSigningRequest, addresses: list[str], ca_cert
             .sign(ca_key, None if isinstance(ca_key, ed25519.Ed25519PrivateKey)
                   else hashes.SHA256()))
     return IssuedCertificate(cert.public_bytes(serialization.Encoding.PEM).decode("ascii"),
-                             not_after)
+                             not_after, cert.serial_number)

@@ -12,15 +12,17 @@ times were taken with. The core writes the document
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from ansible_collections.llmao.fleet.plugins.module_utils.llmao_admin import (
+    BoxLeaves,
     observations_document,
 )
 
 from .bindings import binding_record
 from .state import ServerState, approvals_in_force
-from .store import AppliedReport
+from .store import AppliedReport, IssuedLeaf
 
 
 def observations(state: ServerState, now: float) -> dict[str, Any]:
@@ -41,7 +43,20 @@ def observations(state: ServerState, now: float) -> dict[str, Any]:
         state.store.turns(),
         {binding.box: binding_record(binding)
          for binding in state.store.bindings_since(0) if binding.bound},
+        box_leaves(state.store.issued_leaves(now)),
     )
+
+
+def box_leaves(leaves: Iterable[IssuedLeaf]) -> dict[str, BoxLeaves]:
+    """Box to the leaves llmao issued it: one to its current binding (not revoked), and the
+    serials a release revoked."""
+    issued: dict[str, bool] = {}
+    revoked: dict[str, set[int]] = {}
+    for leaf in leaves:
+        issued[leaf.box] = issued.get(leaf.box, False) or not leaf.revoked
+        if leaf.revoked:
+            revoked.setdefault(leaf.box, set()).add(int(leaf.serial))
+    return {box: BoxLeaves(issued[box], frozenset(revoked.get(box, ()))) for box in issued}
 
 
 def applied_record(report: AppliedReport) -> dict[str, Any]:

@@ -100,14 +100,28 @@ class ServerState:
         return kept[1]
 
     def served_assignment(self, box: str) -> BoxAssignment | None:
-        """What ``box`` is served: its ``fleet.hosts`` rows, else its approval, else None."""
+        """What ``box`` is served: its ``fleet.hosts`` rows, else the rows of the pool an
+        enrollment made it a member of (this worker's memory of the bindings: no store read),
+        else its approval, else None."""
         assignment = self.fleet.assignment(box)
         if assignment is not None:
             return assignment
+        held = self.bindings.held(normalize_host(box))
+        if held is not None and held.bound and held.pool in self.fleet.settings.pools:
+            return self.fleet.pool_assignment(box, held.pool)
         approval = self.store.approval(box)
         if approval is None:
             return None
         return self.fleet.approved_assignment(box, approval.models)
+
+    def enrolled_assignment(self, box: str, now: float) -> BoxAssignment | None:
+        """The pool rows an outstanding enrollment gives ``box`` before it binds (a rented
+        box's first fetch, with its bootstrap token: the one path that reads enrollments)."""
+        name = normalize_host(box)
+        pool = next((e.pool for e in self.store.enrollments(now) if e.box == name), None)
+        if pool is None or pool not in self.fleet.settings.pools:
+            return None
+        return self.fleet.pool_assignment(name, pool)
 
     def approve(self, box: str, models: Sequence[str], approved_by: str,
                 now: float) -> BoxAssignment:

@@ -7,10 +7,14 @@ that scans output for secrets knows exactly what to look for.
 from __future__ import annotations
 
 import copy
+import weakref
 from pathlib import Path
 from typing import Any
 
 from rig.fleet_files import FleetSecrets, fleet_section, recipe, route, write_fleet
+
+# The answer and request header of a box token (docs/box-identity.md).
+TOKEN_HEADER = "X-LLMAO-Box-Token"
 
 KEYS = FleetSecrets()
 FLEET_KEY, SALT, SHARED_BEARER = KEYS.fleet_key, KEYS.salt, KEYS.shared_bearer
@@ -66,4 +70,22 @@ def box_headers(host: str | None = KNOWN, key: str | None = FLEET_KEY,
         headers["X-LLMAO-Host"] = host
     if xff is not None:
         headers["X-Forwarded-For"] = xff
+    return headers
+
+
+# The box token each test client was handed per box name (a box's posts need its binding).
+_TOKENS: weakref.WeakKeyDictionary[Any, dict[str, str]] = weakref.WeakKeyDictionary()
+
+
+def bound_headers(client: Any, host: str = KNOWN, **options: Any) -> dict[str, str]:
+    """:func:`box_headers` with the box token ``host``'s box holds: fetched once per client,
+    as a box's first call binds its name and its later calls present the token."""
+    tokens = _TOKENS.setdefault(client, {})
+    if host not in tokens:
+        answer = client.get("/vllm/config", headers=box_headers(host=host))
+        if answer.headers.get(TOKEN_HEADER):
+            tokens[host] = answer.headers[TOKEN_HEADER]
+    headers = box_headers(host=host, **options)
+    if host in tokens:
+        headers[TOKEN_HEADER] = tokens[host]
     return headers

@@ -11,7 +11,7 @@ from flask.testing import FlaskClient
 
 from llmao_server.state import ServerState
 from llmao_server.store import AppliedCard, AppliedReport, AppliedServer
-from tests.server.fleet_pair import KNOWN, UNKNOWN, box_headers
+from tests.server.fleet_pair import KNOWN, UNKNOWN, bound_headers
 
 
 def report(**changes: Any) -> dict[str, Any]:
@@ -27,7 +27,7 @@ def report(**changes: Any) -> dict[str, Any]:
 
 def post(client: FlaskClient, body: Any, **header_options: Any):
     return client.post("/vllm/applied", data=json.dumps(body),
-                       headers={**box_headers(**header_options),
+                       headers={**bound_headers(client, **header_options),
                                 "Content-Type": "application/json"})
 
 
@@ -125,7 +125,7 @@ def test_a_bad_body_is_400_with_a_json_error_and_nothing_kept(
 
 @pytest.mark.parametrize("data", [b"", b"{not json", b"\xff\xfe", b"[" * 8000 + b"]" * 8000])
 def test_a_body_that_is_not_json_is_400(client: FlaskClient, data: bytes) -> None:
-    answer = client.post("/vllm/applied", data=data, headers=box_headers())
+    answer = client.post("/vllm/applied", data=data, headers=bound_headers(client))
     assert answer.status_code == 400
     assert answer.json["error"]["code"] == "bad_applied_report"
 

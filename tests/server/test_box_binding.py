@@ -15,6 +15,8 @@ from llmao_server.binding_cache import BindingCache
 from llmao_server.bindings import TOKEN_HEADER, token_hash
 from llmao_server.state import app_state
 from llmao_server.store import SqliteStore, StoreError
+from tests.server.binding_steps import bind, confirm
+from tests.server.binding_steps import release as release_in
 from tests.server.fleet_pair import ADMIN_TOKEN, KNOWN, OTHER_KNOWN, box_headers, config
 
 
@@ -182,18 +184,18 @@ def test_only_a_checked_token_of_the_binding_held_is_admitted(tmp_path: Path) ->
     cache = BindingCache(store, interval_s=60)
     token, other = "t" * 43, "u" * 43
     try:
-        store.bind_box(KNOWN, token_hash(token), None, None, 1.0)
+        bind(store, KNOWN, token_hash(token), None, None, 1.0)
         pending = cache.held(KNOWN)
         cache.admit(KNOWN, token, pending)
         assert not cache.admits(KNOWN, token)  # a pending binding is always asked of the store
-        store.confirm_binding(KNOWN, token_hash(token), None, None, 2.0)
+        confirm(store, KNOWN, token_hash(token), None, None, 2.0)
         cache.refresh()
         cache.admit(KNOWN, token, pending)  # no longer the binding held
         assert not cache.admits(KNOWN, token)
         cache.admit(KNOWN, token, cache.held(KNOWN))
         assert cache.admits(KNOWN, token)
         assert not cache.admits(KNOWN, other) and not cache.admits(OTHER_KNOWN, token)
-        store.release_binding(KNOWN)
+        release_in(store, KNOWN)
         cache.refresh()
         assert not cache.admits(KNOWN, token) and not cache._admitted
     finally:
@@ -217,13 +219,13 @@ def test_each_worker_refreshes_its_bindings_in_the_background(tmp_path: Path) ->
     cache = BindingCache(store, interval_s=0.02)
     try:
         assert cache.held(KNOWN) is None  # loads, and starts the refresher
-        store.bind_box(KNOWN, token_hash("t" * 43), None, None, 1.0)
+        bind(store, KNOWN, token_hash("t" * 43), None, None, 1.0)
         deadline = time.monotonic() + 5
         while cache.held(KNOWN) is None and time.monotonic() < deadline:
             time.sleep(0.01)
         assert cache.held(KNOWN).token_hash == token_hash("t" * 43)
         cache.close()
-        store.release_binding(KNOWN)
+        release_in(store, KNOWN)
         time.sleep(0.1)
         assert cache._bindings[KNOWN].bound  # stopped: no more reads of the store
     finally:
@@ -240,7 +242,7 @@ def test_a_store_that_cannot_be_written_still_serves_and_still_refuses(
     def fails(*args: object) -> None:
         raise StoreError("the state store cannot be written (OperationalError)")
 
-    for write in ("bind_box", "confirm_binding", "note_binding_conflict", "claim_attempt",
+    for write in ("decide_binding", "note_binding_conflict", "claim_attempt",
                   "release_attempt"):
         monkeypatch.setattr(store, write, fails)
     assert fetch(client, token)[:2] == (200, None)  # from memory

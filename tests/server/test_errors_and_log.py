@@ -30,7 +30,7 @@ def assert_error_shape(answer, status: int) -> dict[str, str]:
     ("GET", "/vllm/config", box_headers(host=UNKNOWN), 404),
     ("POST", "/vllm/config", box_headers(), 405),
     ("GET", "/vllm/applied", box_headers(), 405),
-    ("POST", "/vllm/applied", box_headers(), 400),
+    ("POST", "/vllm/applied", box_headers(), 403),  # no box token: the name is not its
     ("GET", "/vllm/nothing-here", box_headers(), 404),
     ("GET", "/vllm/", {}, 404),
     ("GET", "/not-an-endpoint", {}, 404),

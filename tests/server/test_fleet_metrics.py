@@ -27,6 +27,7 @@ from tests.server.fleet_pair import (
     KNOWN,
     OTHER_KNOWN,
     UNKNOWN,
+    bound_headers,
     box_headers,
     config,
 )
@@ -214,10 +215,11 @@ def test_each_box_says_when_it_last_checked_in(make_app: Callable[..., Flask]) -
 
 
 def test_the_box_api_counts_its_requests_and_their_latency(client: FlaskClient) -> None:
+    bound = bound_headers(client)  # the box's first fetch, before the counts are read
     before = samples(client.get("/metrics"))
-    assert client.get("/vllm/config", headers=box_headers()).status_code == 200
+    assert client.get("/vllm/config", headers=bound).status_code == 200
     assert client.get("/vllm/config", headers=box_headers(key="wrong")).status_code == 403
-    assert client.post("/vllm/applied", headers=box_headers(), data=b"{").status_code == 400
+    assert client.post("/vllm/applied", headers=bound, data=b"{").status_code == 400
     assert client.get("/vllm/nowhere", headers=box_headers()).status_code == 404
     assert client.post("/vllm/cert", headers=box_headers(), json={}).status_code // 100 == 4
     seen = samples(client.get("/metrics"))

@@ -21,6 +21,8 @@ from llmao_server.store import (
     AppliedReport,
     AppliedServer,
     Approval,
+    Enrollment,
+    IssuedLeaf,
     ReconcilePass,
     SqliteStore,
     StateStore,
@@ -31,6 +33,7 @@ from llmao_server.store import (
 from llmao_server.store.history import fullest
 from llmao_server.store.sql import TIMES_PER_STATEMENT
 from rig.processes import run_forked
+from tests.server.binding_steps import bind, confirm, release
 
 
 @pytest.fixture
@@ -468,35 +471,58 @@ def test_a_wait_is_new_once_per_box_and_revision(store: StateStore) -> None:
 
 def test_a_binding_is_pending_then_confirmed_and_a_confirmed_one_is_not_replaced(
         store: StateStore) -> None:
-    assert store.bind_box("box-a", "h1", "192.0.2.1", None, 1.0)
-    assert store.bind_box("box-a", "h2", "192.0.2.1", "i-7", 2.0)  # pending: replaced
-    assert not store.confirm_binding("box-a", "h1", "192.0.2.1", None, 3.0)  # void token
-    assert store.confirm_binding("box-a", "h2", "192.0.2.2", None, 3.0)
-    assert not store.bind_box("box-a", "h3", "192.0.2.9", None, 4.0)
+    assert bind(store, "box-a", "h1", "192.0.2.1", None, 1.0)
+    assert bind(store, "box-a", "h2", "192.0.2.1", "i-7", 2.0)  # pending, same peer: replaced
+    assert not bind(store, "box-a", "h9", "192.0.2.8", None, 2.5)  # pending elsewhere: kept
+    assert not confirm(store, "box-a", "h1", "192.0.2.1", None, 3.0)  # void token
+    assert confirm(store, "box-a", "h2", "192.0.2.2", None, 3.0)
+    assert not bind(store, "box-a", "h3", "192.0.2.9", None, 4.0)
     [binding] = store.bindings_since(0)
     assert (binding.token_hash, binding.confirmed, binding.peer, binding.instance,
             binding.bound_at) == ("h2", True, "192.0.2.2", "i-7", 3.0)
 
 
 def test_bindings_since_reads_only_changes_and_sees_releases(store: StateStore) -> None:
-    store.bind_box("box-a", "h1", None, None, 1.0)
-    store.bind_box("box-b", "h2", None, None, 1.0)
+    bind(store, "box-a", "h1", None, None, 1.0)
+    bind(store, "box-b", "h2", None, None, 1.0)
     seen = max(binding.seq for binding in store.bindings_since(0))
     assert store.bindings_since(seen) == []
-    released = store.release_binding("box-a")
+    released = release(store, "box-a")
     assert released is not None and released.token_hash == "h1"
     [change] = store.bindings_since(seen)
     assert change.box == "box-a" and not change.bound
-    assert store.release_binding("box-a") is None
-    assert store.bind_box("box-a", "h3", None, None, 2.0)
+    assert release(store, "box-a") is None
+    assert bind(store, "box-a", "h3", None, None, 2.0)
 
 
-def test_conflicts_are_kept_for_bound_names_only(store: StateStore) -> None:
-    store.bind_box("box-a", "h1", None, None, 1.0)
-    store.note_binding_conflict("box-a", "192.0.2.5", 5.0)
-    store.note_binding_conflict("box-a", "192.0.2.6", 6.0)
+def test_conflicts_are_kept_until_the_name_is_released(store: StateStore) -> None:
+    bind(store, "box-a", "h1", "192.0.2.1", None, 1.0)
+    assert store.note_binding_conflict("box-a", "192.0.2.5", 5.0) == 1
+    assert store.note_binding_conflict("box-a", "192.0.2.6", 6.0) == 2
     [conflict] = store.binding_conflicts()
-    assert (conflict.box, conflict.count, conflict.last_at, conflict.last_peer) == \
-        ("box-a", 2, 6.0, "192.0.2.6")
-    store.release_binding("box-a")
+    assert (conflict.box, conflict.count, conflict.last_at, conflict.last_peer,
+            conflict.holder_peer) == ("box-a", 2, 6.0, "192.0.2.6", "192.0.2.1")
+    release(store, "box-a")
     assert store.binding_conflicts() == []
+
+
+def test_a_binding_decision_that_raises_writes_nothing(store: StateStore) -> None:
+    def fails(binding: object, enrollment: object) -> tuple[None, None]:
+        raise RuntimeError("a rule's fault")
+
+    with pytest.raises(RuntimeError):
+        store.decide_binding("box-a", fails)
+    assert store.bindings_since(0) == []
+
+
+def test_enrollments_and_leaves_are_kept_until_they_end(store: StateStore) -> None:
+    store.enroll(Enrollment("box-a", "e1", 100.0, "pool-1", 10.0, "admin"))
+    store.enroll(Enrollment("box-b", "e2", 50.0, None, 10.0, "admin"))
+    assert [e.box for e in store.enrollments(60.0)] == ["box-a"]
+    store.enroll(Enrollment("box-a", "e3", 200.0, None, 20.0, "admin"))  # replaces
+    [kept] = store.enrollments(60.0)
+    assert (kept.token_hash, kept.pool) == ("e3", None)
+    store.record_leaf(IssuedLeaf("11", "box-a", 1000.0, 10.0, False))
+    store.record_leaf(IssuedLeaf("12", "box-a", 1000.0, 20.0, True))
+    assert [leaf.serial for leaf in store.issued_leaves(500.0)] == ["11", "12"]
+    assert store.issued_leaves(1000.0 + 86401) == []

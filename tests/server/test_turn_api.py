@@ -15,7 +15,15 @@ from ansible_collections.llmao.fleet.plugins.module_utils.fleet import Fleet
 from llmao_server.state import ServerState, app_state
 from llmao_server.store import ReconcilePass
 from llmao_server.turns import ASK_BURST
-from tests.server.fleet_pair import KNOWN, LEGACY, OTHER_KNOWN, UNKNOWN, box_headers, config
+from tests.server.fleet_pair import (
+    KNOWN,
+    LEGACY,
+    OTHER_KNOWN,
+    UNKNOWN,
+    bound_headers,
+    box_headers,
+    config,
+)
 from tests.server.test_admin_api import admin
 
 TURN = "/vllm/turn"
@@ -44,7 +52,7 @@ def revision(state: ServerState, box: str = KNOWN) -> str:
 
 def ask(client: FlaskClient, state: ServerState, box: str = KNOWN,
         servers: tuple[str, ...] = ("gemma",), rev: str | None = None):
-    return client.post(TURN, headers=box_headers(host=box),
+    return client.post(TURN, headers=bound_headers(client, host=box),
                        json={"revision": rev or revision(state, box), "servers": list(servers)})
 
 
@@ -56,7 +64,8 @@ def update(client: FlaskClient, state: ServerState, phase: str, box: str = KNOWN
 
 def audit_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
     """The audit lines of the ``caplog.at_level`` block the test is in (or just left)."""
-    return [r.getMessage() for r in caplog.records if r.name == AUDIT_LOGGER]
+    return [r.getMessage() for r in caplog.records if r.name == AUDIT_LOGGER
+            and "action=box_binding" not in r.getMessage()]
 
 
 @pytest.fixture(autouse=True)
@@ -210,7 +219,8 @@ def test_an_ask_made_first_for_nothing_never_lets_the_real_ask_past_the_rules(
 def test_a_box_that_applied_the_revision_is_granted_no_turn(client: FlaskClient,
                                                              state: ServerState) -> None:
     report = {"revision": revision(state), "applied_at": "2026-01-31T12:00:00Z", "servers": []}
-    assert client.post("/vllm/applied", headers=box_headers(), json=report).status_code == 200
+    reported = client.post("/vllm/applied", headers=bound_headers(client), json=report)
+    assert reported.status_code == 200
     answer = ask(client, state).json
     assert (answer["granted"], answer["apply"], answer["phase"]) == (False, False, None)
     assert "already applied" in answer["why"]
@@ -257,7 +267,7 @@ def test_a_stale_revision_is_409(client: FlaskClient, state: ServerState) -> Non
     {"revision": "r", "servers": [f"s{i}" for i in range(7)]},
 ])
 def test_a_malformed_ask_is_400(client: FlaskClient, body) -> None:
-    answer = client.post(TURN, headers=box_headers(), json=body)
+    answer = client.post(TURN, headers=bound_headers(client), json=body)
     assert answer.status_code == 400 and answer.json["error"]["code"] == "bad_turn"
 
 
@@ -271,9 +281,10 @@ def test_the_gate_and_the_box_come_first(client: FlaskClient, state: ServerState
 def test_the_push_path_takes_a_turn_by_the_same_rule(client: FlaskClient,
                                                      state: ServerState) -> None:
     body = {"box": KNOWN, "revision": revision(state), "servers": ["gemma"]}
+    asked = ask(client, state).json  # the box holds its name: the push path leaves it so
     taken = client.post(TAKE, headers=admin(), json=body)
     assert taken.status_code == 200
-    assert taken.json == ask(client, state).json
+    assert taken.json == asked
     assert taken.json["granted"] is True
     legacy = {"box": LEGACY, "revision": revision(state, LEGACY), "servers": ["gemma"]}
     assert client.post(TAKE, headers=admin(), json=legacy).json["granted"] is False

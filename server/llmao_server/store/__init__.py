@@ -15,7 +15,10 @@ from .base import (
     AppliedServer,
     Approval,
     BindingConflict,
+    BindingWrite,
     BoxBinding,
+    Enrollment,
+    IssuedLeaf,
     LoadSample,
     PassLease,
     ReconcilePass,
@@ -27,7 +30,8 @@ from .sqlite import SqliteStore
 
 __all__ = ["ATTEMPT_PEER_LIMIT", "HISTORY_BUCKET_S", "HISTORY_FULL_S", "HISTORY_KEEP_S",
            "HISTORY_LIMIT", "OVERALL_SCOPE", "UNKNOWN_LIMIT", "AppliedCard", "AppliedReport",
-           "AppliedServer", "Approval", "BindingConflict", "BoxBinding", "LoadSample",
+           "AppliedServer", "Approval", "BindingConflict", "BindingWrite", "BoxBinding",
+           "Enrollment", "IssuedLeaf", "LoadSample",
            "PassLease", "ReconcilePass", "SqliteStore",
            "StateStore", "StoreError", "UnknownBox", "open_store"]
 

@@ -124,9 +124,11 @@ class PassLease:
 
 @dataclass(frozen=True)
 class BoxBinding:
-    """A box name bound to the box that first fetched it (docs/box-identity.md): only the
-    SHA-256 of its token is kept. ``token_hash`` empty: released (kept so that every worker
-    sees the release); ``seq`` orders the changes, so a worker reads only what is new."""
+    """A box name bound to one holder (docs/box-identity.md): only the SHA-256 of its token is
+    kept. ``token_hash`` empty: released (kept so that every worker sees the release, with
+    the ``next_claimant`` the release named, if any); ``seq`` orders the changes, so a worker
+    reads only what is new. ``holder`` is ``box``, or ``controller`` for a name the push path
+    owns (no box holds its token); ``pool`` the pool an enrollment made the name a member of."""
 
     box: str
     token_hash: str = field(repr=False)
@@ -135,6 +137,9 @@ class BoxBinding:
     peer: str | None
     instance: str | None
     seq: int
+    holder: str = "box"
+    pool: str | None = None
+    next_claimant: str | None = None
 
     @property
     def bound(self) -> bool:
@@ -142,13 +147,52 @@ class BoxBinding:
 
 
 @dataclass(frozen=True)
+class Enrollment:
+    """A name an admin (or a pool) enrolled: the SHA-256 of its one-time bootstrap token, until
+    it expires or a box uses it, and the pool it makes the name a member of."""
+
+    box: str
+    token_hash: str = field(repr=False)
+    expires_at: float
+    pool: str | None
+    created_at: float
+    created_by: str
+
+
+@dataclass(frozen=True)
+class BindingWrite:
+    """What one binding decision writes: the name's binding as it is to be (its ``seq`` is the
+    store's to give), and whether the name's enrollment is used up and the leaves llmao
+    issued to the name until now are revoked (the name passes to another holder)."""
+
+    binding: BoxBinding
+    drop_enrollment: bool = False
+    revoke_leaves: bool = False
+
+
+@dataclass(frozen=True)
+class IssuedLeaf:
+    """A certificate llmao signed for a box (docs/box-tls.md), by its serial (decimal)."""
+
+    serial: str
+    box: str
+    not_after: float
+    issued_at: float
+    by_controller: bool
+    revoked: bool = False
+
+
+@dataclass(frozen=True)
 class BindingConflict:
-    """Refused claims of one bound name: how many, the latest when and from which peer."""
+    """Refused claims of one name: how many, the latest when and from which peer, and the peer
+    and kind of the name's holder (None when nobody holds it: the name waits for enrollment)."""
 
     box: str
     count: int
     last_at: float
     last_peer: str | None
+    holder_peer: str | None = None
+    holder: str | None = None
 
 
 class StateStore(ABC):
@@ -317,31 +361,43 @@ class StateStore(ABC):
         """Give the lease back if ``lease_id`` holds it; whether it did."""
 
     @abstractmethod
-    def bind_box(self, box: str, token_hash: str, peer: str | None, instance: str | None,
-                 now: float) -> bool:
-        """Bind ``box`` to a new token (pending) unless a confirmed binding holds it, by one
-        atomic write; whether it did (a pending one is replaced: its token is void)."""
+    def decide_binding(self, box: str,
+                       decide: Callable[[BoxBinding | None, Enrollment | None],
+                                        tuple[BindingWrite | None, Any]]) -> Any:
+        """Read ``box``'s binding and its enrollment, ``decide`` (a rule of
+        :mod:`llmao_server.bindings`) and write what it returns, all in one transaction no
+        other binding change interleaves with (every worker and instance): two callers never
+        both bind a name. Returns what ``decide`` returned beside its write; what it raises
+        rolls back and propagates."""
 
     @abstractmethod
-    def confirm_binding(self, box: str, token_hash: str, peer: str | None,
-                        instance: str | None, now: float) -> bool:
-        """Confirm ``box``'s pending binding if it is this token's; whether it did."""
+    def enroll(self, enrollment: Enrollment) -> None:
+        """Keep ``enrollment`` as the name's one outstanding enrollment (replacing any)."""
 
     @abstractmethod
-    def release_binding(self, box: str) -> BoxBinding | None:
-        """Release ``box``'s binding, whatever its state; the binding released, if any."""
+    def enrollments(self, now: float) -> list[Enrollment]:
+        """The enrollments not yet used nor expired at ``now``, by name."""
+
+    @abstractmethod
+    def record_leaf(self, leaf: IssuedLeaf) -> None:
+        """Keep a leaf llmao signed; leaves expired a day or more are dropped."""
+
+    @abstractmethod
+    def issued_leaves(self, now: float) -> list[IssuedLeaf]:
+        """Every leaf llmao signed that has not expired at ``now``, revoked ones included."""
 
     @abstractmethod
     def bindings_since(self, seq: int) -> list[BoxBinding]:
         """Every binding (released ones included) changed after ``seq``, in change order."""
 
     @abstractmethod
-    def note_binding_conflict(self, box: str, peer: str | None, now: float) -> None:
-        """Count one refused claim of the bound name ``box``."""
+    def note_binding_conflict(self, box: str, peer: str | None, now: float) -> int:
+        """Count one refused claim of the name ``box``; the claims counted so far."""
 
     @abstractmethod
     def binding_conflicts(self) -> list[BindingConflict]:
-        """The refused claims of every name bound now, most recent first."""
+        """The refused claims of every name since it was last released or given to another
+        holder, most recent first."""
 
     @abstractmethod
     def close(self) -> None:

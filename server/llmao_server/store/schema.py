@@ -152,6 +152,33 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             last_at DOUBLE PRECISION NOT NULL,
             last_peer TEXT)""",
     ),
+    # 4: identity given, never won (docs/box-identity.md). A binding says who holds it
+    # (``box``, or ``controller`` for a name the push path owns), the pool an enrollment
+    # made it a member of, and, once released, who may claim it next (``instance:<id>``;
+    # NULL: anyone the binding mode lets). One outstanding enrollment per name: a bootstrap
+    # token's SHA-256, until it expires or is used. Every leaf llmao signs, by serial, so a
+    # box it issued one to never reads plain HTTP again and a released binding's leaves are
+    # refused.
+    (
+        "ALTER TABLE box_bindings ADD COLUMN holder TEXT NOT NULL DEFAULT 'box'",
+        "ALTER TABLE box_bindings ADD COLUMN pool TEXT",
+        "ALTER TABLE box_bindings ADD COLUMN next_claimant TEXT",
+        """CREATE TABLE IF NOT EXISTS enrollments (
+            box TEXT PRIMARY KEY,
+            token_hash TEXT NOT NULL,
+            expires_at DOUBLE PRECISION NOT NULL,
+            pool TEXT,
+            created_at DOUBLE PRECISION NOT NULL,
+            created_by TEXT NOT NULL)""",
+        """CREATE TABLE IF NOT EXISTS issued_leaves (
+            serial TEXT PRIMARY KEY,
+            box TEXT NOT NULL,
+            not_after DOUBLE PRECISION NOT NULL,
+            issued_at DOUBLE PRECISION NOT NULL,
+            by_controller INTEGER NOT NULL,
+            revoked INTEGER NOT NULL)""",
+        "CREATE INDEX IF NOT EXISTS issued_leaves_by_box ON issued_leaves (box)",
+    ),
 )
 
 

@@ -144,26 +144,35 @@ PASS_LEASE_COLUMNS = "lease_id, holder, taken_at, expires_at"
 
 NEXT_BINDING_SEQ = "UPDATE binding_seq SET seq = seq + 1 WHERE slot = 1 RETURNING seq"
 
-# A new pending binding, unless a confirmed one holds the name.
-BIND_BOX = """
-    INSERT INTO box_bindings (box, token_hash, confirmed, bound_at, peer, instance, seq)
-    VALUES (?, ?, 0, ?, ?, ?, ?)
-    ON CONFLICT (box) DO UPDATE SET token_hash = excluded.token_hash, confirmed = 0,
-        bound_at = excluded.bound_at, peer = excluded.peer, instance = excluded.instance,
-        seq = excluded.seq
-    WHERE box_bindings.confirmed = 0"""
+BINDING_COLUMNS = ("box, token_hash, confirmed, bound_at, peer, instance, seq, holder, pool, "
+                   "next_claimant")
 
-CONFIRM_BINDING = """
-    UPDATE box_bindings SET confirmed = 1, bound_at = ?, peer = ?,
-        instance = COALESCE(?, instance), seq = ?
-    WHERE box = ? AND token_hash = ? AND token_hash <> '' AND confirmed = 0"""
+WRITE_BINDING = """
+    INSERT INTO box_bindings (box, token_hash, confirmed, bound_at, peer, instance, seq, holder,
+                              pool, next_claimant)
+    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+    ON CONFLICT (box) DO UPDATE SET token_hash = excluded.token_hash,
+        confirmed = excluded.confirmed, bound_at = excluded.bound_at, peer = excluded.peer,
+        instance = excluded.instance, seq = excluded.seq, holder = excluded.holder,
+        pool = excluded.pool, next_claimant = excluded.next_claimant"""
 
-BINDING_COLUMNS = "box, token_hash, confirmed, bound_at, peer, instance, seq"
+ENROLLMENT_COLUMNS = "box, token_hash, expires_at, pool, created_at, created_by"
+
+KEEP_ENROLLMENT = f"""
+    INSERT INTO enrollments ({ENROLLMENT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)
+    ON CONFLICT (box) DO UPDATE SET token_hash = excluded.token_hash,
+        expires_at = excluded.expires_at, pool = excluded.pool,
+        created_at = excluded.created_at, created_by = excluded.created_by"""
+
+LEAF_COLUMNS = "serial, box, not_after, issued_at, by_controller, revoked"
+# A leaf is kept a day past its end, so a probe that verified it just before still finds it.
+LEAF_KEPT_AFTER_S = 86400.0
 
 NOTE_CONFLICT = """
     INSERT INTO binding_conflicts (box, claims, last_at, last_peer) VALUES (?, 1, ?, ?)
     ON CONFLICT (box) DO UPDATE SET claims = binding_conflicts.claims + 1,
-        last_at = excluded.last_at, last_peer = excluded.last_peer"""
+        last_at = excluded.last_at, last_peer = excluded.last_peer
+    RETURNING claims"""
 
 KEEP_FIRST_SECRET = """
     INSERT INTO server_secrets (name, value) VALUES (?, ?) ON CONFLICT (name) DO NOTHING"""
@@ -334,36 +343,55 @@ class SqlStore(base.StateStore):
     def end_session(self, session_id: str) -> None:
         self._write(("DELETE FROM admin_sessions WHERE id = ?", [(session_id,)]))
 
-    def bind_box(self, box: str, token_hash: str, peer: str | None, instance: str | None,
-                 now: float) -> bool:
-        with self._store_errors("bind a box"), self._transaction() as cursor:
+    def decide_binding(self, box: str,
+                       decide: Callable[[base.BoxBinding | None, base.Enrollment | None],
+                                        tuple[base.BindingWrite | None, Any]]) -> Any:
+        with self._store_errors("decide a binding"), self._transaction() as cursor:
+            # Taking the next seq locks its one row first: binding decisions run one at a time.
             seq = self._next_binding_seq(cursor)
-            cursor.execute(self._sql(BIND_BOX), (box, token_hash, now, peer, instance, seq))
-            return cursor.rowcount == 1
-
-    def confirm_binding(self, box: str, token_hash: str, peer: str | None,
-                        instance: str | None, now: float) -> bool:
-        with self._store_errors("confirm a binding"), self._transaction() as cursor:
-            seq = self._next_binding_seq(cursor)
-            cursor.execute(self._sql(CONFIRM_BINDING),
-                           (now, peer, instance, seq, box, token_hash))
-            return cursor.rowcount == 1
-
-    def release_binding(self, box: str) -> base.BoxBinding | None:
-        with self._store_errors("release a binding"), self._transaction() as cursor:
             cursor.execute(self._sql(f"SELECT {BINDING_COLUMNS} FROM box_bindings "
-                                     "WHERE box = ? AND token_hash <> ''"), (box,))
+                                     "WHERE box = ?"), (box,))
             row = cursor.fetchone()
-            if row is None:
-                return None
-            seq = self._next_binding_seq(cursor)
-            cursor.execute(self._sql("UPDATE box_bindings SET token_hash = '', confirmed = 0, "
-                                     "seq = ? WHERE box = ?"), (seq, box))
-            cursor.execute(self._sql("DELETE FROM binding_conflicts WHERE box = ?"), (box,))
-            return _binding(row)
+            cursor.execute(self._sql(f"SELECT {ENROLLMENT_COLUMNS} FROM enrollments "
+                                     "WHERE box = ?"), (box,))
+            enrolled = cursor.fetchone()
+            write, result = decide(None if row is None else _binding(row),
+                                   None if enrolled is None else base.Enrollment(*enrolled))
+            if write is not None:
+                self._write_binding(cursor, write, seq)
+            return result
 
-    def note_binding_conflict(self, box: str, peer: str | None, now: float) -> None:
-        self._write((NOTE_CONFLICT, [(box, now, peer)]))
+    def _write_binding(self, cursor: Any, write: base.BindingWrite, seq: int) -> None:
+        b = write.binding
+        cursor.execute(self._sql(WRITE_BINDING),
+                       (b.box, b.token_hash, int(b.confirmed), b.bound_at, b.peer, b.instance,
+                        seq, b.holder, b.pool, b.next_claimant))
+        if write.drop_enrollment:
+            cursor.execute(self._sql("DELETE FROM enrollments WHERE box = ?"), (b.box,))
+        if write.revoke_leaves:
+            cursor.execute(self._sql("UPDATE issued_leaves SET revoked = 1 WHERE box = ?"),
+                           (b.box,))
+        if not b.bound or write.revoke_leaves:
+            cursor.execute(self._sql("DELETE FROM binding_conflicts WHERE box = ?"), (b.box,))
+
+    def enroll(self, enrollment: base.Enrollment) -> None:
+        e = enrollment
+        self._write((KEEP_ENROLLMENT, [(e.box, e.token_hash, e.expires_at, e.pool,
+                                        e.created_at, e.created_by)]),
+                    ("DELETE FROM enrollments WHERE expires_at <= ?", [(e.created_at,)]))
+
+    def record_leaf(self, leaf: base.IssuedLeaf) -> None:
+        self._write((f"INSERT INTO issued_leaves ({LEAF_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?) "
+                     "ON CONFLICT (serial) DO NOTHING",
+                     [(leaf.serial, leaf.box, leaf.not_after, leaf.issued_at,
+                       int(leaf.by_controller), int(leaf.revoked))]),
+                    ("DELETE FROM issued_leaves WHERE not_after < ?",
+                     [(leaf.issued_at - LEAF_KEPT_AFTER_S,)]))
+
+    def note_binding_conflict(self, box: str, peer: str | None, now: float) -> int:
+        with self._store_errors("count a refused claim"), self._transaction() as cursor:
+            cursor.execute(self._sql(NOTE_CONFLICT), (box, now, peer))
+            return int(cursor.fetchone()[0])
 
     def _next_binding_seq(self, cursor: Any) -> int:
         cursor.execute(NEXT_BINDING_SEQ)
@@ -376,10 +404,21 @@ class SqlStore(base.StateStore):
                            "ORDER BY seq", (seq,))
         return [_binding(row) for row in rows]
 
+    def enrollments(self, now: float) -> list[base.Enrollment]:
+        rows = self._query(f"SELECT {ENROLLMENT_COLUMNS} FROM enrollments WHERE expires_at > ? "
+                           "ORDER BY box", (now,))
+        return [base.Enrollment(*row) for row in rows]
+
+    def issued_leaves(self, now: float) -> list[base.IssuedLeaf]:
+        rows = self._query(f"SELECT {LEAF_COLUMNS} FROM issued_leaves WHERE not_after > ? "
+                           "ORDER BY box, issued_at", (now - LEAF_KEPT_AFTER_S,))
+        return [base.IssuedLeaf(serial, box, not_after, issued_at, bool(by), bool(revoked))
+                for serial, box, not_after, issued_at, by, revoked in rows]
+
     def binding_conflicts(self) -> list[base.BindingConflict]:
-        rows = self._query("SELECT c.box, c.claims, c.last_at, c.last_peer "
-                           "FROM binding_conflicts c JOIN box_bindings b ON b.box = c.box "
-                           "WHERE b.token_hash <> '' ORDER BY c.last_at DESC, c.box")
+        rows = self._query("SELECT c.box, c.claims, c.last_at, c.last_peer, b.peer, b.holder "
+                           "FROM binding_conflicts c LEFT JOIN box_bindings b ON b.box = c.box "
+                           "ORDER BY c.last_at DESC, c.box")
         return [base.BindingConflict(*row) for row in rows]
 
     def pass_lease(self, now: float) -> base.PassLease | None:
@@ -510,8 +549,9 @@ def _turn(row: Sequence[Any]) -> Turn:
 
 
 def _binding(row: Sequence[Any]) -> base.BoxBinding:
-    box, token_hash, confirmed, bound_at, peer, instance, seq = row
-    return base.BoxBinding(box, token_hash, bool(confirmed), bound_at, peer, instance, int(seq))
+    box, token_hash, confirmed, bound_at, peer, instance, seq, holder, pool, claimant = row
+    return base.BoxBinding(box, token_hash, bool(confirmed), bound_at, peer, instance, int(seq),
+                           holder, pool, claimant)
 
 
 def _approval(row: Sequence[Any]) -> base.Approval:

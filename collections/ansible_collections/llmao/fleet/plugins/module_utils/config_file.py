@@ -31,7 +31,7 @@ from .payload_rules import (
     clashes_with_follow_program,
 )
 from .pool_config import Budget, Pool, read_budget, read_pools
-from .secret_strength import MAKE_ONE, secret_weakness, unpresentable
+from .secret_strength import MAKE_ONE, published, secret_weakness, unpresentable
 from .yaml_source import read_yaml
 
 LISTEN_PORTS = (8001, 8002, 8003)
@@ -50,11 +50,13 @@ MAX_ATTEMPT_WINDOW_S = 86400.0
 MAX_ATTEMPTS_PER_PEER = 1000
 MAX_ATTEMPTS_OVERALL = 100_000
 MAX_TRUSTED_PEERS = 100
-# fleet.binding (docs/box-identity.md): a box is who it first proved to be, or (off) whoever
-# holds the fleet key and names it, the seed's protocol exactly.
+# fleet.binding (docs/box-identity.md): a name binds only through a bootstrap token an admin or
+# a pool minted (enrolled), or to the first box that fetched it (first_fetch), or (off) goes to
+# whoever holds the fleet key and names it, the seed's protocol exactly.
+BINDING_ENROLLED = "enrolled"
 BINDING_FIRST_FETCH = "first_fetch"
 BINDING_OFF = "off"
-BINDINGS = (BINDING_FIRST_FETCH, BINDING_OFF)
+BINDINGS = (BINDING_ENROLLED, BINDING_FIRST_FETCH, BINDING_OFF)
 
 
 @dataclass(frozen=True)
@@ -189,13 +191,13 @@ class FleetSection:
     lifecycle: Lifecycle = Lifecycle()
     load: LoadKnobs = LoadKnobs()
     cost_per_hour: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
-    # fleet.binding: BINDING_FIRST_FETCH (the default) or BINDING_OFF.
+    # fleet.binding: one of BINDINGS, BINDING_FIRST_FETCH by default.
     binding: str = BINDING_FIRST_FETCH
 
     @property
     def binds_boxes(self) -> bool:
-        """Whether a box name is bound to the first box that fetched it (a box token)."""
-        return self.binding == BINDING_FIRST_FETCH
+        """Whether a box name is bound to one box, which holds its box token."""
+        return self.binding != BINDING_OFF
 
     def is_legacy(self, box: str, listen_port: int) -> bool:
         """A pair that predates the salt and serves ``selfhost_api_key`` (box normalised)."""
@@ -268,6 +270,8 @@ def load_settings(path: str, problems: Problems, warnings: list[str],
     if settings.rollout.following:
         _check_follow_names(fleet, settings.fleet.hosts)
     check_distinct(top, settings.secret_paths())
+    if signer:
+        _refuse_published(top, settings)
     weak = weak_secrets({"fleet.key": settings.fleet.key,
                          "fleet.vllm_api_salt": settings.fleet.vllm_api_salt})
     warnings.extend(f"{path}: {key}: {why}. It loads, but a weak {key} is easier to guess; "
@@ -275,6 +279,13 @@ def load_settings(path: str, problems: Problems, warnings: list[str],
                     f"Make a strong one with: {MAKE_ONE}" for key, why in weak)
     top.close()
     return replace(settings, weak_secrets=weak)
+
+
+def _refuse_published(top: Section, settings: Settings) -> None:
+    """llmao-server refuses to start on a token its own example files publish."""
+    for section, token in (("admin", settings.admin.token), ("metrics", settings.metrics.token)):
+        if why := published(token):
+            top.sub(section).problem("token", why)
 
 
 def _read_fleet(fleet: Section, warnings: list[str]) -> FleetSection:
@@ -386,9 +397,12 @@ def _state_location(config_path: str, state: str) -> str:
 
 
 def _read_binding(fleet: Section) -> str:
-    """``fleet.binding``: one of :data:`BINDINGS`."""
-    value = fleet.text("binding", BINDING_FIRST_FETCH)
-    if value not in BINDINGS:
+    """``fleet.binding``: one of :data:`BINDINGS`. YAML 1.1 reads an unquoted ``off`` as
+    false, so false is taken as ``off``, the word the docs write."""
+    value = fleet.raw("binding", BINDING_FIRST_FETCH)
+    if value is False:
+        return BINDING_OFF
+    if not isinstance(value, str) or value not in BINDINGS:
         fleet.problem("binding", f"must be one of {', '.join(BINDINGS)}, not {shown(value)}")
         return BINDING_FIRST_FETCH
     return value

@@ -37,6 +37,16 @@ class LlmaoAdminError(RuntimeError):
 
 
 @dataclass(frozen=True)
+class BoxLeaves:
+    """The certificates llmao issued a box and that have not expired: whether one was issued
+    to its current binding (then the box never reads as plain HTTP again), and the serials of
+    those a release revoked (a box presenting one is not ours)."""
+
+    issued: bool = False
+    revoked: frozenset[int] = frozenset()
+
+
+@dataclass(frozen=True)
 class ServerObservations:
     """What llmao knows of the fleet at ``now`` (its own clock, which fetch times use too)."""
 
@@ -51,6 +61,10 @@ class ServerObservations:
     bindings: Mapping[str, str | None] = field(default_factory=dict)
     # Box to the number of cards it reported with its applied revision (boxes that did).
     cards: Mapping[str, int] = field(default_factory=dict)
+    # Box to the pool an enrollment made it a member of (docs/pools.md).
+    pool_members: Mapping[str, str] = field(default_factory=dict)
+    # Box to the leaves llmao issued it that have not expired (docs/box-tls.md).
+    leaves: Mapping[str, BoxLeaves] = field(default_factory=dict)
 
     @property
     def memories(self) -> dict[str, Memory]:
@@ -143,11 +157,25 @@ class LlmaoAdmin(JsonService):
             return None
         return _turns([turn])[0]
 
-    def release_binding(self, box: str, why: str) -> bool:
-        """Release ``box``'s binding (docs/box-identity.md); whether it was bound."""
-        answer = self._call("DELETE", f"{box_path(box, 'binding')}?why={quote(why, safe='')}",
-                            None)
+    def release_binding(self, box: str, why: str, next_instance: str | None = None) -> bool:
+        """Release ``box``'s binding (docs/box-identity.md); whether it was bound. With
+        ``next_instance``, only the box reporting that instance id may bind the name next."""
+        query = f"why={quote(why, safe='')}"
+        if next_instance is not None:
+            query += f"&next_instance={quote(next_instance, safe='')}"
+        answer = self._call("DELETE", f"{box_path(box, 'binding')}?{query}", None)
         return isinstance(answer, Mapping) and answer.get("released") is True
+
+    def enroll(self, box: str, ttl_s: float, pool: str | None = None) -> dict[str, Any]:
+        """Mint a one-time bootstrap token for ``box`` (``pool``: the name joins that pool):
+        ``{"box", "bootstrap_token", "expires_at", "pool"}``. The token is a secret."""
+        body: dict[str, Any] = {"ttl_s": ttl_s}
+        if pool is not None:
+            body["pool"] = pool
+        answer = self._call("POST", box_path(box, "enroll"), body)
+        if not isinstance(answer, Mapping) or not isinstance(answer.get("bootstrap_token"), str):
+            raise LlmaoAdminError(f"llmao's answer to enrolling {box} has no bootstrap token")
+        return dict(answer)
 
     def claim_pass_lease(self, lease_id: str, holder: str, ttl_s: float) -> PassLeaseState:
         """Take (or renew, with the same ``lease_id``) the one-pass-at-a-time lease."""
@@ -188,13 +216,15 @@ def observations_document(now: float, last_fetches: Mapping[str, float | None],
                           drift: Sequence[Mapping[str, Any]],
                           pass_at: float | None, turns: Sequence[Turn] = (),
                           bindings: Mapping[str, Mapping[str, Any]] | None = None,
+                          leaves: Mapping[str, BoxLeaves] | None = None,
                           ) -> dict[str, Any]:
     """What ``GET /admin/api/observations`` answers; :func:`parse_observations` reads it.
 
     ``last_fetches`` names every box llmao serves; ``applied`` holds, per box, the
     report it last made (``revision``, ``applied_at``, ``reported_at``, and ``cards``, the
     number of cards it reported, when it did) if any. ``turns`` are the latest rollout
-    turn of each box; ``bindings`` each bound box's binding (its ``instance`` id read).
+    turn of each box; ``bindings`` each bound box's binding (its ``instance`` id and ``pool``
+    read); ``leaves`` what llmao issued each box (:class:`BoxLeaves`).
     """
     return {
         "now": now,
@@ -206,6 +236,8 @@ def observations_document(now: float, last_fetches: Mapping[str, float | None],
         "pass_at": pass_at,
         "turns": [turn.record() for turn in turns],
         "bindings": {box: dict(binding) for box, binding in (bindings or {}).items()},
+        "leaves": {box: {"issued": held.issued, "revoked": sorted(str(n) for n in held.revoked)}
+                   for box, held in (leaves or {}).items()},
     }
 
 
@@ -238,7 +270,9 @@ def parse_observations(document: Any) -> ServerObservations:
                               float(pass_at) if is_number(pass_at) else None,
                               _approved(document.get("approved", {})),
                               _turns(document.get("turns", [])),
-                              _bindings(document.get("bindings", {})), cards)
+                              _bindings(document.get("bindings", {})), cards,
+                              _pool_members(document.get("bindings", {})),
+                              _leaves(document.get("leaves", {})))
 
 
 def parse_pass_lease(document: Any) -> PassLeaseState:
@@ -285,6 +319,26 @@ def _bindings(bindings: Any) -> dict[str, str | None]:
         raise LlmaoAdminError("llmao's observations: 'bindings' is not an object of objects")
     return {str(box): binding.get("instance") if isinstance(binding.get("instance"), str)
             else None for box, binding in bindings.items()}
+
+
+def _pool_members(bindings: Mapping[str, Any]) -> dict[str, str]:
+    """Bound box to the pool it is a member of (those that are), from the checked bindings."""
+    return {str(box): binding["pool"] for box, binding in bindings.items()
+            if isinstance(binding.get("pool"), str)}
+
+
+def _leaves(leaves: Any) -> dict[str, BoxLeaves]:
+    """Box to what llmao issued it; misread, a released box's leaf could pass for ours."""
+    if not isinstance(leaves, Mapping):
+        raise LlmaoAdminError("llmao's observations: 'leaves' is not an object")
+    read = {}
+    for box, held in leaves.items():
+        revoked = held.get("revoked") if isinstance(held, Mapping) else None
+        if not isinstance(revoked, list) or not all(
+                isinstance(n, str) and n.isdigit() for n in revoked):
+            raise LlmaoAdminError(f"llmao's observations: leaves[{box!r}] is not read")
+        read[str(box)] = BoxLeaves(held.get("issued") is True, frozenset(int(n) for n in revoked))
+    return read
 
 
 def _turns(turns: Any) -> tuple[Turn, ...]:

@@ -19,6 +19,13 @@ MIN_SECRET_LENGTH = 32
 # How the docs and every message say to make a strong secret.
 MAKE_ONE = "python3 -c 'import secrets; print(secrets.token_urlsafe(32))'"
 FIRST_PRINTABLE, LAST_PRINTABLE = "!", "~"
+# The tokens llmao's own example files publish: whoever reads the project knows them, so a
+# server must never take one as a credential (the example inventories still load for a look
+# with ansible-inventory, which presents no token).
+PUBLISHED_TOKENS = frozenset({
+    "example-admin-token-change-me-before-real-use",
+    "local-admin-token-replace-me-before-real-use",
+})
 
 
 def secret_weakness(value: str) -> str | None:
@@ -43,4 +50,12 @@ def unpresentable(value: str) -> str | None:
                 "characters), which no box can send in its Authorization header")
     if value != value.strip():
         return "begins or ends with a space, which the server trims from what a box presents"
+    return None
+
+
+def published(value: str | None) -> str | None:
+    """Why a token llmao-server would accept is no secret at all, or None."""
+    if value in PUBLISHED_TOKENS:
+        return ("is the example value llmao's example files publish: anyone can present it. "
+                f"Make a token of your own with: {MAKE_ONE}")
     return None
