@@ -81,7 +81,7 @@ options:
   memories:
     description:
       - The lifecycle memory of every server, as M(llmao.fleet.fleet_observe) returns it in
-        C(observations.memories): a server a probe once verified over TLS is never taken at
+        C(observations.memories); a server a probe once verified over TLS is never taken at
         its plain HTTP word again.
     type: dict
   ca_path:

@@ -183,7 +183,7 @@ def test_load_verdicts_lines_and_memory(tmp_path):
     assert result["memories"][QWEN] | {"state": None} == {
         "state": None, "consecutive_failures": 0, "rejected_passes": 0,
         "last_healthy_at": NOW, "waiting_passes": 3, "generation_tokens_total": 3000,
-        "generation_counted_at": NOW, "latency_seen": None}
+        "generation_counted_at": NOW, "latency_seen": None, "tls_seen": False}
     assert result["models"]["qwen"]["capacity"] == 16
     assert result["models"]["qwen"]["cost_per_million_tokens"] == pytest.approx(
         0.3 / (20 * 3600 / 1e6))
