@@ -169,6 +169,11 @@ def reloaded_app(args: argparse.Namespace, location: str) -> Flask | None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    words = sys.argv[1:] if argv is None else argv
+    if words[:1] == ["enroll"]:  # the one subcommand: mint a box's bootstrap token
+        from .enroll_cli import main as enroll
+
+        return enroll(words[1:])
     args = parse_args(argv)
     try:
         if args.workers < 1:

@@ -12,6 +12,8 @@ from flask.testing import FlaskClient
 
 from ansible_collections.llmao.fleet.plugins.module_utils.config_errors import ConfigError
 from llmao_server.bindings import BOOTSTRAP_HEADER, INSTANCE_HEADER, TOKEN_HEADER
+from llmao_server.cli import main as cli_main
+from llmao_server.state import app_state
 from tests.server.fleet_pair import ADMIN_TOKEN, CONFIG, KNOWN, box_headers, config
 from tests.server.test_admin_api import admin
 
@@ -135,3 +137,26 @@ def test_binding_off_unquoted_loads_and_published_tokens_do_not(
     with pytest.raises(ConfigError, match="admin.token"):
         make_app(published, folder="published", state="published.sqlite3")
     assert ADMIN_TOKEN not in str(published)
+
+
+def test_the_cli_mints_a_token_the_server_takes_once(tmp_path, capsys,
+                                                     make_app: Callable[..., Flask]) -> None:
+    app = make_app(config(binding="enrolled"), folder="cli", state=str(tmp_path / "cli.db"))
+    fleet = app_state(app).fleet
+    argv = ["enroll", KNOWN, "--ttl", "30m", "--config", fleet.config_path,
+            "--models", fleet.models_path, "--state", str(tmp_path / "cli.db")]
+    assert cli_main(argv) == 0
+    captured = capsys.readouterr()
+    token = captured.out.strip()
+    assert len(token) == 43 and token not in captured.err
+    assert "LLMAO_BOOTSTRAP_TOKEN" in captured.err
+    client = app.test_client()
+    assert fetch(client, **{BOOTSTRAP_HEADER: token})[0] == 200
+    assert fetch(client, THIEF, **{BOOTSTRAP_HEADER: token})[1]["code"] == \
+        "bootstrap_token_invalid"
+    assert cli_main(["enroll", "192.0.2.77", "--config", fleet.config_path,
+                     "--models", fleet.models_path]) == 2
+    with pytest.raises(SystemExit) as refused:  # argparse's own refusal, with the bounds
+        cli_main(["enroll", KNOWN, "--ttl", "5s", "--config", fleet.config_path,
+                  "--models", fleet.models_path])
+    assert refused.value.code == 2 and "from 60 s to 30 days" in capsys.readouterr().err
