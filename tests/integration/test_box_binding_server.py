@@ -7,8 +7,11 @@ from __future__ import annotations
 
 import http.client
 import json
+import threading
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -245,9 +248,48 @@ def test_reconcile_releases_a_binding_a_listing_gives_to_another_instance(
         assert "vast 4343" in module.warnings[0] and "4242" in module.warnings[0]
         assert "box_binding outcome=released who='admin-api'" in server.log()
         assert "the listing names" in server.log()
-        # The name is free: the replacement binds it on its fetch.
+        # The name is the listed instance's: a copy of the fleet key alone cannot take it, the
+        # replacement (reporting instance 4343) binds it on its fetch.
         request = urllib.request.Request(f"{server.url}/vllm/config", headers=box_headers(KNOWN))
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(request, timeout=10)
+        assert refused.value.code == 403
+        replacement = {**box_headers(KNOWN), "X-LLMAO-Box-Instance": "4343"}
+        request = urllib.request.Request(f"{server.url}/vllm/config", headers=replacement)
         with urllib.request.urlopen(request, timeout=10) as answer:
             assert answer.headers[TOKEN_HEADER] not in (None, token)
     finally:
         server.stop()
+
+
+def test_sixteen_first_fetches_from_sixteen_peers_bind_the_name_once(tmp_path: Path) -> None:
+    """16 peers (loopback addresses of their own) fetch one unbound name at the same moment,
+    across the server's two workers: one binding, and the 15 others get a 403, no payload."""
+    fleet = Fleet(tmp_path, str(tmp_path / "state.sqlite3"))
+    host, port = fleet.server.url.removeprefix("http://").rsplit(":", 1)
+    start = threading.Barrier(16)
+
+    def first_fetch(index: int) -> tuple[int, str | None, bytes]:
+        connection = http.client.HTTPConnection(host, int(port), timeout=20,
+                                                source_address=(f"127.0.0.{10 + index}", 0))
+        try:
+            connection.connect()
+            start.wait(timeout=20)
+            connection.request("GET", "/vllm/config", headers=box_headers(KNOWN))
+            answer = connection.getresponse()
+            return answer.status, answer.getheader(TOKEN_HEADER), answer.read()
+        finally:
+            connection.close()
+
+    try:
+        with ThreadPoolExecutor(16) as pool:
+            answers = list(pool.map(first_fetch, range(16)))
+        won = [answer for answer in answers if answer[0] == 200]
+        refused = [answer for answer in answers if answer[0] == 403]
+        assert len(won) == 1 and won[0][1] and len(refused) == 15
+        assert all(token is None and b"api_key" not in body for _, token, body in refused)
+        assert all(b"box_pending_elsewhere" in body for _, _, body in refused)
+        bindings = [b for b in open_store(fleet.state).bindings_since(0) if b.bound]
+        assert len(bindings) == 1
+    finally:
+        fleet.server.stop()

@@ -25,6 +25,8 @@ class ReplacedBinding:
     box: str
     bound_instance: str
     listed: str  # the listed instance, as ``vast 1234``
+    # Its id, the one claimant the release names: a copy of the fleet key cannot take the name.
+    listed_instance: str = ""
 
     @property
     def why(self) -> str:
@@ -43,5 +45,5 @@ def replaced_bindings(bound: Mapping[str, str | None],
     for box, instance in sorted(bound.items()):
         listed = listings.box(box)
         if instance and listed is not None and listed.names and listed.names[0] != instance:
-            replaced.append(ReplacedBinding(box, instance, listed.label))
+            replaced.append(ReplacedBinding(box, instance, listed.label, listed.names[0]))
     return replaced

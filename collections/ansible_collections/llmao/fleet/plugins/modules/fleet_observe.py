@@ -199,14 +199,14 @@ def release_replaced(module: AnsibleModule, fleet: Fleet,
     for binding in replaced:
         try:
             if not module.check_mode:
-                admin.release_binding(binding.box, binding.why)
+                admin.release_binding(binding.box, binding.why, binding.listed_instance)
         except LlmaoAdminError as exc:
             module.warn(f"could not release the binding of {binding.box} ({binding.why}): "
                         f"{exc}")
             continue
         verb = "would release" if module.check_mode else "released"
-        module.warn(f"{verb} the binding of {binding.box}: {binding.why}; the box that "
-                    "fetches its config next binds the name")
+        module.warn(f"{verb} the binding of {binding.box}: {binding.why}; only the box of "
+                    f"instance {binding.listed_instance} may bind the name next")
         released.append(binding)
     return released
 
