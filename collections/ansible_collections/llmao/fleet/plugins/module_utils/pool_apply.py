@@ -209,7 +209,8 @@ class Hands:
 
 def apply_pass(done: PoolPass, hands: Hands) -> dict[str, PoolMemory]:
     """Carry out the plan, each decision alone; the memory to keep."""
-    assert done.plan is not None
+    if done.plan is None:
+        raise ValueError("apply_pass needs a pass that planned")
     memory = dict(done.plan.memory)
     for decision in done.plan.decisions:
         pool = done.fleet.settings.pools[decision.pool]
@@ -225,7 +226,8 @@ def apply_pass(done: PoolPass, hands: Hands) -> dict[str, PoolMemory]:
 def _rent(done: PoolPass, hands: Hands, pool: Pool, decision: Decision,
           memory: PoolMemory) -> PoolMemory:
     offer = decision.offer
-    assert offer is not None
+    if offer is None:
+        raise ValueError("a rent decision without an offer")
     box = box_name(pool.name, hands.names())
     settings = done.fleet.settings
     try:
