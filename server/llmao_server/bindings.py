@@ -207,10 +207,8 @@ def admit_box(state: ServerState, environ: dict[str, Any], box: str, peer: str |
     if not state.binds_boxes:
         return None
     presented = environ.get(TOKEN_ENVIRON)
-    if environ.get("REQUEST_METHOD") == "HEAD" and presented is None:
-        held = state.bindings.held(box)
-        if held is None or not held.bound:
-            return None  # hands out nothing (no body, no token), binds nothing
+    if environ.get("REQUEST_METHOD") == "HEAD":
+        return look(state, box, peer, presented)
     if presented is not None and admitted_by_memory(state.bindings, box, presented):
         return None
     bootstrap = environ.get(BOOTSTRAP_ENVIRON) if may_bind else None
@@ -235,6 +233,18 @@ def admit_box(state: ServerState, environ: dict[str, Any], box: str, peer: str |
               **({"by": "bootstrap_token"} if bootstrap is not None else {}))
         state.bindings.refresh_quietly()
     return token if outcome.issued else None
+
+
+def look(state: ServerState, box: str, peer: str | None, presented: str | None) -> None:
+    """A ``HEAD`` of the config hands out nothing (no body, no token) and binds nothing: the
+    rule decides it as the fetch it mirrors, on the binding this worker holds."""
+    if presented is not None and admitted_by_memory(state.bindings, box, presented):
+        return
+    claim = Claim(box, FETCH, peer, None, None if presented is None else token_hash(presented),
+                  None, state.fleet.settings.fleet.binding == BINDING_ENROLLED, time.time())
+    _write, outcome = decide(claim, state.bindings.held(box), None)
+    if outcome.refusal is not None:
+        refuse(state, claim, outcome)
 
 
 def decided(state: ServerState, claim: Claim) -> Outcome | None:

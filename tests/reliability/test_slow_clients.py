@@ -13,6 +13,7 @@ from __future__ import annotations
 import http.client
 import socket
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,7 +22,7 @@ import pytest
 from rig.slow_clients import is_open, pipelining_clients, slow_clients
 from rig.tls import make_server_tls
 from tests.llmao_process import LlmaoServer, start_llmao_server
-from tests.server.fleet_pair import KNOWN, box_headers, write_pair
+from tests.server.fleet_pair import KNOWN, TOKEN_HEADER, box_headers, write_pair
 
 READ_TIMEOUT_S = 3
 SLOW_CLIENTS = 1000
@@ -103,13 +104,22 @@ def test_clients_pipelining_as_fast_as_they_can_do_not_starve_a_box(tmp_path: Pa
     assert slowest < FETCH_LIMIT_S, f"a fetch took {slowest:.2f} s"
 
 
+def box_token_headers(server: LlmaoServer) -> dict[str, str]:
+    """The box's headers with the box token its first fetch was handed (its name bound)."""
+    with urllib.request.urlopen(urllib.request.Request(
+            f"http://127.0.0.1:{port_of(server)}/vllm/config", headers=box_headers()),
+            timeout=10) as answer:
+        return {**box_headers(), TOKEN_HEADER: answer.headers[TOKEN_HEADER]}
+
+
 def test_a_trickled_body_is_cut_off_at_the_read_limit(tmp_path: Path) -> None:
     """Headers in time, then a body a byte at a time: the request is abandoned, quietly."""
     with (start(tmp_path) as server,
           socket.create_connection(("127.0.0.1", port_of(server)), timeout=5) as sock):
+        headers = box_token_headers(server)  # a bound box's post: its body is read
         head = ("POST /vllm/applied HTTP/1.1\r\nHost: llmao\r\nContent-Type: application/json\r\n"
                 "Content-Length: 1000\r\n"
-                + "".join(f"{name}: {value}\r\n" for name, value in box_headers().items())
+                + "".join(f"{name}: {value}\r\n" for name, value in headers.items())
                 + "\r\n")
         sock.sendall(head.encode())
         started = time.monotonic()
