@@ -23,6 +23,7 @@ CA_YEARS = 10
 # A request is signed when its key is one of these: EC on the NIST curves of 256 bits and
 # more, Ed25519, or RSA of 2048 to 4096 bits. Anything else is refused, never signed.
 ALLOWED_CURVES = (ec.SECP256R1, ec.SECP384R1)
+RSA_EXPONENT = 65537
 RSA_BITS = (2048, 4096)
 # The leaf is valid from a little before now, so that a box whose clock is behind accepts it.
 BACKDATE = datetime.timedelta(minutes=5)
@@ -68,18 +69,30 @@ def make_ca(common_name: str) -> tuple[bytes, bytes]:
 
 
 def read_csr(pem: str) -> x509.CertificateSigningRequest:
-    """The request, with its own signature checked and its key one of the allowed set."""
+    """The request, its key one of the allowed set, then its own signature checked: the key
+    is judged first, so that a request whose key costs much to verify with (a huge RSA
+    exponent or size) is refused before any work is spent on it."""
     try:
         csr = x509.load_pem_x509_csr(pem.encode("ascii"))
     except (ValueError, UnicodeEncodeError):
         raise CsrRefused("csr is not a PEM certificate request") from None
     try:
-        signed = csr.is_signature_valid
         key = csr.public_key()
     except (ValueError, UnsupportedAlgorithm) as exc:
         raise CsrRefused(f"the request's key cannot be read: {exc}") from None
+    check_key(key)
+    try:
+        signed = csr.is_signature_valid
+    except (ValueError, UnsupportedAlgorithm) as exc:
+        raise CsrRefused(f"the request's signature cannot be read: {exc}") from None
     if not signed:
         raise CsrRefused("the request's signature does not verify with its own key")
+    return csr
+
+
+def check_key(key: object) -> None:
+    """A box key llmao signs for: EC P-256 or P-384, Ed25519, or RSA of 2048 or 4096 bits
+    with the public exponent 65537."""
     if isinstance(key, ec.EllipticCurvePublicKey):
         if not isinstance(key.curve, ALLOWED_CURVES):
             raise CsrRefused(f"EC curve {key.curve.name} is not allowed; use prime256v1 "
@@ -88,9 +101,11 @@ def read_csr(pem: str) -> x509.CertificateSigningRequest:
         if key.key_size not in RSA_BITS:
             raise CsrRefused(f"an RSA key of {key.key_size} bits is not allowed; use EC "
                              "P-256 (or RSA of 2048 or 4096 bits)")
+        if key.public_numbers().e != RSA_EXPONENT:
+            raise CsrRefused(f"an RSA public exponent other than {RSA_EXPONENT} is not "
+                             "allowed; use EC P-256")
     elif not isinstance(key, ed25519.Ed25519PublicKey):
         raise CsrRefused(f"a {type(key).__name__} key is not allowed; use EC P-256")
-    return csr
 
 
 def requested_names(csr: x509.CertificateSigningRequest) -> set[str]:
