@@ -21,7 +21,7 @@ from ansible_collections.llmao.fleet.plugins.module_utils.hostnames import is_ip
 
 from .api_errors import RequestRefused
 from .audit import audit
-from .fleet_ca import CsrRefused, read_csr, requested_names, sign_leaf
+from .fleet_ca import CsrRefused, read_csr, requested_names
 from .state import ServerState, StateView
 from .store.base import IssuedLeaf, StoreError
 
@@ -135,8 +135,7 @@ def issue_certificate(state: ServerState, box: str, peer: str | None, body: Any,
                f"{', '.join(foreign)} is not an address llmao attributes to {box} (it would "
                f"sign for: {', '.join(addresses)})", who)
     take_request(state, box, peer, who)
-    with open(tls.ca_key, "rb") as key, open(tls.ca_cert, "rb") as cert:
-        issued = sign_leaf(csr, addresses, cert.read(), key.read(), tls.leaf_days)
+    issued = state.ca_signer().sign(csr, addresses, tls.leaf_days)
     try:  # unrecorded, a leaf could not be refused after a release: it is not handed out
         state.store.record_leaf(IssuedLeaf(str(issued.serial), box,
                                            issued.not_after.timestamp(), time.time(), bool(who)))

@@ -160,3 +160,28 @@ def sign_leaf(csr: x509.CertificateSigningRequest, addresses: list[str], ca_cert
                   else hashes.SHA256()))
     return IssuedCertificate(cert.public_bytes(serialization.Encoding.PEM).decode("ascii"),
                              not_after, cert.serial_number)
+
+
+class CaSigner:
+    """The fleet CA as llmao-server signs with it: its certificate (the one the payload pins)
+    and its key, read once when the app loads and checked to belong together, so a key
+    replaced on disk later never signs a leaf that does not chain. Each leaf is verified
+    against the CA before it is answered."""
+
+    def __init__(self, ca_pem: str, key_path: str):
+        self.ca_pem = ca_pem.encode("ascii")
+        self.ca_cert = x509.load_pem_x509_certificate(self.ca_pem)
+        with open(key_path, "rb") as handle:
+            self.key_pem = handle.read()
+        key = serialization.load_pem_private_key(self.key_pem, password=None)
+        public = serialization.PublicFormat.SubjectPublicKeyInfo
+        if (key.public_key().public_bytes(serialization.Encoding.DER, public)
+                != self.ca_cert.public_key().public_bytes(serialization.Encoding.DER, public)):
+            raise ValueError(f"{key_path} is not the key of the fleet CA certificate")
+
+    def sign(self, csr: x509.CertificateSigningRequest, addresses: list[str],
+             days: int) -> IssuedCertificate:
+        issued = sign_leaf(csr, addresses, self.ca_pem, self.key_pem, days)
+        leaf = x509.load_pem_x509_certificate(issued.pem.encode("ascii"))
+        leaf.verify_directly_issued_by(self.ca_cert)  # raises: never answered unchained
+        return issued

@@ -19,6 +19,7 @@ from ansible_collections.llmao.fleet.plugins.module_utils.intent import BoxAssig
 
 from .binding_cache import BindingCache
 from .box_api_stats import BoxApiStats
+from .fleet_ca import CaSigner
 from .recorder import FetchRecorder
 from .redaction import Redactor
 from .store import Approval, StateStore, UnknownBox
@@ -86,6 +87,15 @@ class ServerState:
             "Bearer " + self.fleet_key.decode("ascii")
             if self.fleet_key is not None and self.fleet_key.isascii() else None)
         self._in_force: tuple[tuple[tuple[str, tuple[str, ...]], ...], Fleet] | None = None
+        tls = fleet.settings.box_tls
+        # The fleet CA, read and checked once here (the app's load), never again per leaf.
+        self._signer = None if tls is None else CaSigner(tls.ca_pem, tls.ca_key)
+
+    def ca_signer(self) -> CaSigner:
+        """The fleet CA's signer (box TLS is on: the caller checked)."""
+        if self._signer is None:
+            raise RuntimeError("no box_tls section: nothing signs")
+        return self._signer
 
     def fleet_in_force(self, approvals: Sequence[Approval] | None = None) -> Fleet:
         """:func:`fleet_in_force` of this app's fleet and ``approvals`` (by default the

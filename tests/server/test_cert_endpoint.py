@@ -20,7 +20,7 @@ from flask.testing import FlaskClient
 
 from ansible_collections.llmao.fleet.plugins.module_utils.llmao_admin import box_path
 from llmao_server.box_certs import CERT_REQUESTS_PER_HOUR
-from llmao_server.fleet_ca_cli import init
+from llmao_server.fleet_ca_cli import KEY_FILE, init
 from llmao_server.state import app_state
 from llmao_server.store import ReconcilePass
 from tests.server.fleet_pair import ADMIN_TOKEN, KNOWN, OTHER_KNOWN, box_headers, config
@@ -314,3 +314,19 @@ def test_the_push_path_needs_the_admin_token_and_a_served_box(tls_client):
 def test_without_box_tls_the_controller_gets_no_certificate(client):
     answer = sign_as_controller(client, KNOWN, {"csr": csr_pem(KNOWN)})
     assert (answer.status_code, answer.json["error"]["code"]) == (404, "box_tls_off")
+
+
+def test_a_ca_key_replaced_on_disk_after_load_signs_nothing(tls_client, tmp_path):
+    """The CA key is read once, with the app: a key written over it later never signs, and
+    every leaf answered chains to the CA the payload pins."""
+    key_path = tmp_path / "ca" / KEY_FILE
+    other = ec.generate_private_key(ec.SECP256R1()).private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption())
+    assert key_path.exists()
+    key_path.write_bytes(other)
+    answer = Box(tls_client).ask({"csr": csr_pem(KNOWN)})
+    assert answer.status_code == 200
+    leaf = x509.load_pem_x509_certificate(answer.json["certificate"].encode())
+    ca = x509.load_pem_x509_certificate(answer.json["ca"].encode())
+    leaf.verify_directly_issued_by(ca)
