@@ -64,8 +64,8 @@ def test_a_refused_claim_is_in_the_strip_and_in_metrics(admin: FlaskClient) -> N
     assert claim(admin) == 403
     assert claim(admin) == 403
     page = admin.get("/fleet").get_data(as_text=True)
-    assert (f"someone holding the fleet key claimed box {KNOWN} from peer 127.0.0.1: rotate "
-            "the fleet key if this was not you (2 refused") in page
+    assert (f"someone holding the fleet key claimed box {KNOWN} from peer 127.0.0.1 (held by "
+            "the box at 127.0.0.1): rotate the fleet key if this was not you (2 refused") in page
     metrics = admin.get("/metrics").get_data(as_text=True)
     found = {(sample.name, tuple(sorted(sample.labels.items()))): sample.value
              for family in text_string_to_metric_families(metrics)

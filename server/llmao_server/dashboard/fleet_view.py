@@ -353,13 +353,23 @@ def conflicts_problem(conflicts: Sequence[BindingConflict], now: float) -> Probl
     """Refused claims of bound names: someone else holds the fleet key, or a box was replaced."""
     if not conflicts:
         return None
-    return Problem("conflicts", "Bound box names claimed by another box", CONFLICT_ADVICE,
+    return Problem("conflicts", "Box names claimed by another box", CONFLICT_ADVICE,
                    tuple((conflict.box,
                           f"someone holding the fleet key claimed box {conflict.box} from peer "
-                          f"{conflict.last_peer or 'unknown'}: rotate the fleet key if this "
-                          f"was not you ({conflict.count} refused, last "
-                          f"{age(now, conflict.last_at).text})")
+                          f"{conflict.last_peer or 'unknown'} ({holder_text(conflict)}): "
+                          f"rotate the fleet key if this was not you ({conflict.count} "
+                          f"refused, last {age(now, conflict.last_at).text})")
                          for conflict in conflicts))
+
+
+def holder_text(conflict: BindingConflict) -> str:
+    """Who holds the name the claim was refused for: both peers are shown, never one for
+    the other."""
+    if conflict.holder == "controller":
+        return "the name is the controller's: the push path owns it"
+    if conflict.holder_peer is None:
+        return "nobody holds it: it waits for its enrollment"
+    return f"held by the box at {conflict.holder_peer}"
 
 
 def explained(fleet: Fleet, server: IntendedServer, state: str, reason: str,
