@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import threading
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -399,27 +398,19 @@ def test_two_passes_at_once_one_acts_the_other_names_it_and_changes_nothing(
     assert admin.pass_lease().holder is None
 
 
-def as_box(local: LocalFleet, server: LlmaoServer, box: str, method: str, path: str,
-           body: dict | None = None) -> int:
-    """One request of the box protocol, as ``box`` makes it (fleet key, claimed name)."""
-    request = urllib.request.Request(
-        server.url + path, data=None if body is None else json.dumps(body).encode(),
-        method=method, headers={"Authorization": f"Bearer {local.fleet_key}",
-                                "X-LLMAO-Host": box, "Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=15) as answer:
-        return answer.status
-
-
 def apply_on(local: LocalFleet, server: LlmaoServer, box: str) -> str:
-    """What a box does once its turn says apply: a real fetch (the Loading clock starts), then
-    the report of the intended revision. Returns that revision."""
+    """What the push path does once its turn says apply: it reports the intended revision as
+    the controller (the turn was taken through the admin API, so the controller owns the
+    box's name; the report starts the Loading clock as a pull box's fetch would). Returns
+    that revision."""
     assignment = local.load().assignment(box)
-    assert as_box(local, server, box, "GET", "/vllm/config") == 200
     report = {"revision": assignment.revision, "applied_at": time.strftime(
         "%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "servers": [{"name": s.name, "port": s.listen_port,
                      "served_model_name": s.served_model_name} for s in assignment.servers]}
-    assert as_box(local, server, box, "POST", "/vllm/applied", report) == 200
+    answer = JsonService(server.url, local.admin_token).call(
+        "POST", f"/admin/api/boxes/{box}/applied", report)
+    assert answer["current"], answer
     return assignment.revision
 
 

@@ -30,6 +30,7 @@ from llmao_server.store import Approval, SqliteStore
 from tests.server.fleet_pair import (
     ADMIN_TOKEN,
     SECRETS,
+    TOKEN_HEADER,
     UNKNOWN,
     box_headers,
     config,
@@ -304,40 +305,43 @@ def listening(port: int) -> bool:
 TURN_LINE = re.compile(r"\[(?P<pid>\d+)\] INFO llmao_server\.access: POST /vllm/turn 200 ")
 
 
-def revision_of(server: Server, box: str) -> str:
-    """The box's intended revision, from the ETag of one fetch."""
+def first_fetch(server: Server, box: str) -> tuple[str, str]:
+    """The box's first fetch: its intended revision (the ETag) and the box token the fetch
+    bound its name to, which its later calls present."""
     connection = server.connect()
     try:
         connection.request("GET", "/vllm/config", headers=box_headers(host=box))
         answer = connection.getresponse()
         answer.read()
-        return answer.headers["ETag"].strip('"')
+        return answer.headers["ETag"].strip('"'), answer.headers[TOKEN_HEADER]
     finally:
         connection.close()
 
 
-def ask_turn(connection: http.client.HTTPConnection, box: str, revision: str,
+def ask_turn(connection: http.client.HTTPConnection, box: str, fetched: tuple[str, str],
              start_together: threading.Barrier) -> dict:
-    """Ask on a connection already open (accepted by whichever worker took it), all at once."""
+    """Ask on a connection already open (accepted by whichever worker took it), all at once,
+    as the bound box: the revision its fetch gave, with its box token."""
+    revision, token = fetched
     start_together.wait(30)
     connection.request("POST", "/vllm/turn", headers={
-        **box_headers(host=box), "Content-Type": "application/json"},
+        **box_headers(host=box), TOKEN_HEADER: token, "Content-Type": "application/json"},
         body=json.dumps({"revision": revision, "servers": ["gemma"]}))
     answer = connection.getresponse()
     assert answer.status == 200
     return json.loads(answer.read())
 
 
-def ask_round(server: Server, revisions: dict[str, str]) -> list[dict]:
+def ask_round(server: Server, fetched: dict[str, tuple[str, str]]) -> list[dict]:
     """Every box opens its connection, then all ask at once; their answers."""
-    connections = {box: server.connect() for box in revisions}
+    connections = {box: server.connect() for box in fetched}
     for connection in connections.values():
         connection.connect()
-    start_together = threading.Barrier(len(revisions))
+    start_together = threading.Barrier(len(fetched))
     try:
-        with ThreadPoolExecutor(max_workers=len(revisions)) as pool:
-            return list(pool.map(lambda box: ask_turn(connections[box], box, revisions[box],
-                                                      start_together), revisions))
+        with ThreadPoolExecutor(max_workers=len(fetched)) as pool:
+            return list(pool.map(lambda box: ask_turn(connections[box], box, fetched[box],
+                                                      start_together), fetched))
     finally:
         for connection in connections.values():
             connection.close()
@@ -380,15 +384,15 @@ def test_boxes_asking_at_once_across_workers_get_one_turn(tmp_path: Path) -> Non
     try:
         # A large fleet: deciding takes a few milliseconds, the window a lock must close.
         boxes = fleet[:32]
-        revisions = {box: revision_of(running, box) for box in boxes}
+        fetched = {box: first_fetch(running, box) for box in boxes}
         for done in range(1, 11):
-            answers = ask_round(running, revisions)
+            answers = ask_round(running, fetched)
             granted = [answer["host"] for answer in answers if answer["granted"]]
             assert len(granted) == 1, answers
             assert all("are changing, max_unavailable is 1" in answer["why"]
                        for answer in answers if not answer["granted"])
             (turn,) = [t for t in SqliteStore(str(running.state)).turns() if t.active]
-            assert (turn.box, turn.revision) == (granted[0], revisions[granted[0]])
+            assert (turn.box, turn.revision) == (granted[0], fetched[granted[0]][0])
             end_turn(running, turn.box, turn.revision)
             pids = logged_turn_pids(running, done * len(boxes))
             if len(set(pids[-len(boxes):])) == 2:

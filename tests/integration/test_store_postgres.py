@@ -30,7 +30,14 @@ from rig.postgres import PostgresCluster, session_cluster
 from rig.processes import run_forked
 from tests.dashboard.live_server import fetch_config, start_server
 from tests.llmao_process import LlmaoServer
-from tests.server.fleet_pair import CONFIG, KNOWN, SECRETS, UNKNOWN, box_headers
+from tests.server.fleet_pair import (
+    CONFIG,
+    KNOWN,
+    SECRETS,
+    TOKEN_HEADER,
+    UNKNOWN,
+    box_headers,
+)
 
 
 @pytest.fixture
@@ -148,25 +155,33 @@ def test_two_instances_on_one_database_serve_as_one(
         store.close()
 
 
-def ask_turn(server: LlmaoServer, box: str, revision: str,
+def first_fetch(server: LlmaoServer, box: str) -> tuple[str, str]:
+    """The box's first fetch: its intended revision and the box token it was bound to."""
+    request = urllib.request.Request(f"{server.url}/vllm/config", headers=box_headers(host=box))
+    with urllib.request.urlopen(request, timeout=10) as answer:
+        return json.loads(answer.read())["revision"], answer.headers[TOKEN_HEADER]
+
+
+def ask_turn(server: LlmaoServer, box: str, fetched: tuple[str, str],
              start_together: threading.Barrier) -> dict:
-    """``POST /vllm/turn`` as a following box makes it, once every asker is ready."""
+    """``POST /vllm/turn`` as a following, bound box makes it, once every asker is ready."""
+    revision, token = fetched
     request = urllib.request.Request(
         f"{server.url}/vllm/turn", method="POST",
         data=json.dumps({"revision": revision, "servers": ["gemma"]}).encode(),
-        headers={**box_headers(host=box), "Content-Type": "application/json"})
+        headers={**box_headers(host=box), TOKEN_HEADER: token,
+                 "Content-Type": "application/json"})
     start_together.wait(30)
     with urllib.request.urlopen(request, timeout=30) as answer:
         return json.loads(answer.read())
 
 
-def ask_round(servers: list[LlmaoServer], revisions: dict[str, str]) -> list[dict]:
+def ask_round(servers: list[LlmaoServer], fetched: dict[str, tuple[str, str]]) -> list[dict]:
     """Every box asks at once, each to the next instance in turn; their answers."""
-    start_together = threading.Barrier(len(revisions))
-    with ThreadPoolExecutor(max_workers=len(revisions)) as pool:
-        return list(pool.map(ask_turn, [servers[i % 2] for i in range(len(revisions))],
-                             revisions, revisions.values(),
-                             [start_together] * len(revisions)))
+    start_together = threading.Barrier(len(fetched))
+    with ThreadPoolExecutor(max_workers=len(fetched)) as pool:
+        return list(pool.map(ask_turn, [servers[i % 2] for i in range(len(fetched))],
+                             fetched, fetched.values(), [start_together] * len(fetched)))
 
 
 @pytest.mark.slow
@@ -182,14 +197,14 @@ def test_boxes_asking_two_instances_at_once_get_one_turn(tmp_path: Path, databas
     store = open_store(database)
     try:
         askers = boxes[:32]
-        revisions = {box: fetch_config(servers[0], box)[1] for box in askers}
-        revisions = {box: json.loads(body)["revision"] for box, body in revisions.items()}
+        fetched = {box: first_fetch(servers[0], box) for box in askers}
         for _ in range(3):
-            answers = ask_round(servers, revisions)
+            answers = ask_round(servers, fetched)
             granted = [answer["host"] for answer in answers if answer["granted"]]
             assert len(granted) == 1, [answer["why"] for answer in answers]
-            store.update_turn(granted[0], revisions[granted[0]], Phase.DRAINED, "", time.time())
-            store.update_turn(granted[0], revisions[granted[0]], Phase.DONE, "", time.time())
+            revision = fetched[granted[0]][0]
+            store.update_turn(granted[0], revision, Phase.DRAINED, "", time.time())
+            store.update_turn(granted[0], revision, Phase.DONE, "", time.time())
     finally:
         store.close()
         for server in servers:
