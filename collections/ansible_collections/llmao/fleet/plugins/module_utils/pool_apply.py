@@ -179,8 +179,8 @@ def plan_pass(done: PoolPass, timeout: float) -> PoolPlan:
             found = tuple(client.offers(need_of(done.fleet, view.pool)))
         except RentError as exc:
             failed.append(Decision(name, REFUSE, f"the offer search failed: {exc.reason}"))
-            done.views[name] = replace(view, memory=backed_off(view.memory, done.now,
-                                                                exc.retry_after))
+            memory = backed_off(view.memory, done.now, exc.retry_after)
+            done.views[name] = replace(view, memory=memory)
             found = ()
         done.views[name] = replace(done.views[name], offers=found)
     final = plan_pools(done.views, settings.budget, done.now, drain_s)
@@ -200,8 +200,8 @@ class Hands:
                  names: Callable[[], str] | None = None) -> None:
         self.fleet, self.admin, self.litellm, self.timeout = fleet, admin, litellm, timeout
         self.audit = audit
-        self.names = names or (lambda: "".join(secrets.choice(string.ascii_lowercase +
-                                                              string.digits) for _ in range(8)))
+        self.names = names or (lambda: "".join(secrets.SystemRandom().choices(
+            string.ascii_lowercase + string.digits, k=8)))
 
     def client(self, pool: Pool) -> Any:
         return rent_client(self.fleet.settings.providers[pool.provider], self.timeout)

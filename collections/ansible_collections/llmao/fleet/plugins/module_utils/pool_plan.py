@@ -97,7 +97,7 @@ class PoolMemory:
         """Back from :meth:`record`; whatever is not of the shape written is left out."""
         if not isinstance(record, Mapping):
             return cls()
-        ours = [box for box in _names(record.get("members"), pool)]
+        ours = list(_names(record.get("members"), pool))
         pending = record.get("pending") if isinstance(record.get("pending"), Mapping) else {}
         draining = record.get("draining") if isinstance(record.get("draining"), Mapping) else {}
         return cls(

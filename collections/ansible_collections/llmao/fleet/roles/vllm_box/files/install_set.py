@@ -865,7 +865,7 @@ def ask_turn(settings: Settings, say: Callable[[str], None], revision: str,
     """
     url = f"{settings.url}{TURN_PATH}"
     body = json.dumps({"revision": revision, "servers": servers}).encode("utf-8")
-    status, answer, _ = call_llmao(settings, "POST", TURN_PATH, say, body, attempts=1)
+    status, answer = call_llmao(settings, "POST", TURN_PATH, say, body, attempts=1)[:2]
     if status == 409:
         return None
     if status != 200:
@@ -2018,7 +2018,7 @@ def request_certificate(settings: Settings, tls: BoxTls, say: Callable[[str], No
     if settings.url is None or settings.fleet_key is None:
         raise Refused("box TLS needs a certificate from llmao: set LLMAO_URL and FLEET_KEY")
     body = json.dumps({"csr": certificate_request(settings)}).encode("utf-8")
-    status, answer, _ = call_llmao(settings, "POST", CERT_PATH, say, body, again=(409,))
+    status, answer = call_llmao(settings, "POST", CERT_PATH, say, body, again=(409,))[:2]
     if status != 200:
         raise refusal(status, answer, settings.host)
     source = f"llmao's answer from {settings.url}{CERT_PATH}"
@@ -2244,8 +2244,8 @@ def report_applied(settings: Settings, assignment: Assignment, applied_at: str,
         **placement.record(),
     }).encode("utf-8")
     try:
-        status, answer, _ = call_llmao(settings, "POST", APPLIED_PATH, say, body,
-                                       attempts=min(settings.attempts, 3))
+        status, answer = call_llmao(settings, "POST", APPLIED_PATH, say, body,
+                                    attempts=min(settings.attempts, 3))[:2]
     except InstallError as exc:
         return f"could not report the applied revision: {exc}"
     if not 200 <= status < 300:

@@ -117,8 +117,8 @@ def test_a_destroy_refuses_an_instance_without_the_pools_label(api, provider):
     with pytest.raises(RentError) as caught:
         mine.destroy(listed, "chat")
     assert caught.value.kind == "unlabelled" and other.instance_id in api.instances
-    theirs = mine.create(mine.offers(NEED)[0], RentRequest("other", "other-a1b2c3d4",
-                                                             "img", 80, {}))
+    request = RentRequest("other", "other-a1b2c3d4", "img", 80, {})
+    theirs = mine.create(mine.offers(NEED)[0], request)
     listed = read_listings({provider: Provider(provider, api_key=KEY, url=url)},
                            5.0).box(theirs.instance_id)
     with pytest.raises(RentError):
@@ -149,8 +149,8 @@ def test_a_create_that_times_out_may_have_created_and_its_instance_is_labelled(a
 
 @pytest.mark.parametrize(("status", "kind"), [(400, "refused"), (403, "refused"),
                                               (500, "provider"), (503, "provider")])
-def test_provider_errors_are_typed_and_name_no_secret_even_when_echoed(api, monkeypatch,
-                                                                        status, kind):
+def test_provider_errors_are_typed_and_name_no_secret_even_when_echoed(
+        api, monkeypatch, status, kind):
     def echo(method, path, body):
         return status, {"error": f"bad env {body}" if body else "no"}, {}
 
