@@ -7,11 +7,9 @@ from __future__ import annotations
 
 import http.client
 import json
-import threading
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -26,94 +24,22 @@ from ansible_collections.llmao.fleet.plugins.module_utils.llmao_admin import Llm
 from ansible_collections.llmao.fleet.plugins.modules.fleet_observe import release_replaced
 from llmao_server.store import open_store
 from rig.boxes import free_port
-from tests.llmao_process import LlmaoServer, start_llmao_server
-from tests.reliability.box_runs import Ending, run_box
+from tests.binding_fleet import Fleet, token_of
+from tests.llmao_process import start_llmao_server
 from tests.server.fleet_pair import (
-    ADMIN_TOKEN,
     CONFIG,
-    FLEET_KEY,
     KNOWN,
     OTHER_KNOWN,
     SECRETS,
+    TOKEN_HEADER,
     box_headers,
     write_pair,
 )
-from tests.unit.box_program.helpers import Box
 
 pytestmark = pytest.mark.slow
 
-TOKEN_HEADER = "X-LLMAO-Box-Token"
 # Runs of a box program per check: fresh connections, so both workers answer some.
 RUNS = 3
-
-
-class Fleet:
-    """A real server on a fleet, boxes in folders of their own, and every output seen."""
-
-    def __init__(self, folder: Path, state: str, binding: str | None = None):
-        self.folder = folder
-        document = json.loads(json.dumps(CONFIG))
-        document["server"] = {"state": state}
-        if binding is not None:
-            document["fleet"]["binding"] = binding
-        config, models = write_pair(folder / "fleet", document)
-        self.paths = Path(config), Path(models)
-        self.state = state
-        self.outputs: list[str] = []
-        self.logs: list[str] = []
-        self.server = self.start()
-
-    def start(self) -> LlmaoServer:
-        return start_llmao_server(*self.paths, self.folder, workers=2)
-
-    def restart(self) -> None:
-        self.server.stop()
-        self.logs.append(self.server.log())
-        self.server = self.start()
-
-    def box(self, name: str) -> Box:
-        root = self.folder / name
-        root.mkdir()
-        return Box(root)
-
-    def run(self, box: Box, host: str = KNOWN, *args: str) -> Ending:
-        ending = run_box(box, "--no-handover", *args, env={
-            "LLMAO_URL": self.server.url, "FLEET_KEY": FLEET_KEY, "LLMAO_HOST": host})
-        self.outputs.append(ending.out + ending.err)
-        return ending
-
-    def call(self, method: str, path: str, headers: dict[str, str]) -> tuple[int, dict, str]:
-        port = int(self.server.url.rsplit(":", 1)[1])
-        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-        try:
-            connection.request(method, path, headers=headers)
-            answer = connection.getresponse()
-            body = answer.read()
-            return (answer.status, json.loads(body) if body else {},
-                    answer.getheader(TOKEN_HEADER) or "")
-        finally:
-            connection.close()
-
-    def fetch(self, host: str, token: str | None = None, **headers: str) -> tuple[int, str]:
-        sent = {**box_headers(host), **headers}
-        if token:
-            sent[TOKEN_HEADER] = token
-        status, _, issued = self.call("GET", "/vllm/config", sent)
-        return status, issued
-
-    def release(self, host: str) -> dict:
-        status, body, _ = self.call("DELETE", f"/admin/api/boxes/{host}/binding",
-                                    {"Authorization": f"Bearer {ADMIN_TOKEN}"})
-        assert status == 200, body
-        return body
-
-    def everything_said(self) -> str:
-        return "\n".join([*self.logs, self.server.log(), *self.outputs])
-
-
-def token_of(box: Box) -> str | None:
-    path = box.data / "llmao" / "box-token"
-    return path.read_text().strip() if path.exists() else None
 
 
 @pytest.fixture
@@ -266,29 +192,14 @@ def test_sixteen_first_fetches_from_sixteen_peers_bind_the_name_once(tmp_path: P
     """16 peers (loopback addresses of their own) fetch one unbound name at the same moment,
     across the server's two workers: one binding, and the 15 others get a 403, no payload."""
     fleet = Fleet(tmp_path, str(tmp_path / "state.sqlite3"))
-    host, port = fleet.server.url.removeprefix("http://").rsplit(":", 1)
-    start = threading.Barrier(16)
-
-    def first_fetch(index: int) -> tuple[int, str | None, bytes]:
-        connection = http.client.HTTPConnection(host, int(port), timeout=20,
-                                                source_address=(f"127.0.0.{10 + index}", 0))
-        try:
-            connection.connect()
-            start.wait(timeout=20)
-            connection.request("GET", "/vllm/config", headers=box_headers(KNOWN))
-            answer = connection.getresponse()
-            return answer.status, answer.getheader(TOKEN_HEADER), answer.read()
-        finally:
-            connection.close()
-
     try:
-        with ThreadPoolExecutor(16) as pool:
-            answers = list(pool.map(first_fetch, range(16)))
+        answers = fleet.at_once([f"127.0.0.{10 + index}" for index in range(16)], "GET",
+                                "/vllm/config", box_headers(KNOWN))
         won = [answer for answer in answers if answer[0] == 200]
         refused = [answer for answer in answers if answer[0] == 403]
-        assert len(won) == 1 and won[0][1] and len(refused) == 15
-        assert all(token is None and b"api_key" not in body for _, token, body in refused)
-        assert all(b"box_pending_elsewhere" in body for _, _, body in refused)
+        assert len(won) == 1 and won[0][2] and len(refused) == 15
+        assert all(not token and set(body) == {"error"} for _, body, token in refused)
+        assert all(body["error"]["code"] == "box_pending_elsewhere" for _, body, _ in refused)
         bindings = [b for b in open_store(fleet.state).bindings_since(0) if b.bound]
         assert len(bindings) == 1
     finally:
