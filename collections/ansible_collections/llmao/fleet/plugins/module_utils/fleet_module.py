@@ -25,7 +25,9 @@ from .config_errors import ConfigError
 from .fleet import Fleet, load_fleet
 
 FLEET_FILES = ("config", "models")
-APPROVED_OPTION: dict[str, dict[str, Any]] = {"approved": {"type": "dict"}}
+# The boxes llmao serves beyond fleet.hosts: approved ones, and the pools' bound members.
+APPROVED_OPTION: dict[str, dict[str, Any]] = {"approved": {"type": "dict"},
+                                              "pool_members": {"type": "dict"}}
 # Seconds to wait for each answer of a service the module calls (llmao, LiteLLM, listings).
 TIMEOUT_OPTION: dict[str, dict[str, Any]] = {"timeout": {"type": "float", "default": 15.0}}
 # The digest of the fleet files as the pass's first step read them (fleet_observe's
@@ -42,7 +44,8 @@ def module_args(options: Mapping[str, dict[str, Any]], *, files_required: bool =
 
     Every module supports check mode. The fleet files are required unless the
     module has another source for what they give (then they go together);
-    ``approved`` adds the option of that name. A rule list (``required_together``,
+    ``approved`` adds the options of the boxes served beyond ``fleet.hosts``
+    (``approved`` and ``pool_members``). A rule list (``required_together``,
     say) given here is appended to the shared one of that name.
     """
     spec = {name: {"type": "path", "required": files_required} for name in FLEET_FILES}
@@ -91,17 +94,24 @@ def fleet_secrets(fleet: Fleet) -> set[str]:
 
 
 def load_reconcile_fleet(module: Any,
-                         approved: Mapping[str, Sequence[str]] | None = None) -> Fleet:
-    """The fleet of the module's ``config``/``models`` with its approved boxes, secrets censored.
+                         approved: Mapping[str, Sequence[str]] | None = None,
+                         pool_members: Mapping[str, str] | None = None) -> Fleet:
+    """The fleet of the module's ``config``/``models`` with the boxes llmao serves beyond
+    ``fleet.hosts`` (pool members, then approved boxes, as llmao-server serves them),
+    secrets censored.
 
-    The approvals are ``approved`` when given (a module that reads them from another
-    option), else the module's ``approved`` option if it has one. Each approval the
-    core refuses becomes a task warning: the pass goes on without that box.
+    The approvals and members are ``approved`` and ``pool_members`` when given (a module
+    that reads them from another option), else the module's options of those names if it
+    has them. Each one the core refuses becomes a task warning: the pass goes on without
+    that box. Without pools and approvals the fleet is ``config.yaml``'s as loaded.
     """
     loaded = load_module_fleet(module)
     if approved is None:
         approved = module.params.get("approved") or {}
-    fleet = loaded.with_approvals(approved)
+    if pool_members is None:
+        pool_members = module.params.get("pool_members") or {}
+    fleet = loaded.with_pool_members(pool_members) if pool_members else loaded
+    fleet = fleet.with_approvals(approved)
     for warning in fleet.warnings[len(loaded.warnings):]:
         module.warn(warning)
     module.no_log_values.update(fleet_secrets(fleet))

@@ -192,6 +192,17 @@ def approvals_from_record(record: Any) -> dict[str, tuple[str, ...]]:
     return approvals
 
 
+def pool_members_from_record(record: Any) -> dict[str, str]:
+    """Member box to the pool llmao bound it in, as the admin API gave them; misread, a
+    member's servers would look like no intended server's and lose their routes."""
+    members = {}
+    for box, pool in _mapping(record, "pool_members").items():
+        if not isinstance(pool, str):
+            raise RecordError(f"pool_members[{box!r}] must name a pool")
+        members[str(box)] = pool
+    return members
+
+
 # -------------------------------------------------------------------- turns
 
 
@@ -215,8 +226,9 @@ class Observations:
     """Everything a pass knows before it probes: llmao's records, the listings, LiteLLM.
 
     ``approved`` holds the approvals in force on the server (box to model names in
-    port order): the modules add those boxes to the fleet they load. ``turns`` are
-    the rollout turns the store holds (the latest per box).
+    port order) and ``pool_members`` the boxes bound as members of a pool (box to pool,
+    docs/pools.md): the modules add those boxes to the fleet they load, as the server
+    serves them. ``turns`` are the rollout turns the store holds (the latest per box).
     """
 
     now: float
@@ -231,6 +243,7 @@ class Observations:
     cards: Mapping[str, int] = field(default_factory=dict)
     # Box to the leaves llmao issued it (llmao_admin.BoxLeaves); None: llmao did not say.
     leaves: Mapping[str, Any] | None = None
+    pool_members: Mapping[str, str] = field(default_factory=dict)
 
     def record(self) -> dict[str, Any]:
         return {
@@ -243,6 +256,7 @@ class Observations:
             "approved": {box: list(models) for box, models in self.approved.items()},
             "turns": [turn.record() for turn in self.turns],
             "cards": dict(self.cards),
+            "pool_members": dict(self.pool_members),
             **({} if self.leaves is None else {"leaves": leaves_record(self.leaves)}),
         }
 
@@ -268,7 +282,9 @@ class Observations:
                    turns_from_record(record.get("turns", [])),
                    {str(box): _count(count, f"cards[{box!r}]")
                     for box, count in _mapping(record.get("cards", {}), "cards").items()},
-                   None if record.get("leaves") is None else leaves_from_record(record["leaves"]))
+                   None if record.get("leaves") is None
+                   else leaves_from_record(record["leaves"]),
+                   pool_members_from_record(record.get("pool_members", {})))
 
 
 def leaves_record(leaves: Mapping[str, Any]) -> dict[str, Any]:

@@ -17,8 +17,9 @@ description:
     M(llmao.fleet.vllm_probe) and M(llmao.fleet.fleet_plan).
   - "From llmao's admin API (C(server.url), with C(admin.token) as bearer): the time of each
     box's last config fetch, the revision each box reports it applied, the boxes an admin
-    approved on the dashboard (in memory only, so they come from there), and the previous pass's
-    verdicts, which carry the lifecycle memory (consecutive failures, rejected passes)."
+    approved on the dashboard (in memory only, so they come from there), the boxes bound as
+    members of a pool, and the previous pass's verdicts, which carry the lifecycle memory
+    (consecutive failures, rejected passes)."
   - From every provider listing C(config.yaml) configures (Vast, RunPod, the local container
     engine), where each box publishes its listen ports. A listing that cannot be read is
     reported in RV(listing_failures) and never taken as empty, so no box looks unlisted because
@@ -94,6 +95,13 @@ observations:
       description:
         - The approvals in force in llmao, box to model names in port order, for the
           C(approved) option of M(llmao.fleet.vllm_probe) and M(llmao.fleet.litellm_deployment).
+      type: dict
+    pool_members:
+      description:
+        - The boxes llmao bound as members of a pool (box to pool, C(docs/pools.md)), for the
+          C(pool_members) option of M(llmao.fleet.vllm_probe) and
+          M(llmao.fleet.litellm_deployment): their servers are the pool's rows, probed at the
+          address the pool's provider listing gives the instance.
       type: dict
     turns:
       description:
@@ -186,7 +194,7 @@ def observe(fleet: Fleet, timeout: float) -> tuple[Observations, list[ReplacedBi
     listings = read_listings(fleet.settings.providers, timeout)
     return (Observations(llmao.now, llmao.last_fetches, llmao.applied, llmao.memories,
                          listings, tuple(routes), llmao.approved, llmao.turns, llmao.cards,
-                         llmao.leaves),
+                         llmao.leaves, llmao.pool_members),
             replaced_bindings(llmao.bindings, listings))
 
 

@@ -43,8 +43,8 @@ options:
   observations:
     description:
       - What M(llmao.fleet.fleet_observe) returned as C(observations).
-      - The boxes an admin approved (its C(approved)) are intended like those of
-        C(fleet.hosts).
+      - The boxes an admin approved (its C(approved)) and the pools' bound members (its
+        C(pool_members)) are intended like those of C(fleet.hosts).
     type: dict
     required: true
   probes:
@@ -396,7 +396,7 @@ def main() -> None:
         observations = Observations.from_record(module.params["observations"])
     except RecordError as exc:
         module.fail_json(msg=str(exc))
-    fleet = load_reconcile_fleet(module, observations.approved)
+    fleet = load_reconcile_fleet(module, observations.approved, observations.pool_members)
     if files_changed(module, fleet):
         module.exit_json(**{**plan_result(Plan(()), observations), "lines": [FILES_CHANGED]},
                          files_digest=fleet.files_digest, files_changed=True)

@@ -48,8 +48,8 @@ options:
     default: present
   box:
     description:
-      - The box, a C(fleet.hosts) key or a box O(approved) names. With O(state=present) the
-        server must be one of theirs.
+      - The box, a C(fleet.hosts) key or a box O(approved) or O(pool_members) names. With
+        O(state=present) the server must be one of theirs.
       - Mutually exclusive with O(id) and O(deployments).
     type: str
   listen_port:

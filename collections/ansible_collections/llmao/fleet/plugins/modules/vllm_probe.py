@@ -39,8 +39,8 @@ extends_documentation_fragment:
 options:
   boxes:
     description:
-      - The boxes (C(fleet.hosts) keys, or boxes O(approved) names) whose servers to probe. All
-        of them when omitted.
+      - The boxes (C(fleet.hosts) keys, or boxes O(approved) or O(pool_members) names) whose
+        servers to probe. All of them when omitted.
     type: list
     elements: str
   listings:
@@ -103,6 +103,7 @@ EXAMPLES = r"""
     models: "{{ llmao_models_file }}"
     listings: "{{ observed.observations.listings }}"
     approved: "{{ observed.observations.approved }}"
+    pool_members: "{{ observed.observations.pool_members }}"
   register: probed
 
 - name: Probe the servers of two boxes
@@ -270,8 +271,8 @@ def main() -> None:
     knobs = fleet.settings.fleet.lifecycle
     boxes = params["boxes"]
     if boxes is not None and unknown_boxes(fleet, boxes):
-        module.fail_json(msg=f"not fleet.hosts keys of {fleet.config_path} nor approved: "
-                             f"{', '.join(unknown_boxes(fleet, boxes))}")
+        module.fail_json(msg=f"not fleet.hosts keys of {fleet.config_path}, approved boxes "
+                             f"nor pool members: {', '.join(unknown_boxes(fleet, boxes))}")
     if params["concurrency"] < 1:
         module.fail_json(msg="concurrency must be at least 1")
     if params["listings"] is None:

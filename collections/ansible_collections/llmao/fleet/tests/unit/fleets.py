@@ -45,6 +45,8 @@ ROLLOUT_CONFIG: dict[str, Any] = {"fleet": fleet_section(KEYS, {
     LEGACY_BOX: [["gemma", 8000]],
 }, legacy=[LEGACY])}
 
+VAST_KEY = "vast-key-" + "x" * 32
+
 PLUGIN_SECRETS = {"fleet_key": FLEET_KEY, "salt": SALT, "selfhost": SHARED_BEARER,
                   "master_key": KEYS.master_key, "admin_token": KEYS.admin_token,
                   "vast_key": strong_secret("vast-")}
@@ -92,3 +94,21 @@ def base_models() -> dict[str, Any]:
 def rollout_pair(folder: Path) -> tuple[str, str]:
     """Write :data:`ROLLOUT_CONFIG`'s pair (the core's models) and return their paths."""
     return write_pair(folder, ROLLOUT_CONFIG)
+
+
+def pooled(change: Any = None, **pool_changes: Any) -> dict[str, Any]:
+    """The core's config plus one Vast pool ``chat`` serving gemma and qwen, and a budget;
+    ``pool_changes`` replace the pool's keys, ``change`` edits the whole config."""
+    config = base_config()
+    config["providers"] = {"vast": {"api_key": VAST_KEY, "url": "http://127.0.0.1:9"}}
+    pool = {"provider": "vast",
+            "offer": {"gpu_names": ["RTX 4090"], "num_gpus": 1, "min_gpu_ram_gb": 24,
+                      "disk_gb": 80, "max_usd_per_hour": 0.6},
+            "boxes": {"min": 1, "max": 4},
+            "serve": [["gemma", 8001], ["qwen", 8002]]}
+    pool.update(pool_changes)
+    config["pools"] = {"chat": pool}
+    config["budget"] = {"max_usd_per_hour": 5.0}
+    if change:
+        change(config)
+    return config

@@ -1,5 +1,5 @@
-"""A module's shared options; loading the fleet in a reconcile module: approved boxes join it,
-their bearers are censored."""
+"""A module's shared options; loading the fleet in a reconcile module: approved boxes and pool
+members join it, their bearers are censored."""
 
 from __future__ import annotations
 
@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 from ansible.module_utils.common.yaml import yaml_load
 
-from ansible_collections.llmao.fleet.plugins.doc_fragments import llmao_timeout
+from ansible_collections.llmao.fleet.plugins.doc_fragments import approved_boxes, llmao_timeout
 from ansible_collections.llmao.fleet.plugins.module_utils.bearer import derive_vllm_api_key
+from ansible_collections.llmao.fleet.plugins.module_utils.fleet import load_fleet
 from ansible_collections.llmao.fleet.plugins.module_utils.fleet_module import (
     TIMEOUT_OPTION,
     files_changed,
@@ -18,7 +19,8 @@ from ansible_collections.llmao.fleet.plugins.module_utils.fleet_module import (
     module_args,
     refuse_changed_files,
 )
-from ansible_collections.llmao.fleet.tests.unit.fleets import SALT, write_pair
+from ansible_collections.llmao.fleet.plugins.module_utils.pool_config import box_name
+from ansible_collections.llmao.fleet.tests.unit.fleets import SALT, pooled, write_pair
 
 APPROVED = "192.0.2.77"
 
@@ -62,6 +64,37 @@ def test_a_refused_approval_is_a_warning_and_the_rest_loads(tmp_path):
     assert fleet.assignment(APPROVED) is None
     assert module.warnings == [f"approval of {APPROVED} ignored: 'nope' is not in models.yaml"]
     assert derive_vllm_api_key(SALT, "203.0.113.10", 8001) in module.no_log_values
+
+
+def test_pool_members_join_the_fleet_with_their_pools_rows_and_censored_bearers(tmp_path):
+    config, models = write_pair(tmp_path, pooled())
+    member = box_name("chat", "a1b2c3d4")
+    module = ModuleDouble({"config": config, "models": models,
+                           "pool_members": {member: "chat", "chat-zzzzzzzz": "gone"}})
+    fleet = load_reconcile_fleet(module)
+    assert [(s.listen_port, s.name) for s in fleet.assignment(member).servers] == [
+        (8001, "gemma"), (8002, "qwen")]
+    assert {derive_vllm_api_key(SALT, member, port) for port in (8001, 8002)} \
+        <= module.no_log_values
+    assert module.warnings == ["pool member chat-zzzzzzzz ignored: pool 'gone' is not in "
+                               "config.yaml"]
+    given = load_reconcile_fleet(module, pool_members={})  # the caller's word wins
+    assert given.assignment(member) is None
+
+
+def test_without_pool_members_or_approvals_the_fleet_is_config_yamls(tmp_path):
+    module = module_for(tmp_path, approved=None, pool_members=None)
+    fleet = load_reconcile_fleet(module)
+    loaded = load_fleet(module.params["config"], module.params["models"])
+    assert dict(fleet.assignments) == dict(loaded.assignments)
+    assert fleet.warnings == loaded.warnings and module.warnings == []
+
+
+def test_the_servers_options_are_what_their_fragment_documents():
+    documented = yaml_load(approved_boxes.ModuleDocFragment.DOCUMENTATION)["options"]
+    spec = module_args({}, approved=True)["argument_spec"]
+    assert {name: spec[name]["type"] for name in documented} == {
+        name: option["type"] for name, option in documented.items()}
 
 
 def test_the_timeout_option_is_what_its_fragment_documents():

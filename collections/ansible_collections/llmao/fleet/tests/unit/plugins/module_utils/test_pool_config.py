@@ -14,26 +14,12 @@ from ansible_collections.llmao.fleet.plugins.module_utils.pool_config import (
     instance_label,
     read_label,
 )
-from ansible_collections.llmao.fleet.tests.unit.fleets import base_config, write_pair
-
-VAST_KEY = "vast-key-" + "x" * 32
-
-
-def pooled(change=None, **pool_changes):
-    """The core's config plus one Vast pool ``chat`` serving gemma and qwen, and a budget."""
-    config = base_config()
-    config["providers"] = {"vast": {"api_key": VAST_KEY, "url": "http://127.0.0.1:9"}}
-    pool = {"provider": "vast",
-            "offer": {"gpu_names": ["RTX 4090"], "num_gpus": 1, "min_gpu_ram_gb": 24,
-                      "disk_gb": 80, "max_usd_per_hour": 0.6},
-            "boxes": {"min": 1, "max": 4},
-            "serve": [["gemma", 8001], ["qwen", 8002]]}
-    pool.update(pool_changes)
-    config["pools"] = {"chat": pool}
-    config["budget"] = {"max_usd_per_hour": 5.0}
-    if change:
-        change(config)
-    return config
+from ansible_collections.llmao.fleet.tests.unit.fleets import (
+    VAST_KEY,
+    base_config,
+    pooled,
+    write_pair,
+)
 
 
 def load(tmp_path, config):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from types import MappingProxyType
 
 import pytest
@@ -167,6 +168,14 @@ def test_observations_without_approvals_have_none():
     assert dict(Observations.from_record(record).approved) == {}
 
 
+def test_pool_members_round_trip_and_a_record_without_them_has_none():
+    member = {"chat-a1b2c3d4": "chat"}
+    record = through_json(replace(observations(), pool_members=member).record())
+    assert dict(Observations.from_record(record).pool_members) == member
+    del record["pool_members"]  # as a fleet_observe of before pools wrote it
+    assert dict(Observations.from_record(record).pool_members) == {}
+
+
 @pytest.mark.parametrize("missing", ["listings", "routes", "now"])
 def test_observations_missing_a_part_are_refused(missing):
     record = through_json(observations().record())
@@ -184,6 +193,8 @@ def test_observations_missing_a_part_are_refused(missing):
     {"approved": ["192.0.2.77"]},
     {"approved": {"192.0.2.77": "qwen"}},
     {"approved": {"192.0.2.77": [1]}},
+    {"pool_members": ["chat-a1b2c3d4"]},
+    {"pool_members": {"chat-a1b2c3d4": None}},
 ])
 def test_damaged_observations_are_refused(damage):
     record = {**through_json(observations().record()), **damage}

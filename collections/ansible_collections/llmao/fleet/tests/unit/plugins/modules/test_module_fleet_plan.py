@@ -13,6 +13,10 @@ from ansible_collections.llmao.fleet.plugins.module_utils.listings import (
     parse_vast,
 )
 from ansible_collections.llmao.fleet.plugins.module_utils.litellm_routes import Route
+from ansible_collections.llmao.fleet.plugins.module_utils.pool_config import (
+    box_name,
+    instance_label,
+)
 from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_records import (
     Observations,
     listings_from_record,
@@ -24,7 +28,12 @@ from ansible_collections.llmao.fleet.plugins.modules.fleet_plan import (
     make_plan,
     plan_result,
 )
-from ansible_collections.llmao.fleet.tests.unit.fleets import base_config, base_models, write_pair
+from ansible_collections.llmao.fleet.tests.unit.fleets import (
+    base_config,
+    base_models,
+    pooled,
+    write_pair,
+)
 from rig.provider_api import vast_instance
 
 NOW = 10_000.0
@@ -252,3 +261,31 @@ def test_a_listing_price_wins_over_the_configured_one(tmp_path):
                                                "source": "config"}
     assert result["servers"][1]["cost_per_hour"] == pytest.approx(0.45)
     assert result["models"]["gemma"]["cost_per_hour"] == pytest.approx(0.45 + 0.2)
+
+
+def test_a_pool_member_is_planned_as_any_box_at_its_instances_listed_address(tmp_path):
+    fleet = load_fleet(*write_pair(tmp_path, pooled()))
+    member = box_name("chat", "a1b2c3d4")
+    listed, _ = parse_vast({"instances": [
+        {**vast_instance(4242, "198.51.100.20", {8001: 41001, 8002: 41002}, 0.4),
+         "label": instance_label("chat", member)}]})
+    record = observations(listings=index_listings(["vast"], listed, {}),
+                          last_fetches={member: NOW - 30},
+                          pool_members={member: "chat"}).record()
+    seen = Observations.from_record(json.loads(json.dumps(record)))  # as Ansible carries it
+    joined = fleet.with_pool_members(seen.pool_members)  # what load_reconcile_fleet adds
+    gemma, qwen = (f"llmao:{member}:8001:gemma", f"llmao:{member}:8002:qwen")
+    probes = {server.id: DOWN for server in joined.servers()}
+    result = result_of(joined, seen, {**probes, gemma: SERVING})
+    (change,) = result["changes"]
+    assert (change["id"], change["change"], change["public_host"], change["public_port"]) == (
+        gemma, "register", "198.51.100.20", 41001)
+    entries = {entry["id"]: entry for entry in result["servers"]}
+    assert entries[gemma]["provider"] == entries[qwen]["provider"] == "vast"
+    assert (entries[gemma]["state"], entries[qwen]["state"]) == ("Healthy", "Loading")
+    assert entries[gemma]["public"] == "198.51.100.20:41001"
+    assert result["boxes"][member] == {"provider": "vast", "cost_per_hour": 0.4,
+                                      "source": "listing"}
+    # The same pass without the member knows nothing of it: its servers are no one's.
+    alone = result_of(fleet, seen, {server.id: DOWN for server in fleet.servers()})
+    assert gemma not in {entry["id"] for entry in alone["servers"]}

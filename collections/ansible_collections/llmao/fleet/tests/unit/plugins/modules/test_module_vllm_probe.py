@@ -6,8 +6,16 @@ import json
 
 import pytest
 
+from ansible_collections.llmao.fleet.plugins.module_utils.fleet import load_fleet
 from ansible_collections.llmao.fleet.plugins.module_utils.fleet_module import FILES_CHANGED
-from ansible_collections.llmao.fleet.plugins.module_utils.listings import index_listings
+from ansible_collections.llmao.fleet.plugins.module_utils.listings import (
+    index_listings,
+    parse_vast,
+)
+from ansible_collections.llmao.fleet.plugins.module_utils.pool_config import (
+    box_name,
+    instance_label,
+)
 from ansible_collections.llmao.fleet.plugins.modules import vllm_probe
 from ansible_collections.llmao.fleet.plugins.modules.vllm_probe import (
     probe_counts,
@@ -15,7 +23,10 @@ from ansible_collections.llmao.fleet.plugins.modules.vllm_probe import (
     unknown_boxes,
 )
 from ansible_collections.llmao.fleet.tests.unit.compat import patch_module_args
+from ansible_collections.llmao.fleet.tests.unit.fleets import pooled, write_pair
+from rig.boxes import start_local_stub
 from rig.local_fleet import LocalFleet, loopback_boxes, one_model_hosts, start_stubs, stop_stubs
+from rig.provider_api import vast_instance
 
 LOCAL = index_listings([], [], {})
 
@@ -84,3 +95,34 @@ def test_files_saved_since_the_pass_observed_are_not_probed_from(probed_fleet, c
     assert saved["msg"] == FILES_CHANGED
     same = run_module(capsys, **files, files_digest=fleet.files_digest, boxes=[serving])
     assert same["files_changed"] is False and same["counts"]["lists"] == 2
+
+
+def test_an_ipv6_box_is_reported_with_its_brackets(tmp_path):
+    """The address a probe reports is ``Endpoint.address``'s: ``[v6]:port``, never a bare
+    ``::1:8001`` that no URL or Prometheus target could read back."""
+    fleet = LocalFleet(tmp_path, one_model_hosts(["::1"])).write()
+    probes = probe_fleet(fleet, LOCAL, None, connect_timeout=1, timeout=1)
+    assert [probe["public"] for probe in probes.values()] == ["[::1]:8001"]
+
+
+def test_a_pool_member_is_probed_at_the_address_its_instances_listing_gives(tmp_path):
+    """The member's name is no address: only the listing (by llmao's label) says where it
+    answers, and its bearer is derived for its name as any box's."""
+    (address,) = loopback_boxes(1)
+    fleet = load_fleet(*write_pair(tmp_path, pooled(serve=[["gemma", 8001]])))
+    member = box_name("chat", "a1b2c3d4")
+    joined = fleet.with_pool_members({member: "chat"})
+    (server,) = joined.assignment(member).servers
+    stub = start_local_stub(0, served_name=server.served_model_name, model="google/gemma",
+                            api_key=server.api_key, box_name=member, host=address)
+    try:
+        listed, _ = parse_vast({"instances": [
+            {**vast_instance(4242, address, {8001: stub.port}, 0.4),
+             "label": instance_label("chat", member)}]})
+        probes = probe_fleet(joined, index_listings(["vast"], listed, {}), [member],
+                             connect_timeout=2, timeout=5)
+    finally:
+        stub.stop()
+    assert probes[server.id] | {"metrics": None, "latency": None} == {
+        "box": member, "name": "gemma", "listen_port": 8001, "public": f"{address}:{stub.port}",
+        "health_ok": True, "models": "lists", "detail": "", "metrics": None, "latency": None}
