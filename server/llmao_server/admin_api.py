@@ -13,7 +13,8 @@ watches one box's turn (``GET /admin/api/boxes/<name>/turn``) and has the box's 
 request signed under box TLS (``POST /admin/api/boxes/<name>/cert``, :mod:`.box_certs`) as
 the controller, never speaking as the box. ``DELETE /admin/api/boxes/<name>/binding``
 releases a box's binding (docs/box-identity.md). ``/admin/api/pass-lease`` keeps one
-reconcile pass at a time, fleet-wide (:mod:`.pass_lease`).
+reconcile pass at a time, fleet-wide (:mod:`.pass_lease`). ``POST /admin/api/pools`` keeps what
+a pool pass left (:mod:`.pool_report`).
 
 Every body is read with finite numbers only (:mod:`.json_body`), and every route
 needs ``Authorization: Bearer <admin.token>`` (:mod:`.admin_gate`).
@@ -49,6 +50,7 @@ from .box_certs import CERT_REQUEST_MAX_BYTES, issue_certificate
 from .json_body import read_json_body
 from .observations import observations
 from .pass_lease import lease_answer, read_lease_claim, read_lease_id
+from .pool_report import read_pools_report
 from .reconcile_pass import read_pass
 from .redaction import clipped
 from .state import ServerState, app_state
@@ -240,6 +242,21 @@ def configured_pools(state: ServerState) -> Collection[str]:
 
 def iso_time(seconds: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seconds))
+
+
+# ------------------------------------------------------------------ pools
+
+
+@bp.post("/pools")
+def record_pools() -> Response:
+    """What a pool pass left (docs/pools.md): each pool's boxes, bounds, spend and the
+    budget, and its decisions with why, for ``/metrics`` and the dashboard. A report not
+    newer than the last one kept (a post sent twice) is answered and counts nothing."""
+    state = app_state()
+    report = read_pools_report(read_json_body(), configured_pools(state), time.time(),
+                               state.redact)
+    return json_answer({"recorded": state.store.record_pools(report),
+                        "pools": len(report.states)})
 
 
 # ------------------------------------------------ the fleet-wide reconcile pass lease

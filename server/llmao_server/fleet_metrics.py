@@ -37,6 +37,7 @@ from .api_errors import RequestRefused
 from .bearer_header import presented_bearer
 from .build_info import package_version
 from .cert_expiry import certificate_expiries
+from .pool_metrics import pool_metrics
 from .state import ServerState, app_state, waiting_unknowns
 from .store import ReconcilePass
 
@@ -127,6 +128,7 @@ class FleetCollector:
                                 "Names presenting the fleet key that are not in fleet.hosts "
                                 "nor approved.", value=len(unknown))
         yield from binding_metrics(self.state)
+        yield from pool_metrics(self.state.store.pools())
         served = set(self.state.fleet_in_force(approvals).assignments)
         yield from box_checkins(served, self.state.store.fetch_times(),
                                 self.state.store.check_times(),

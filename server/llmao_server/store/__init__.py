@@ -9,6 +9,7 @@ from .base import (
     HISTORY_KEEP_S,
     HISTORY_LIMIT,
     OVERALL_SCOPE,
+    POOL_DECISIONS_KEPT,
     UNKNOWN_LIMIT,
     AppliedCard,
     AppliedReport,
@@ -21,6 +22,8 @@ from .base import (
     IssuedLeaf,
     LoadSample,
     PassLease,
+    PoolRecord,
+    PoolsReport,
     ReconcilePass,
     StateStore,
     StoreError,
@@ -29,10 +32,11 @@ from .base import (
 from .sqlite import SqliteStore
 
 __all__ = ["ATTEMPT_PEER_LIMIT", "HISTORY_BUCKET_S", "HISTORY_FULL_S", "HISTORY_KEEP_S",
-           "HISTORY_LIMIT", "OVERALL_SCOPE", "UNKNOWN_LIMIT", "AppliedCard", "AppliedReport",
+           "HISTORY_LIMIT", "OVERALL_SCOPE", "POOL_DECISIONS_KEPT", "UNKNOWN_LIMIT",
+           "AppliedCard", "AppliedReport",
            "AppliedServer", "Approval", "BindingConflict", "BindingWrite", "BoxBinding",
            "Enrollment", "IssuedLeaf", "LoadSample",
-           "PassLease", "ReconcilePass", "SqliteStore",
+           "PassLease", "PoolRecord", "PoolsReport", "ReconcilePass", "SqliteStore",
            "StateStore", "StoreError", "UnknownBox", "open_store"]
 
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")

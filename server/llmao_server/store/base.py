@@ -29,6 +29,8 @@ HISTORY_FULL_S = 2 * 3600.0
 HISTORY_BUCKET_S = 600.0
 HISTORY_KEEP_S = 48 * 3600.0
 HISTORY_LIMIT = 1000
+# The latest decisions kept per pool (the dashboard shows the last few).
+POOL_DECISIONS_KEPT = 50
 
 
 class StoreError(RuntimeError):
@@ -193,6 +195,30 @@ class BindingConflict:
     last_peer: str | None
     holder_peer: str | None = None
     holder: str | None = None
+
+
+@dataclass(frozen=True)
+class PoolsReport:
+    """What one pool pass tells (:mod:`llmao_server.pool_report` checked it): per pool its
+    state (boxes, bounds, spend, budget), its decisions in order, and what they add to its
+    counters ((counter, reason) → how many)."""
+
+    at: float
+    states: Mapping[str, Mapping[str, Any]]
+    decisions: Mapping[str, tuple[Mapping[str, Any], ...]]
+    counts: Mapping[str, Mapping[tuple[str, str], int]]
+
+
+@dataclass(frozen=True)
+class PoolRecord:
+    """One pool as the store keeps it: its latest state and when, its latest decisions
+    (newest first) and its counters since it was first reported."""
+
+    pool: str
+    state: Mapping[str, Any]
+    reported_at: float
+    decisions: tuple[Mapping[str, Any], ...]
+    counts: Mapping[tuple[str, str], int]
 
 
 class StateStore(ABC):
@@ -398,6 +424,18 @@ class StateStore(ABC):
     def binding_conflicts(self) -> list[BindingConflict]:
         """The refused claims of every name since it was last released or given to another
         holder, most recent first."""
+
+    @abstractmethod
+    def record_pools(self, report: PoolsReport) -> bool:
+        """Keep a pool pass's report: each pool's state replaced, its decisions added (the
+        newest :data:`POOL_DECISIONS_KEPT` kept), its counters increased; pools the report
+        does not name are forgotten (config.yaml lost them). One transaction, one report at
+        a time; a report not newer than the last one kept changes nothing (a post sent
+        twice counts once). Whether it was kept."""
+
+    @abstractmethod
+    def pools(self) -> list[PoolRecord]:
+        """Every reported pool, by name."""
 
     @abstractmethod
     def close(self) -> None:

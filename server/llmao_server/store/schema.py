@@ -179,6 +179,26 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             revoked INTEGER NOT NULL)""",
         "CREATE INDEX IF NOT EXISTS issued_leaves_by_box ON issued_leaves (box)",
     ),
+    # 5: pools (docs/pools.md). What the latest pool pass left of each pool (its boxes,
+    # bounds, spend and the budget, as JSON), its latest decisions (seq counts per pool), and
+    # its counters: rents, returns, failed rents by kind of error.
+    (
+        """CREATE TABLE IF NOT EXISTS pool_states (
+            pool TEXT PRIMARY KEY,
+            state TEXT NOT NULL,
+            reported_at DOUBLE PRECISION NOT NULL)""",
+        """CREATE TABLE IF NOT EXISTS pool_decisions (
+            pool TEXT NOT NULL,
+            seq BIGINT NOT NULL,
+            decision TEXT NOT NULL,
+            PRIMARY KEY (pool, seq))""",
+        """CREATE TABLE IF NOT EXISTS pool_counts (
+            pool TEXT NOT NULL,
+            counter TEXT NOT NULL,
+            reason TEXT NOT NULL,
+            count BIGINT NOT NULL,
+            PRIMARY KEY (pool, counter, reason))""",
+    ),
 )
 
 

@@ -174,6 +174,16 @@ NOTE_CONFLICT = """
         last_at = excluded.last_at, last_peer = excluded.last_peer
     RETURNING claims"""
 
+KEEP_POOL_STATE = """
+    INSERT INTO pool_states (pool, state, reported_at) VALUES (?, ?, ?)
+    ON CONFLICT (pool) DO UPDATE SET state = excluded.state, reported_at = excluded.reported_at"""
+
+ADD_POOL_COUNT = """
+    INSERT INTO pool_counts (pool, counter, reason, count) VALUES (?, ?, ?, ?)
+    ON CONFLICT (pool, counter, reason) DO UPDATE SET count = pool_counts.count + excluded.count"""
+
+POOL_TABLES = ("pool_states", "pool_decisions", "pool_counts")
+
 KEEP_FIRST_SECRET = """
     INSERT INTO server_secrets (name, value) VALUES (?, ?) ON CONFLICT (name) DO NOTHING"""
 
@@ -388,6 +398,39 @@ class SqlStore(base.StateStore):
                     ("DELETE FROM issued_leaves WHERE not_after < ?",
                      [(leaf.issued_at - LEAF_KEPT_AFTER_S,)]))
 
+    def record_pools(self, report: base.PoolsReport) -> bool:
+        with self._store_errors("record the pools"), self._transaction() as cursor:
+            cursor.execute(self.turns_lock)  # one report at a time: read, then write
+            cursor.execute("SELECT MAX(reported_at) FROM pool_states")
+            latest = cursor.fetchone()[0]
+            if latest is not None and report.at <= latest:
+                return False
+            self._forget_pools(cursor, list(report.states))
+            for pool, state in report.states.items():
+                cursor.execute(self._sql(KEEP_POOL_STATE), (pool, json.dumps(state), report.at))
+                self._add_pool_decisions(cursor, pool, report.decisions.get(pool, ()))
+                cursor.executemany(self._sql(ADD_POOL_COUNT),
+                                   [(pool, counter, reason, count) for (counter, reason), count
+                                    in report.counts.get(pool, {}).items() if count])
+            return True
+
+    def _forget_pools(self, cursor: Any, kept: Sequence[str]) -> None:
+        """Drop every pool but ``kept`` from the pool tables."""
+        keep = f"WHERE pool NOT IN ({', '.join('?' * len(kept))})" if kept else ""
+        for table in POOL_TABLES:
+            cursor.execute(self._sql(f"DELETE FROM {table} {keep}"), tuple(kept))
+
+    def _add_pool_decisions(self, cursor: Any, pool: str,
+                            decisions: Sequence[Mapping[str, Any]]) -> None:
+        cursor.execute(self._sql("SELECT MAX(seq) FROM pool_decisions WHERE pool = ?"), (pool,))
+        last = int(cursor.fetchone()[0] or 0)
+        cursor.executemany(self._sql("INSERT INTO pool_decisions (pool, seq, decision) "
+                                     "VALUES (?, ?, ?)"),
+                           [(pool, last + index, json.dumps(decision))
+                            for index, decision in enumerate(decisions, 1)])
+        cursor.execute(self._sql("DELETE FROM pool_decisions WHERE pool = ? AND seq <= ?"),
+                       (pool, last + len(decisions) - base.POOL_DECISIONS_KEPT))
+
     def note_binding_conflict(self, box: str, peer: str | None, now: float) -> int:
         with self._store_errors("count a refused claim"), self._transaction() as cursor:
             cursor.execute(self._sql(NOTE_CONFLICT), (box, now, peer))
@@ -420,6 +463,20 @@ class SqlStore(base.StateStore):
                            "FROM binding_conflicts c LEFT JOIN box_bindings b ON b.box = c.box "
                            "ORDER BY c.last_at DESC, c.box")
         return [base.BindingConflict(*row) for row in rows]
+
+    def pools(self) -> list[base.PoolRecord]:
+        decisions: dict[str, list[Any]] = {}
+        for pool, decision in self._query("SELECT pool, decision FROM pool_decisions "
+                                          "ORDER BY pool, seq DESC"):
+            decisions.setdefault(pool, []).append(json.loads(decision))
+        counts: dict[str, dict[tuple[str, str], int]] = {}
+        for pool, counter, reason, count in self._query(
+                "SELECT pool, counter, reason, count FROM pool_counts"):
+            counts.setdefault(pool, {})[(counter, reason)] = int(count)
+        return [base.PoolRecord(pool, json.loads(state), reported_at,
+                                tuple(decisions.get(pool, ())), counts.get(pool, {}))
+                for pool, state, reported_at in self._query(
+                    "SELECT pool, state, reported_at FROM pool_states ORDER BY pool")]
 
     def pass_lease(self, now: float) -> base.PassLease | None:
         rows = self._query(f"SELECT {PASS_LEASE_COLUMNS} FROM pass_lease "
