@@ -100,7 +100,7 @@ observations:
       description:
         - The boxes llmao bound as members of a pool (box to pool, C(docs/pools.md)), for the
           C(pool_members) option of M(llmao.fleet.vllm_probe) and
-          M(llmao.fleet.litellm_deployment): their servers are the pool's rows, probed at the
+          M(llmao.fleet.litellm_deployment); their servers are the pool's rows, probed at the
           address the pool's provider listing gives the instance.
       type: dict
     turns:
