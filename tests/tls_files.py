@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 
 from llmao_server.fleet_ca import make_ca, read_csr, sign_leaf
 
@@ -47,3 +50,16 @@ def make_test_ca(folder: Path, name: str = "test fleet CA") -> TestCa:
     write_atomically(folder / "ca.pem", cert, 0o644)
     write_atomically(folder / "ca.key", key, 0o600)
     return TestCa(folder / "ca.pem", folder / "ca.key")
+
+
+def csr_pem(*names: str, key: Any = None) -> str:
+    """A box's certificate request (PEM) naming ``names``, made with ``key`` (a new P-256
+    key by default)."""
+    key = key or ec.generate_private_key(ec.SECP256R1())
+    alternative = [x509.IPAddress(ipaddress.ip_address(n)) if n[0].isdigit()
+                   else x509.DNSName(n) for n in names]
+    builder = x509.CertificateSigningRequestBuilder().subject_name(
+        x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, names[0] if names else "box")]))
+    if alternative:
+        builder = builder.add_extension(x509.SubjectAlternativeName(alternative), critical=False)
+    return builder.sign(key, hashes.SHA256()).public_bytes(serialization.Encoding.PEM).decode()

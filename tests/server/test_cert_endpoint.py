@@ -3,7 +3,6 @@ and every other request refused with nothing signed (docs/box-tls.md)."""
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import logging
 import ssl
@@ -15,7 +14,7 @@ import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
-from cryptography.x509.oid import ExtensionOID, NameOID
+from cryptography.x509.oid import ExtensionOID
 from flask.testing import FlaskClient
 
 from ansible_collections.llmao.fleet.plugins.module_utils.llmao_admin import box_path
@@ -25,6 +24,7 @@ from llmao_server.state import app_state
 from llmao_server.store import ReconcilePass
 from tests.server.fleet_pair import ADMIN_TOKEN, KNOWN, OTHER_KNOWN, box_headers, config
 from tests.server.test_admin_api import admin
+from tests.tls_files import csr_pem
 
 NAMED = "gpu-a"  # a box named by its provider id: its address comes from a listing
 
@@ -34,17 +34,6 @@ def tls_config(folder: Path, **changes: Any) -> dict[str, Any]:
     document = config(**changes)
     document["box_tls"] = {"ca_cert": cert, "ca_key": key, "leaf_days": 3}
     return document
-
-
-def csr_pem(*names: str, key: Any = None) -> str:
-    key = key or ec.generate_private_key(ec.SECP256R1())
-    alternative = [x509.IPAddress(ipaddress.ip_address(n)) if n[0].isdigit()
-                   else x509.DNSName(n) for n in names]
-    builder = x509.CertificateSigningRequestBuilder().subject_name(
-        x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, names[0] if names else "box")]))
-    if alternative:
-        builder = builder.add_extension(x509.SubjectAlternativeName(alternative), critical=False)
-    return builder.sign(key, hashes.SHA256()).public_bytes(serialization.Encoding.PEM).decode()
 
 
 class Box:
