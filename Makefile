@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.llmao-setup
 
-.PHONY: setup litellm-venv setup-vllm demo demo-stop demo-roll test lint sanity bench clean
+.PHONY: setup litellm-venv setup-vllm demo demo-stop demo-roll test lint sanity bench collection clean
 
 setup: $(STAMP) litellm-venv
 
@@ -53,6 +53,11 @@ sanity: setup
 
 bench: setup
 	@$(BIN)/python -m bench
+
+# The collection's tarball in dist/, carrying docs/ (the pages its plugins name): see
+# scripts/build_collection.py.
+collection: setup
+	@$(BIN)/python scripts/build_collection.py --output-path dist
 
 clean:
 	rm -rf $(VENV) .venv-litellm .venv-vllm .cache/tiny-llama* .pytest_cache .ruff_cache
