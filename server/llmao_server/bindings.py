@@ -32,6 +32,21 @@ from contextlib import suppress
 from dataclasses import dataclass, replace
 from typing import Any, NoReturn
 
+from ansible_collections.llmao.fleet.plugins.module_utils.box_protocol import (
+    BOOTSTRAP_ENV,
+    BOOTSTRAP_ENVIRON,
+    BOOTSTRAP_HEADER,
+    INSTANCE_ENVIRON,
+    MAX_INSTANCE,
+    TOKEN_BYTES,
+    TOKEN_ENVIRON,
+)
+from ansible_collections.llmao.fleet.plugins.module_utils.box_protocol import (
+    INSTANCE_HEADER as INSTANCE_HEADER,  # named where identity is decided, as the tests read it
+)
+from ansible_collections.llmao.fleet.plugins.module_utils.box_protocol import (
+    TOKEN_HEADER as TOKEN_HEADER,
+)
 from ansible_collections.llmao.fleet.plugins.module_utils.config_file import BINDING_ENROLLED
 
 from .admin_attempts import AttemptRefused, claim_attempts, peer_scope, worth_auditing
@@ -41,16 +56,6 @@ from .binding_cache import BindingCache
 from .state import ServerState
 from .store import BindingWrite, BoxBinding, Enrollment, StoreError
 
-TOKEN_HEADER = "X-LLMAO-Box-Token"
-INSTANCE_HEADER = "X-LLMAO-Box-Instance"
-BOOTSTRAP_HEADER = "X-LLMAO-Bootstrap-Token"
-# Where WSGI keeps them (PEP 3333).
-TOKEN_ENVIRON = "HTTP_X_LLMAO_BOX_TOKEN"
-INSTANCE_ENVIRON = "HTTP_X_LLMAO_BOX_INSTANCE"
-BOOTSTRAP_ENVIRON = "HTTP_X_LLMAO_BOOTSTRAP_TOKEN"
-TOKEN_BYTES = 32
-# A provider's instance id is short; anything longer or unprintable is not kept.
-MAX_INSTANCE = 128
 # Box and bootstrap tokens are counted per peer in a scope of their own: a box's guesses never
 # spend the admin token's budget, nor an admin's typos a box's.
 BOX_TOKEN_SCOPE = "box-token"
@@ -312,7 +317,7 @@ REFUSALS = {
     "box_not_enrolled": "box {box!r} binds only through a bootstrap token: an admin enrolls "
                         "it (llmao-server enroll {box} --ttl 1h, or POST "
                         "/admin/api/boxes/{box}/enroll) and the box presents the token once in "
-                        "X-LLMAO-Bootstrap-Token (LLMAO_BOOTSTRAP_TOKEN)",
+                        f"{BOOTSTRAP_HEADER} ({BOOTSTRAP_ENV})",
     "box_reserved": "box {box!r} was released for another instance (the provider listing's); "
                     "this box does not report that instance id",
     "bootstrap_token_invalid": "the bootstrap token presented for box {box!r} is not its "

@@ -32,9 +32,21 @@ from typing import Any, NamedTuple
 
 from werkzeug.wsgi import get_input_stream
 
+from ansible_collections.llmao.fleet.plugins.module_utils.box_protocol import (
+    APPLIED_PATH,
+    BOOTSTRAP_ENVIRON,
+    BOX_API_PREFIX,
+    CERT_PATH,
+    CONFIG_PATH,
+    HOST_ENVIRON,
+    HOST_HEADER,
+    TOKEN_ENVIRON,
+    TOKEN_HEADER,
+    TURN_PATH,
+    environ_key,
+)
 from ansible_collections.llmao.fleet.plugins.module_utils.hostnames import (
     FORWARDED_HEADER,
-    HOST_HEADER,
     claimed_box_name,
 )
 from ansible_collections.llmao.fleet.plugins.module_utils.intent import BoxAssignment
@@ -44,21 +56,13 @@ from .access_log import NO_CLAIM, AccessLog, LineHead
 from .api_errors import JSON, RequestRefused, error_answer
 from .applied_report import APPLIED_MAX_BYTES, read_applied_report
 from .bearer_header import presented_bearer
-from .bindings import (
-    BOOTSTRAP_ENVIRON,
-    TOKEN_ENVIRON,
-    TOKEN_HEADER,
-    admit_box,
-    admitted_by_memory,
-)
+from .bindings import admit_box, admitted_by_memory
 from .box_certs import CERT_REQUEST_MAX_BYTES, issue_certificate
 from .hsts import HSTS_HEADER, over_https
 from .redaction import clipped
 from .state import ServerState
 from .turns import AskViews, ask_turn, read_ask
 
-PREFIX = "/vllm/"
-CONFIG_PATH = "/vllm/config"
 STATUS_LINES = {status.value: f"{status.value} {status.phrase}" for status in HTTPStatus}
 OK = HTTPStatus.OK.value
 NOT_MODIFIED = HTTPStatus.NOT_MODIFIED.value
@@ -67,10 +71,8 @@ INTERNAL_ERROR = HTTPStatus.INTERNAL_SERVER_ERROR.value
 # Headers of every answer, made once.
 JSON_TYPE = ("Content-Type", JSON)
 NO_STORE = ("Cache-Control", "no-store")
-# Where WSGI keeps the two headers a claim is read from (PEP 3333: ``HTTP_``, then the
-# name upper-cased with ``-`` as ``_``).
-HOST_ENVIRON, FORWARDED_ENVIRON = ("HTTP_" + name.upper().replace("-", "_")
-                                   for name in (HOST_HEADER, FORWARDED_HEADER))
+# Where WSGI keeps the other header a claim is read from.
+FORWARDED_ENVIRON = environ_key(FORWARDED_HEADER)
 IF_NONE_MATCH_ENVIRON = "HTTP_IF_NONE_MATCH"
 # How a request claims its box when it names it in X-LLMAO-Host (the core's rule).
 HEADER_CLAIM = "header"
@@ -245,10 +247,10 @@ def request_certificate(state: ServerState, request: BoxRequest) -> Answer:
 
 
 ROUTES: dict[str, tuple[tuple[str, ...], Callable[[ServerState, BoxRequest], Answer]]] = {
-    "/vllm/config": (("GET", "HEAD"), fetch_config),
-    "/vllm/applied": (("POST",), report_applied),
-    "/vllm/turn": (("POST",), request_turn),
-    "/vllm/cert": (("POST",), request_certificate),
+    CONFIG_PATH: (("GET", "HEAD"), fetch_config),
+    APPLIED_PATH: (("POST",), report_applied),
+    TURN_PATH: (("POST",), request_turn),
+    CERT_PATH: (("POST",), request_certificate),
 }
 
 
@@ -276,7 +278,7 @@ class BoxApi:
     def __call__(self, environ: dict[str, Any],
                  start_response: Callable[..., Any]) -> Iterable[bytes]:
         path = environ.get("PATH_INFO", "")
-        if not path.startswith(PREFIX):
+        if not path.startswith(BOX_API_PREFIX):
             return self.inner(environ, start_response)
         started = time.perf_counter()
         # What the access line says if this raises: gunicorn then answers 500.

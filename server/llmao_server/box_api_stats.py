@@ -29,9 +29,10 @@ from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
 
+from ansible_collections.llmao.fleet.plugins.module_utils.box_protocol import BOX_API_PATHS
+
 from .process_id import pid
 
-PATHS = ("/vllm/config", "/vllm/applied", "/vllm/turn", "/vllm/cert")
 CODE_CLASSES = ("1xx", "2xx", "3xx", "4xx", "5xx")
 # Upper bounds (seconds) of the latency histogram's buckets: a keyed fetch takes about a
 # millisecond, a turn may wait on the store's write lock.
@@ -46,7 +47,7 @@ _PER_PATH = len(CODE_CLASSES) + len(BUCKETS) + 2
 SLOTS = 64
 # A slot's values, rounded up to whole cache lines of 64 bytes (8 values), and one line more:
 # wherever the block starts, no line holds values of two slots.
-_SLOT = -(-len(PATHS) * _PER_PATH // 8) * 8 + 8
+_SLOT = -(-len(BOX_API_PATHS) * _PER_PATH // 8) * 8 + 8
 
 
 class BoxApiStats:
@@ -62,7 +63,7 @@ class BoxApiStats:
         # The id of the process that holds each slot (0: none yet).
         self._owners = memoryview(context.RawArray("q", slots)).cast("B").cast("q")
         self._lock = context.Lock()  # taken to claim a slot, and to add to the shared one
-        self._index = {path: number * _PER_PATH for number, path in enumerate(PATHS)}
+        self._index = {path: number * _PER_PATH for number, path in enumerate(BOX_API_PATHS)}
         # This process's slot (its first value's index), and the lock it adds under: None
         # for a slot of its own.
         self._slot_pid = 0
@@ -71,7 +72,7 @@ class BoxApiStats:
 
     def observe(self, path: str, status: int, seconds: float) -> None:
         """One answered request (``status``: 0-999); a path outside the box API's
-        :data:`PATHS` is not counted."""
+        :data:`BOX_API_PATHS` is not counted."""
         base = self._index.get(path)
         if base is None:
             return
@@ -105,7 +106,7 @@ class BoxApiStats:
         slots = [number * _SLOT for number, owner in enumerate(self._owners) if owner]
         slots.append(len(self._owners) * _SLOT)
         values = [sum(self._values[slot + offset] for slot in slots)
-                  for offset in range(len(PATHS) * _PER_PATH)]
+                  for offset in range(len(BOX_API_PATHS) * _PER_PATH)]
         requests = CounterMetricFamily("llmao_box_api_requests",
                                        "Box API requests this server answered, by path and "
                                        "status class.", labels=["path", "code"])

@@ -21,7 +21,11 @@ from ansible_collections.llmao.fleet.plugins.module_utils.intent import (
 )
 from ansible_collections.llmao.fleet.plugins.module_utils.json_values import is_number
 from ansible_collections.llmao.fleet.plugins.module_utils.lifecycle import Drift, State
-from ansible_collections.llmao.fleet.plugins.module_utils.listings import provider_of
+from ansible_collections.llmao.fleet.plugins.module_utils.listings import (
+    LOCAL_SOURCE,
+    Endpoint,
+    provider_of,
+)
 from ansible_collections.llmao.fleet.plugins.module_utils.rollout import Turn
 from ansible_collections.llmao.fleet.plugins.module_utils.rollout_status import (
     ModelRollout,
@@ -314,7 +318,8 @@ def build_row(fleet: Fleet, server: IntendedServer, assignment: BoxAssignment,
     else:
         state, reason = unprobed_state(fetched_at, now, approval)
         in_litellm = None
-        public = f"{server.box}:{server.listen_port}" if not fleet.settings.providers else None
+        public = None if fleet.settings.providers else \
+            Endpoint(server.box, server.listen_port, LOCAL_SOURCE).address
     provider = provider_of(fleet.settings.providers, (verdict or {}).get("provider"))
     reason = explained(fleet, server, state, reason, in_litellm, assignment, observed)
     binding = observed.bindings.get(server.box)

@@ -42,3 +42,14 @@ def test_the_bootstrap_header_and_every_binding_refusal_are_the_servers(install_
         pytest.skip("llmao-server has no enrollment yet (issue 33)")
     assert install_set.BOOTSTRAP_HEADER == bindings.BOOTSTRAP_HEADER
     assert set(bindings.REFUSALS) <= set(install_set.BINDING_REFUSALS)
+
+
+def test_every_token_llmao_mints_has_the_shape_a_box_keeps_and_presents():
+    """The shape is the core's box_protocol's; llmao's minting must stay inside it, or a box
+    would drop the token it was handed (and refuse its bootstrap token before sending it)."""
+    from ansible_collections.llmao.fleet.plugins.module_utils.box_protocol import is_box_token
+    from llmao_server.bindings import new_token
+
+    minted = [new_token() for count in range(200)]
+    assert all(is_box_token(token) for token in minted)
+    assert not is_box_token(minted[0][:31]) and not is_box_token(minted[0] + "=")

@@ -19,10 +19,10 @@ import stat
 import time
 from dataclasses import dataclass, field
 
+from .box_protocol import MAX_LEAF_DAYS
 from .field_checks import Section
 
 DEFAULT_LEAF_DAYS = 7
-MAX_LEAF_DAYS = 90
 
 
 @dataclass(frozen=True)

@@ -13,8 +13,9 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Mapping
 
+from .box_protocol import HOST_HEADER
+
 MAPPED_IPV4_PREFIX = "::ffff:"
-HOST_HEADER = "X-LLMAO-Host"
 FORWARDED_HEADER = "X-Forwarded-For"
 
 

@@ -54,6 +54,10 @@ STOPPED_STATUSES = frozenset({"exited", "stopped", "terminated"})
 MAX_LISTED_GPUS = 64
 
 
+# How a fleet without listings knows a server's public address: it is its listen address.
+LOCAL_SOURCE = "local: public equals listen"
+
+
 class ListingError(RuntimeError):
     """A provider listing could not be read; the message holds no secret."""
 
@@ -243,7 +247,7 @@ class Listings:
         if seed_public_port is not None:
             return Endpoint(box, seed_public_port, "fourth element")
         if not self.configured:
-            return Endpoint(box, listen_port, "local: public equals listen")
+            return Endpoint(box, listen_port, LOCAL_SOURCE)
         return Endpoint(box, listen_port, "not listed: listen port")
 
 

@@ -233,8 +233,7 @@ class _Wire:
         self.error: OSError | None = None
         self.sock: socket.socket | None = None
         self.deadline = min(time.monotonic() + owner.connect_timeout, owner.ends)
-        host = f"[{endpoint.host}]" if ":" in endpoint.host else endpoint.host
-        self.host, self.authority = endpoint.host, f"{host}:{endpoint.port}"
+        self.host, self.authority = endpoint.host, endpoint.address
         try:
             family, kind, proto, _name, address = self.loop.address(endpoint.host,
                                                                     endpoint.port)

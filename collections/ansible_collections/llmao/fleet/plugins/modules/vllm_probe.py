@@ -231,7 +231,7 @@ def probe_fleet(fleet: Fleet, listings: Listings, boxes: Collection[str] | None,
         endpoint = target.endpoint
         results[target.key] = {
             "box": server.box, "name": server.name, "listen_port": server.listen_port,
-            "public": f"{endpoint.host}:{endpoint.port}" if endpoint else None,
+            "public": endpoint.address if endpoint else None,
             **probe_record(probes[target.key]),
         }
     return results
