@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.llmao-setup
 
-.PHONY: setup litellm-venv setup-vllm demo demo-stop demo-roll test lint sanity bench collection clean
+.PHONY: setup litellm-venv setup-vllm demo demo-stop demo-roll test lint sanity bench collection box-program clean
 
 setup: $(STAMP) litellm-venv
 
@@ -58,6 +58,12 @@ bench: setup
 # scripts/build_collection.py.
 collection: setup
 	@$(BIN)/python scripts/build_collection.py --output-path dist
+
+# The box program: its package (roles/vllm_box/files/box_program/) and the core modules it
+# imports joined into the one file boxes fetch, install_set.py, which is committed (a test
+# fails when it is not a fresh build). Standard library only: it needs no setup.
+box-program:
+	@$(PYTHON) scripts/build_box_program.py
 
 clean:
 	rm -rf $(VENV) .venv-litellm .venv-vllm .cache/tiny-llama* .pytest_cache .ruff_cache

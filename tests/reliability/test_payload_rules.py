@@ -1,10 +1,11 @@
-"""The payload rules exist twice (the core, and the stdlib-only box program): pin the copy.
+"""The payload rules of the core and of the stdlib-only box program are the same rules.
 
-``module_utils/payload_rules.py`` is the original; ``install_set.py`` cannot import
-it and keeps a copy. The constants must be equal, and the checks built on them
-must give the same verdict on any value (hypothesis draws them, hostile
-characters included). test_config_box_agreement.py proves the consequence
-end to end: whatever loads, the box accepts.
+``module_utils/payload_rules.py`` is built into ``install_set.py``
+(scripts/build_box_program.py), which walks the JSON around them. The constants must
+be equal, and the checks the box builds on them must give the core's verdict on any
+value (hypothesis draws them, hostile characters included).
+test_config_box_agreement.py proves the consequence end to end: whatever loads, the box
+accepts.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
-"""The box program's copies of the protocol's names are llmao's own.
+"""The box program's names of the protocol are the ones llmao's server answers and reads.
 
-install_set.py runs alone on a box with the standard library, so it cannot import the core or
-the server: it carries copies. A change on either side must fail here, not on a fleet.
+install_set.py runs alone on a box with the standard library; its build carries the core's
+box_protocol.py into it, which the server imports too. A change on either side must fail
+here, not on a fleet.
 """
 
 from __future__ import annotations

@@ -4,9 +4,11 @@
 
 Whatever loads must be accepted by the box, or a config that llmao serves would
 strand a box at boot. The box program (``roles/vllm_box/files/install_set.py``)
-runs with the standard library alone and cannot import this module, so it keeps
-a copy of these rules; ``tests/reliability/test_payload_rules.py`` pins the copy
-to this original and a property test feeds every config that loads to the box.
+runs with the standard library alone, so this module imports nothing else: the
+program's build (``scripts/build_box_program.py``) carries it into the one file a
+box fetches, and the box applies these very rules. A property test
+(``tests/reliability/test_config_box_agreement.py``) feeds every config that loads
+to the box.
 
 Every value here ends on a ``vllm serve`` command line or in a Supervisor
 program, so the rules refuse what would change its meaning there: control,
