@@ -20,11 +20,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+from ansible_collections.llmao.fleet.plugins.module_utils.box_protocol import CONFIG_PATH
+
 TRICKLE_EVERY_S = 0.5
-REQUEST_START = b"GET /vllm/config HTTP/1.1\r\nHost: llmao\r\nX-Slow: "
+REQUEST_LINE = f"GET {CONFIG_PATH} HTTP/1.1\r\nHost: llmao\r\n".encode("ascii")
+REQUEST_START = REQUEST_LINE + b"X-Slow: "
 CONNECT_TIMEOUT_S = 5.0
 PIPELINE_STAGGER_S = 0.3
-PIPELINED = b"GET /vllm/config HTTP/1.1\r\nHost: llmao\r\n\r\n" * 1000
+PIPELINED = (REQUEST_LINE + b"\r\n") * 1000
 
 
 @dataclass
