@@ -13,6 +13,7 @@ instance stops its supervisord (and with it the servers) by its PID.
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import signal
 import subprocess
@@ -36,6 +37,9 @@ class RentedBoxes:
 
     folder: Path
     extra_env: dict[str, str] = field(default_factory=dict)
+    # What the boxes' vLLM doubles do (rig/stub_vllm.py's behaviour file, by listen port or
+    # "*"): a test paces the streams so that a load keeps their scheduler busy.
+    behaviour: dict[str, dict] = field(default_factory=dict)
     supervisors: dict[str, subprocess.Popen] = field(default_factory=dict)
     boots: dict[str, subprocess.CompletedProcess | None] = field(default_factory=dict)
     _addresses: itertools.count = field(default_factory=lambda: itertools.count(10))
@@ -47,6 +51,7 @@ class RentedBoxes:
             address = f"127.0.77.{next(self._addresses)}"
         folder = self.folder / instance.instance_id
         write_local_box(folder, address)
+        (folder / "vllm.json").write_text(json.dumps(self.behaviour))
         base = {"PATH": box_path(folder), "HOME": str(folder), "LANG": "C.UTF-8"}
         env = {**base, **instance.env, **self.extra_env,
                "PUBLIC_IPADDR": address, "CONTAINER_ID": instance.instance_id,
