@@ -28,6 +28,7 @@ VERDICTS_PATH = "/admin/api/verdicts"
 PASS_LEASE_PATH = "/admin/api/pass-lease"
 TURNS_PATH = "/admin/api/turns"
 TAKE_TURN_PATH = "/admin/api/turns/take"
+POOLS_PATH = "/admin/api/pools"
 # One box's resources: /admin/api/boxes/<name>/applied, /turn, /binding, /cert.
 BOXES_PATH = "/admin/api/boxes"
 
@@ -176,6 +177,11 @@ class LlmaoAdmin(JsonService):
         if not isinstance(answer, Mapping) or not isinstance(answer.get("bootstrap_token"), str):
             raise LlmaoAdminError(f"llmao's answer to enrolling {box} has no bootstrap token")
         return dict(answer)
+
+    def report_pools(self, document: Mapping[str, Any]) -> None:
+        """Tell llmao what a pool pass left (:func:`pool_report.pool_report`'s document), for
+        its ``/metrics`` and dashboard."""
+        self._call("POST", POOLS_PATH, dict(document))
 
     def claim_pass_lease(self, lease_id: str, holder: str, ttl_s: float) -> PassLeaseState:
         """Take (or renew, with the same ``lease_id``) the one-pass-at-a-time lease."""

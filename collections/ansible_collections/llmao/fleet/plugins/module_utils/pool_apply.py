@@ -242,7 +242,7 @@ def _rent(done: PoolPass, hands: Hands, pool: Pool, decision: Decision,
         done.count(pool.name, "failed_rents")
         _record(done, hands, pool, "rent_failed", box,
                 f"{decision.reason}: {getattr(exc, 'reason', None) or exc}",
-                offer_price=offer.usd_per_hour)
+                offer_price=offer.usd_per_hour, error=getattr(exc, "kind", None))
         if getattr(exc, "maybe_created", False):  # found by its label later, never doubled
             return rented(memory, box, done.now, offer.usd_per_hour)
         return backed_off(memory, done.now, getattr(exc, "retry_after", None))

@@ -27,6 +27,9 @@ description:
     with the token, C(fleet.key) and C(server.url) in its environment. A drain, a return or a
     box that left the listing releases the binding and deletes the box's LiteLLM routes; a
     return then destroys the instance.
+  - Once it acted, it tells llmao-server each pool's boxes, bounds and spend and this pass's
+    decisions with why (C(POST /admin/api/pools)), which C(/metrics) counts and the dashboard
+    shows; when llmao cannot be told, the pass warns and stands.
   - A create that timed out is remembered and found by its label on the next listing, never
     made twice; a provider's 429 is waited out as it asks; any provider error fails that one
     rent, which is audited and counted.
@@ -126,7 +129,10 @@ from ansible_collections.llmao.fleet.plugins.module_utils.fleet_module import (
     refuse_changed_files,
 )
 from ansible_collections.llmao.fleet.plugins.module_utils.litellm_client import LiteLLM
-from ansible_collections.llmao.fleet.plugins.module_utils.llmao_admin import LlmaoAdmin
+from ansible_collections.llmao.fleet.plugins.module_utils.llmao_admin import (
+    LlmaoAdmin,
+    LlmaoAdminError,
+)
 from ansible_collections.llmao.fleet.plugins.module_utils.pool_apply import (
     Hands,
     apply_pass,
@@ -137,6 +143,7 @@ from ansible_collections.llmao.fleet.plugins.module_utils.pool_apply import (
     state_path,
 )
 from ansible_collections.llmao.fleet.plugins.module_utils.pool_plan import CHANGES
+from ansible_collections.llmao.fleet.plugins.module_utils.pool_report import pool_report
 
 
 def pool_diff(done: Any) -> dict[str, Any]:
@@ -179,15 +186,25 @@ def main() -> None:
                          lines=[f"{d.pool}: would {d.kind} {d.box or ''}: {d.reason}"
                                 for d in plan.decisions], **result)
     audit_file = audit_path(fleet, module.params["audit_log"])
-    hands = Hands(fleet, LlmaoAdmin.from_settings(fleet.settings, timeout),
-                  LiteLLM.from_settings(fleet.settings, timeout), timeout,
-                  lambda entry: append_audit(audit_file, stamped(entry, time.time())))
-    memory = apply_pass(done, hands)
+    admin = LlmaoAdmin.from_settings(fleet.settings, timeout)
+    entries: list[dict[str, Any]] = []
+
+    def audit(entry: dict[str, Any]) -> None:
+        entries.append(stamped(entry, time.time()))
+        append_audit(audit_file, entries[-1])
+
+    memory = apply_pass(done, Hands(fleet, admin, LiteLLM.from_settings(fleet.settings, timeout),
+                                    timeout, audit))
     try:
         save_memory(path, memory)
     except OSError as exc:
         module.fail_json(msg=f"the pools acted, but their memory could not be written to "
                              f"{path}: {exc}", lines=done.lines)
+    try:
+        admin.report_pools(pool_report(done, memory, entries, time.time()))
+    except LlmaoAdminError as exc:  # the pass acted and is audited; only the dashboard lags
+        module.warn(f"the pools acted, but llmao-server was not told (its /metrics and "
+                    f"dashboard show the pass before): {exc}")
     module.exit_json(changed=bool(changing), lines=done.lines, counts=done.counts, **result)
 
 
