@@ -220,6 +220,8 @@ def test_under_enrolled_the_fleet_key_binds_nothing_and_a_bootstrap_token_binds_
     assert held[0] == 200 and held[1]["servers"]
     binding = observed(fleet)["bindings"][ENROLLED]
     assert (binding["state"], binding["peer"], binding["holder"]) == ("confirmed", winner, "box")
+    said = fleet.everything_said()
+    assert token not in said and enrollment["bootstrap_token"] not in said
 
 
 # ----------------------------------------------------------- c. a pending name stays its own
