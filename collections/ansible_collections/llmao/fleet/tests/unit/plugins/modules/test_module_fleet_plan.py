@@ -266,9 +266,9 @@ def test_a_listing_price_wins_over_the_configured_one(tmp_path):
 def test_a_pool_member_is_planned_as_any_box_at_its_instances_listed_address(tmp_path):
     fleet = load_fleet(*write_pair(tmp_path, pooled()))
     member = box_name("chat", "a1b2c3d4")
-    listed, _ = parse_vast({"instances": [
+    listed = parse_vast({"instances": [
         {**vast_instance(4242, "198.51.100.20", {8001: 41001, 8002: 41002}, 0.4),
-         "label": instance_label("chat", member)}]})
+         "label": instance_label("chat", member)}]})[0]
     record = observations(listings=index_listings(["vast"], listed, {}),
                           last_fetches={member: NOW - 30},
                           pool_members={member: "chat"}).record()
@@ -284,8 +284,8 @@ def test_a_pool_member_is_planned_as_any_box_at_its_instances_listed_address(tmp
     assert entries[gemma]["provider"] == entries[qwen]["provider"] == "vast"
     assert (entries[gemma]["state"], entries[qwen]["state"]) == ("Healthy", "Loading")
     assert entries[gemma]["public"] == "198.51.100.20:41001"
-    assert result["boxes"][member] == {"provider": "vast", "cost_per_hour": 0.4,
-                                      "source": "listing"}
+    priced = {"provider": "vast", "cost_per_hour": 0.4, "source": "listing"}
+    assert result["boxes"][member] == priced
     # The same pass without the member knows nothing of it: its servers are no one's.
     alone = result_of(fleet, seen, {server.id: DOWN for server in fleet.servers()})
     assert gemma not in {entry["id"] for entry in alone["servers"]}

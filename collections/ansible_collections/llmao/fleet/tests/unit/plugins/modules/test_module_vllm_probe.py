@@ -116,9 +116,9 @@ def test_a_pool_member_is_probed_at_the_address_its_instances_listing_gives(tmp_
     stub = start_local_stub(0, served_name=server.served_model_name, model="google/gemma",
                             api_key=server.api_key, box_name=member, host=address)
     try:
-        listed, _ = parse_vast({"instances": [
+        listed = parse_vast({"instances": [
             {**vast_instance(4242, address, {8001: stub.port}, 0.4),
-             "label": instance_label("chat", member)}]})
+             "label": instance_label("chat", member)}]})[0]
         probes = probe_fleet(joined, index_listings(["vast"], listed, {}), [member],
                              connect_timeout=2, timeout=5)
     finally:
