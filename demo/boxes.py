@@ -146,21 +146,30 @@ def wait_supervisor(folder: Path, box: str, timeout: float = 30.0) -> None:
         time.sleep(0.2)
 
 
+def local_box_base_env(folder: Path) -> dict[str, str]:
+    """What every process of a local box runs with: the box's tools first on PATH."""
+    return {"PATH": box_path(folder), "HOME": os.environ.get("HOME", str(folder)),
+            "LANG": "C.UTF-8"}
+
+
+def box_program_env(folder: Path, box: str) -> dict[str, str]:
+    """The environment the box program runs with on a local box, at boot and when asked what
+    an assignment would change: its folders, its vLLM, its address."""
+    return {**local_box_base_env(folder), "DATA_DIRECTORY": str(folder / "data"),
+            "SUPERVISOR_CONF_DIR": str(folder / "conf.d"),
+            "VLLM_BIN": str(folder / "bin" / "vllm"), "VLLM_HOST": box}
+
+
 def boot_local_box(box: str, ports: list[int], boot: BoxBoot, record: Record,
                    demo_dir: Path) -> dict[int, str]:
     """Start the box's supervisord (recorded), then run provision.sh as the box would; the
     servers answer on the box's own address (public = listen)."""
     folder, logs = demo_dir / "boxes" / box, demo_dir / "logs"
     write_local_box(folder, box)
-    base_env = {"PATH": box_path(folder), "HOME": os.environ.get("HOME", str(folder)),
-                "LANG": "C.UTF-8"}
     spawn(record, f"supervisord {box}", [str(folder / "bin" / "supervisord"), "-n"],
-          logs / f"supervisord-{box}.log", env=base_env, cwd=folder)
+          logs / f"supervisord-{box}.log", env=local_box_base_env(folder), cwd=folder)
     wait_supervisor(folder, box)
-    env = {**base_env, **boot.environment(box, str(boot.ca_file)),
-           "DATA_DIRECTORY": str(folder / "data"),
-           "SUPERVISOR_CONF_DIR": str(folder / "conf.d"),
-           "VLLM_BIN": str(folder / "bin" / "vllm"), "VLLM_HOST": box,
+    env = {**box_program_env(folder, box), **boot.environment(box, str(boot.ca_file)),
            "LLMAO_INSTALL_SET": str(INSTALL_SET)}
     done = subprocess.run(["bash", str(PROVISION)], env=env, cwd=folder, capture_output=True,
                           text=True, timeout=BOOT_TIMEOUT_S, check=False)

@@ -1,7 +1,10 @@
 """`make demo-roll`: change a model's max_model_len in the running demo and watch it roll.
 
 The change is the one an operator makes: edit the demo's models.yaml, send llmao-server a
-SIGHUP (it reads its files again and serves the new revision), and let the boxes follow. The
+SIGHUP (it reads its files again and serves the new revision), and let the boxes follow.
+Before the SIGHUP it prints every server that will restart and why, as each box's own program
+answers a dry run of the new assignment (``restarts.py``): a box whose servers share a card
+restarts the neighbours of the changed model too, their memory shares having moved. The
 progress is read from llmao's admin API and told with the core's rollout rows, the lines
 reconcile prints, until every box of the model runs the new revision and a reconcile pass that
 began after the last box applied it finds the model's servers Healthy.
@@ -28,6 +31,7 @@ from rig.fleet_files import WrittenFleet
 
 from .paths import demo_dir, shown
 from .processes import Record
+from .restarts import ask_container_box, ask_local_box, what_restarts
 from .run import running
 
 ROLL_TIMEOUT_S = 300.0
@@ -108,6 +112,17 @@ def watch(admin: LlmaoAdmin, fleet: Fleet, model: str, timeout_s: float = ROLL_T
     return 1
 
 
+def tell_restarts(before: Fleet, after: Fleet, record: Record) -> None:
+    """Print every server the change restarts and why, each box's program asked before
+    llmao serves the change (a box that shares a card restarts its other servers too)."""
+    ask = ask_container_box(record.containers) if record.mode == "container" else \
+        ask_local_box(demo_dir() / "boxes")
+    print("what restarts (each box's own program asked, with the new assignment, in a dry run):",
+          flush=True)
+    for line in what_restarts(before, after, ask):
+        print(f"  {line}", flush=True)
+
+
 def roll(model: str | None = None) -> int:
     """Change the model's max_model_len in the running demo, reload llmao-server, watch."""
     folder = demo_dir()
@@ -124,8 +139,10 @@ def roll(model: str | None = None) -> int:
     except NoChange as exc:
         print(f"demo-roll: {exc} ({shown(files.models_path)})", file=sys.stderr)
         return 2
+    running_fleet = files.load()
     files.models_path.write_text(text)
     fleet = files.load()  # what llmao-server will load: a file it refuses stops us here
+    tell_restarts(running_fleet, fleet, record)
     os.kill(server.pid, signal.SIGHUP)
     print(f"{name}: max_model_len {old} -> {new} in {shown(files.models_path)}; "
           f"kill -HUP {server.pid} (llmao-server reads its files again)", flush=True)

@@ -233,6 +233,15 @@ def test_demo_starts_answers_a_chat_and_stops_without_a_trace(demo_env):
         outputs.append(rolled.stdout + rolled.stderr)
         assert rolled.returncode == 0, outputs[-1]
         assert "tiny-chat: max_model_len 8192 -> 4096 in " in rolled.stdout
+        # Before the change: every server that restarts, and why. The first box shares its
+        # card between tiny-chat and small-chat, so small-chat restarts there too.
+        told = re.findall(r"^  box \S+: (.*)$", rolled.stdout, re.MULTILINE)
+        assert told.count("tiny-chat :8001 restarts (its recipe changed: max_model_len 8192 "
+                          "-> 4096)") == 2, rolled.stdout
+        assert [line for line in told if line.startswith(
+            "small-chat :8002 restarts (it shares the box's card with tiny-chat, whose recipe "
+            "changed: its --gpu-memory-utilization ")], rolled.stdout
+        assert len(told) == 3, rolled.stdout
         assert re.search(r"^\[ *\d+ s\] tiny-chat: .*(draining|restarting)", rolled.stdout,
                          re.MULTILINE), rolled.stdout
         assert re.search(r"^rolled: \d box\(es\) of tiny-chat on the new revision and Healthy",
