@@ -20,15 +20,21 @@ ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
 POOLS = "/admin/api/pools"
 
 
-@pytest.fixture
-def pool_client(make_app: Callable[..., Flask]) -> FlaskClient:
+def pool_config(*names: str) -> dict:
+    """The test fleet with pools (``chat`` alone by default) on a Vast account."""
     document = copy.deepcopy(CONFIG)
     document["providers"] = {"vast": {"api_key": "vast-key-" + "k" * 30}}
-    document["pools"] = {"chat": {
+    document["pools"] = {name: {
         "provider": "vast", "boxes": {"min": 1, "max": 3}, "serve": [["gemma", 8001]],
-        "offer": {"gpu_names": ["RTX 4090"], "max_usd_per_hour": 0.6}}}
+        "offer": {"gpu_names": ["RTX 4090"], "max_usd_per_hour": 0.6}}
+        for name in names or ("chat",)}
     document["budget"] = {"max_usd_per_hour": 1.5}
-    return make_app(document).test_client()
+    return document
+
+
+@pytest.fixture
+def pool_client(make_app: Callable[..., Flask]) -> FlaskClient:
+    return make_app(pool_config()).test_client()
 
 
 def pool_pass(at: float, decisions: list[dict], **changes) -> dict:

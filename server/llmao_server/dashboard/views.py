@@ -15,6 +15,7 @@ from ..state import app_state
 from ..store import StateStore
 from .auth import audit, client_address, current_admin
 from .fleet_view import CHART_SPAN_S, CHART_WINDOWS, ROLLOUT_COLUMNS, Observed, build_page
+from .pool_view import pool_panels
 
 QUERY_LENGTH = 100
 BOX_NAME_LENGTH = 253  # a DNS name's limit; addresses and pod ids are far shorter
@@ -62,7 +63,9 @@ def fleet() -> str:
                            ports=LISTEN_PORTS, admin=current_admin(),
                            rollout_columns=ROLLOUT_COLUMNS,
                            chart_windows=CHART_WINDOWS, window=window if window_s else "",
-                           fit_hours=int(CHART_SPAN_S // 3600))
+                           fit_hours=int(CHART_SPAN_S // 3600),
+                           pools=pool_panels(state.fleet.settings.pools, state.store.pools(),
+                                             now))
 
 
 def approve() -> Response:
