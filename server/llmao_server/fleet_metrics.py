@@ -263,6 +263,9 @@ def server_metrics(verdicts: Mapping[str, Mapping[str, Any]],
     in_state = GaugeMetricFamily("llmao_server_state", "1 for the server's state in the latest "
                                  "pass, 0 for every other state.",
                                  labels=[*SERVER_LABELS, "state"])
+    plain = GaugeMetricFamily("llmao_server_plain_http", "1 when the box answered the TLS "
+                              "hello in plain HTTP under box TLS (a possible downgrade).",
+                              labels=list(SERVER_LABELS))
     gauges = {name: GaugeMetricFamily(name, text, labels=list(SERVER_LABELS))
               for name, text, _ in SERVER_GAUGES}
     counters = {name: CounterMetricFamily(name, text, labels=list(SERVER_LABELS))
@@ -288,6 +291,7 @@ def server_metrics(verdicts: Mapping[str, Mapping[str, Any]],
         up.add_metric(labels, 1 if state == State.HEALTHY.value else 0)
         for each in State:
             in_state.add_metric([*labels, each.value], 1 if state == each.value else 0)
+        plain.add_metric(labels, 1 if verdict.get("plain_http") is True else 0)
         load = loads.get(key)
         if load is None:
             continue
@@ -302,6 +306,7 @@ def server_metrics(verdicts: Mapping[str, Mapping[str, Any]],
             add_known(counters[name], labels, getattr(load.metrics, field))
     yield up
     yield in_state
+    yield plain
     yield from gauges.values()
     yield from counters.values()
     yield from verdict_families.values()

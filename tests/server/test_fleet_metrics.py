@@ -25,13 +25,14 @@ from tests.server.fleet_pair import (
     CONFIG,
     FLEET_KEY,
     KNOWN,
+    LEGACY,
     OTHER_KNOWN,
     UNKNOWN,
     bound_headers,
     box_headers,
     config,
 )
-from tests.server.loaded_pass import a_pass
+from tests.server.loaded_pass import OTHER_QWEN, a_pass
 
 METRICS_TOKEN = secrets.token_urlsafe(32)
 REMOTE = {"REMOTE_ADDR": "198.51.100.99"}
@@ -141,7 +142,8 @@ def test_a_pass_shows_states_loads_verdicts_and_costs(client: FlaskClient,
     assert ("llmao_server_kv_cache_tokens", qwen) not in seen
     assert ("llmao_server_oversized", qwen) not in seen
     assert not [key for key in seen if key[1][:3] == other
-                and key[0] not in ("llmao_server_up", "llmao_server_state")]
+                and key[0] not in ("llmao_server_up", "llmao_server_state",
+                                   "llmao_server_plain_http")]
     assert not [key for key in seen if dict(key[1]).get("box") == OTHER_KNOWN
                 and key[0] == "llmao_box_cost_usd_per_hour"]
     assert not [key for key in seen if "cost_per_hour" in key[0] and "usd" not in key[0]]
@@ -172,6 +174,22 @@ def test_every_worker_answers_the_same(make_app: Callable[..., Flask]) -> None:
                for app in (first, second)]
     assert answers[0] == answers[1]
     assert [key for key in answers[0] if key[0] == "llmao_server_oversized"]
+
+
+def test_a_box_that_answered_tls_in_plain_http_is_1_every_other_server_0(
+        client: FlaskClient, state: ServerState) -> None:
+    recorded = a_pass(time.time())
+    verdicts = copy.deepcopy(dict(recorded.verdicts))
+    verdicts[OTHER_QWEN]["plain_http"] = True
+    verdicts[OTHER_QWEN]["reason"] = f"plain HTTP under box TLS: {verdicts[OTHER_QWEN]['reason']}"
+    state.store.record_pass(type(recorded)(recorded.pass_at, verdicts, recorded.drift,
+                                           recorded.recorded_at, recorded.models,
+                                           recorded.boxes))
+    plain = {labels: value for (name, labels), value in samples(client.get("/metrics")).items()
+             if name == "llmao_server_plain_http"}
+    assert plain == {server(OTHER_KNOWN, "qwen", "qwen"): 1,
+                     server(KNOWN, "gemma", "gemma"): 0, server(KNOWN, "qwen", "qwen"): 0,
+                     server(LEGACY, "gemma", "gemma"): 0}
 
 
 def test_each_box_shows_the_earliest_expiry_of_the_certificates_it_served(
