@@ -26,6 +26,7 @@ from ansible_collections.llmao.fleet.plugins.module_utils.listings import (
     Endpoint,
     provider_of,
 )
+from ansible_collections.llmao.fleet.plugins.module_utils.reconcile_plan import PLAIN_UNDER_TLS
 from ansible_collections.llmao.fleet.plugins.module_utils.rollout import Turn
 from ansible_collections.llmao.fleet.plugins.module_utils.rollout_status import (
     ModelRollout,
@@ -116,6 +117,14 @@ CONFLICT_ADVICE = ("A call presented the fleet key and a bound box's name withou
                    "binding (the Release button on its row) and it binds again on its next "
                    "fetch; if not, the fleet key has leaked: rotate fleet.key "
                    "(docs/box-identity.md).")
+PLAIN_HTTP_ADVICE = ("The box answered llmao's TLS hello in plain HTTP. If llmao issued it a "
+                     "certificate or verified one from it, treat it as a downgrade: something "
+                     "on the path may be reading its bearer and prompts. llmao kept its https "
+                     "route and never moves it to http; check the network between reconcile "
+                     "and the box, and release its binding if the box was replaced. A box that "
+                     "never had a certificate (a box program from before box TLS) sends its "
+                     "bearer in clear until it runs the current install_set.py: run it there "
+                     "(docs/box-tls.md).")
 ROUTE_DRIFT = (Drift.ORPHAN_ROUTE, Drift.UNMANAGED_ROUTE)
 # The states of a server that is not up: when its box runs an older revision, the box
 # has not started it at all.
@@ -442,6 +451,28 @@ def oversized_problem(rows: Sequence[Row]) -> Problem | None:
                    entries)
 
 
+def plain_http_problem(verdicts: Mapping[str, Mapping[str, Any]]) -> Problem | None:
+    """Servers whose box answered in plain HTTP under box TLS (the verdict's ``plain_http``):
+    a downgrade, or a box not on TLS yet; either way its bearer may cross the path in clear."""
+    entries = tuple((f"{verdict.get('box')} {verdict.get('name')} :{verdict.get('listen_port')}",
+                     plain_http_detail(verdict))
+                    for _, verdict in sorted(verdicts.items())
+                    if verdict.get("plain_http") is True)
+    if not entries:
+        return None
+    return Problem("plain-http", f"Servers answering {PLAIN_UNDER_TLS}", PLAIN_HTTP_ADVICE,
+                   entries)
+
+
+def plain_http_detail(verdict: Mapping[str, Any]) -> str:
+    """Where it answered, its verdict, and whether the pass kept its https route."""
+    why = str(verdict.get("why") or "")
+    kept = f"; {why.removeprefix(PLAIN_UNDER_TLS + ': ')}" if why.startswith(PLAIN_UNDER_TLS) \
+        else ""
+    return (f"answered at {verdict.get('public') or 'its address'}: "
+            f"{verdict.get('reason') or PLAIN_UNDER_TLS}{kept}")
+
+
 def saturated_problem(models: Mapping[str, ModelLoad]) -> Problem | None:
     entries = tuple((name, f"{figure(load.requests_waiting)} waiting, "
                            f"{figure(load.requests_running)} running on {load.healthy} Healthy "
@@ -621,7 +652,8 @@ def build_page(fleet: Fleet, observed: Observed, now: float, query: str = "",
     server_loads, model_loads = read_loads(observed)
     rows = build_rows(fleet, served, observed, now, server_loads)
     rolling = rollout(fleet, observed)
-    problems = [secrets_problem(fleet), conflicts_problem(observed.conflicts, now),
+    problems = [secrets_problem(fleet), plain_http_problem(observed.verdicts),
+                conflicts_problem(observed.conflicts, now),
                 paused_problem(rolling), oversized_problem(rows),
                 saturated_problem(model_loads), *state_problems(rows),
                 revision_problem(served, observed.applied, rolling_boxes(fleet, rolling)),
