@@ -61,3 +61,24 @@ def test_the_release_button_asks_and_then_frees_the_name(
     assert fetch(server)[0] == 200
     assert "box_binding outcome=released who='alice'" in server.log()
     assert token not in server.log()
+
+
+def test_the_enroll_button_shows_a_token_once_that_binds_the_box(
+        live_servers: Callable[..., LlmaoServer], new_page: Callable[[], Page]) -> None:
+    server = live_servers()
+    page = new_page()
+    log_in(page, server)
+    row = server_rows(page, KNOWN).first
+    row.get_by_label(f"bootstrap token lifetime for {KNOWN}").select_option("15m")
+    row.get_by_role("button", name="Enroll").click()
+    expect(page.locator("h1")).to_contain_text(f"Bootstrap token for {KNOWN}")
+    token = page.locator("#bootstrap-token").input_value()
+    assert len(token) >= 32 and token not in page.url
+    page.goto(f"{server.url}/fleet")
+    assert token not in page.content()
+    headers = {**box_headers(host=KNOWN), "X-LLMAO-Bootstrap-Token": token}
+    request = urllib.request.Request(f"{server.url}/vllm/config", headers=headers)
+    with urllib.request.urlopen(request, timeout=10) as answer:
+        assert answer.status == 200 and answer.headers.get(TOKEN_HEADER)
+    assert "box_enroll outcome=issued who='alice'" in server.log()
+    assert token not in server.log()

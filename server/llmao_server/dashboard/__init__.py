@@ -36,6 +36,7 @@ def create_blueprint() -> Blueprint:
     bp.add_url_rule("/", "index", views.index)
     bp.add_url_rule("/fleet", "fleet", views.fleet)
     bp.add_url_rule("/fleet/approve", "approve", views.approve, methods=["POST"])
+    bp.add_url_rule("/fleet/enroll", "enroll", views.enroll, methods=["POST"])
     bp.add_url_rule("/fleet/release", "release", views.release, methods=["POST"])
     bp.add_url_rule("/login", "login", auth.login, methods=["GET", "POST"])
     bp.add_url_rule("/logout", "logout", auth.logout, methods=["POST"])

@@ -1,5 +1,5 @@
-"""The fleet page and its actions: approving a box that is not in ``fleet.hosts``, and
-releasing a box's binding (docs/box-identity.md)."""
+"""The fleet page and its actions: approving a box that is not in ``fleet.hosts``, enrolling
+a box (its bootstrap token) and releasing a box's binding (docs/box-identity.md)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from ..bindings import release_binding
 from ..state import app_state
 from ..store import StateStore
 from .auth import audit, client_address, current_admin
+from .enroll_view import DEFAULT_TTL, ENROLL_TTLS, enrollment_offered, token_page
 from .fleet_view import CHART_SPAN_S, CHART_WINDOWS, ROLLOUT_COLUMNS, Observed, build_page
 from .pool_view import pool_panels
 
@@ -61,6 +62,9 @@ def fleet() -> str:
     models = [name for name, entry in state.fleet.models.items() if entry.self_hosted]
     return render_template("dashboard/fleet.html", page=page, query=query, models=models,
                            ports=LISTEN_PORTS, admin=current_admin(),
+                           enroll_ttls=ENROLL_TTLS, enroll_offered=enrollment_offered(),
+                           enroll_default=DEFAULT_TTL,
+                           binds_boxes=state.binds_boxes,
                            rollout_columns=ROLLOUT_COLUMNS,
                            chart_windows=CHART_WINDOWS, window=window if window_s else "",
                            fit_hours=int(CHART_SPAN_S // 3600),
@@ -69,12 +73,16 @@ def fleet() -> str:
 
 
 def approve() -> Response:
-    """Approve the picked models, in order, for one box; refusals are shown, not raised."""
+    """Approve the picked models, in order, for one box; refusals are shown, not raised. With
+    a token lifetime picked, the answer is the box's bootstrap token (:func:`token_page`)."""
     box = request.form.get("box", "").strip()
     models = [name for name in request.form.getlist("model") if name]
+    ttl = request.form.get("enroll", "")
     try:
         if len(box) > BOX_NAME_LENGTH:
             raise ApprovalError(f"a box name has at most {BOX_NAME_LENGTH} characters")
+        if ttl and ttl not in ENROLL_TTLS:
+            raise ApprovalError("pick a token lifetime the form offers")
         assignment = app_state().approve(box, models, current_admin() or "admin", time.time())
     except ApprovalError as refused:
         audit("approve", "refused", box=box[:BOX_NAME_LENGTH], models=models, why=str(refused))
@@ -85,6 +93,25 @@ def approve() -> Response:
                        for server in assignment.servers)
     flash(f"Approved {assignment.box}: {served}. Its next config fetch gets them, until the "
           "server restarts.", "info")
+    return token_page(assignment.box, ttl) if ttl else redirect(url_for("dashboard.fleet"))
+
+
+def enroll() -> Response:
+    """Mint a served box's one-time bootstrap token (docs/box-identity.md), shown once."""
+    box = request.form.get("box", "").strip()[:BOX_NAME_LENGTH]
+    ttl = request.form.get("ttl", "")
+    if ttl not in ENROLL_TTLS:
+        return enroll_refused(box, "pick a token lifetime the form offers")
+    assignment = app_state().served_assignment(box)
+    if assignment is None:
+        return enroll_refused(box, f"{box} is not served: add it to fleet.hosts or approve it "
+                                   "first")
+    return token_page(assignment.box, ttl)
+
+
+def enroll_refused(box: str, why: str) -> Response:
+    audit("enroll", "refused", box=box, why=why)
+    flash(f"Not enrolled: {why}.", "error")
     return redirect(url_for("dashboard.fleet"))
 
 
