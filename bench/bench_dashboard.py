@@ -34,10 +34,10 @@ from ansible_collections.llmao.fleet.plugins.module_utils.server_load import (
 from ansible_collections.llmao.fleet.plugins.module_utils.vllm_metrics import ServerMetrics
 from bench.fleetgen import write_fleet
 from llmao_server.app import create_app
-from llmao_server.dashboard.fleet_view import build_page
-from llmao_server.dashboard.views import observe
 from llmao_server.state import ServerState, app_state
 from llmao_server.store import AppliedReport, ReconcilePass, UnknownBox
+from llmao_server.web.fleet_view import build_page
+from llmao_server.web.views import observe
 from tests.dashboard.sessions import log_in
 
 BOXES = 500  # one to three servers each: 999 servers

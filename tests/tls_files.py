@@ -13,7 +13,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from llmao_server.fleet_ca import make_ca, read_csr, sign_leaf
+from llmao_server.tls.fleet_ca import make_ca, read_csr, sign_leaf
 
 
 @dataclass(frozen=True)

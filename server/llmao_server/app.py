@@ -19,15 +19,17 @@ from flask import Flask
 from ansible_collections.llmao.fleet.plugins.module_utils.config_errors import ConfigError
 from ansible_collections.llmao.fleet.plugins.module_utils.fleet import Fleet, load_fleet
 
-from . import admin_api, fleet_metrics, health, scrape_targets
+from . import health
 from .access_log import AccessLog
+from .admin import admin_api
 from .api_errors import flask_error_handler
-from .box_api import ROUTES, BoxApi
-from .dashboard import init_dashboard
-from .hsts import StrictTransport
+from .boxes.box_api import ROUTES, BoxApi
 from .logs import SERVER_LOGGER, ensure_server_logging
+from .metrics import fleet_metrics, scrape_targets
 from .state import ServerState, attach_state
 from .store import open_store
+from .tls.hsts import StrictTransport
+from .web import init_dashboard
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""Every box binding (:mod:`.bindings`), in each worker's memory: a fetch never reads the store.
+"""Every box binding (:mod:`.boxes.bindings`), in each worker's memory: no fetch reads the store.
 
 A background thread per worker reads only the bindings changed since its last
 look (each change takes the next ``seq`` in the store), so a binding made,

@@ -18,7 +18,7 @@ from ansible_collections.llmao.fleet.plugins.module_utils.config_errors import C
 from ansible_collections.llmao.fleet.plugins.module_utils.fleet import load_fleet
 from ansible_collections.llmao.fleet.plugins.module_utils.hostnames import normalize_host
 
-from .bindings import MAX_ENROLL_S, MIN_ENROLL_S, enroll_box
+from .boxes.bindings import MAX_ENROLL_S, MIN_ENROLL_S, enroll_box
 from .state import ServerState
 from .store import StoreError, open_store
 from .store.schema import NewerSchema

@@ -12,7 +12,7 @@ import argparse
 import os
 import sys
 
-from .fleet_ca import make_ca
+from .tls.fleet_ca import make_ca
 
 CERT_FILE = "ca.pem"
 KEY_FILE = "ca.key"

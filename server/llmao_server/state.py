@@ -19,10 +19,10 @@ from ansible_collections.llmao.fleet.plugins.module_utils.intent import BoxAssig
 
 from .binding_cache import BindingCache
 from .box_api_stats import BoxApiStats
-from .fleet_ca import CaSigner
 from .recorder import FetchRecorder
 from .redaction import Redactor
 from .store import Approval, StateStore, UnknownBox
+from .tls.fleet_ca import CaSigner
 
 EXTENSION = "llmao"
 
@@ -81,7 +81,7 @@ class ServerState:
             (fleet.settings.fleet.key or "").encode("utf-8") if fleet.fleet_key_configured
             else None)
         # The Authorization value the box program sends, matched whole before the bearer
-        # rule reads one (:func:`llmao_server.box_api.presents_fleet_key`); None: no usable
+        # rule reads one (:func:`llmao_server.boxes.box_api.presents_fleet_key`); None: no usable
         # key, or one not in ASCII (the rule alone then compares it).
         self.fleet_bearer: str | None = (
             "Bearer " + self.fleet_key.decode("ascii")

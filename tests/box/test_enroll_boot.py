@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from llmao_server import bindings
+from llmao_server.boxes import bindings
 from llmao_server.store import open_store
 from rig import web
 from rig.boxes import Box, host_gateway_address, start_box

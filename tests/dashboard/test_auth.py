@@ -12,7 +12,7 @@ from flask.testing import FlaskClient
 
 from ansible_collections.llmao.fleet.plugins.module_utils.config_errors import ConfigError
 from ansible_collections.llmao.fleet.plugins.module_utils.config_file import AttemptLimits
-from llmao_server.dashboard.auth import SESSION_COOKIE
+from llmao_server.web.auth import SESSION_COOKIE
 from rig.fleet_files import strong_secret
 from tests.dashboard.sessions import approve, csrf_token, flashes, log_in
 from tests.server.fleet_pair import ADMIN_TOKEN, CONFIG, SECRETS, UNKNOWN, box_headers
@@ -262,7 +262,7 @@ def test_a_session_ends_with_its_configured_lifetime(
     assert "Max-Age=60" in session_cookie(answer) or "Expires=" in session_cookie(answer)
     assert client.get("/fleet").status_code == 200
     later = time.time() + 61
-    monkeypatch.setattr("llmao_server.dashboard.auth.time.time", lambda: later)
+    monkeypatch.setattr("llmao_server.web.auth.time.time", lambda: later)
     assert client.get("/fleet").status_code == 302
 
 

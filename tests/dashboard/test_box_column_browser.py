@@ -19,9 +19,9 @@ from flask import Flask
 from playwright.sync_api import Page
 
 from ansible_collections.llmao.fleet.plugins.module_utils.intent import deployment_id
-from llmao_server.dashboard import views
-from llmao_server.dashboard.fleet_view import Observed
 from llmao_server.store import AppliedCard, AppliedReport, BoxBinding
+from llmao_server.web import views
+from llmao_server.web.fleet_view import Observed
 from tests.dashboard.sessions import log_in
 from tests.server.fleet_pair import CONFIG, KNOWN, OTHER_KNOWN
 from tests.tls_files import make_test_ca

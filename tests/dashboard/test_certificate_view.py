@@ -7,7 +7,7 @@ import copy
 
 from ansible_collections.llmao.fleet.plugins.module_utils.fleet import load_fleet
 from ansible_collections.llmao.fleet.plugins.module_utils.intent import deployment_id
-from llmao_server.dashboard.fleet_view import Observed, build_page
+from llmao_server.web.fleet_view import Observed, build_page
 from tests.server.fleet_pair import CONFIG, KNOWN, OTHER_KNOWN, write_pair
 from tests.tls_files import make_test_ca
 

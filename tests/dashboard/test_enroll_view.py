@@ -14,7 +14,7 @@ from flask import Flask
 from flask.testing import FlaskClient
 from werkzeug.test import TestResponse
 
-from llmao_server.bindings import BOOTSTRAP_HEADER, TOKEN_HEADER
+from llmao_server.boxes.bindings import BOOTSTRAP_HEADER, TOKEN_HEADER
 from llmao_server.state import app_state
 from tests.dashboard.sessions import csrf_token, flashes, log_in
 from tests.server.fleet_pair import KNOWN, SECRETS, UNKNOWN, box_headers, config

@@ -9,14 +9,14 @@ import pytest
 
 from ansible_collections.llmao.fleet.plugins.module_utils.fleet import Fleet, load_fleet
 from ansible_collections.llmao.fleet.plugins.module_utils.intent import deployment_id
-from llmao_server.dashboard.fleet_view import (
+from llmao_server.store import AppliedCard, AppliedReport, Approval, UnknownBox
+from llmao_server.web.fleet_view import (
     PROBLEM_STATES,
     Observed,
     Page,
     age,
     build_page,
 )
-from llmao_server.store import AppliedCard, AppliedReport, Approval, UnknownBox
 from rig.fleet_files import write_fleet
 from tests.server.fleet_pair import (
     CONFIG,

@@ -15,10 +15,10 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from ansible_collections.llmao.fleet.plugins.module_utils.fleet import Fleet, load_fleet
-from llmao_server.dashboard.charts import BOTTOM, HEIGHT, LEFT, TOP, line_chart, nice_ceiling
-from llmao_server.dashboard.fleet_view import CHART_MIN_FIT_S, CHART_SPAN_S, Observed, build_page
 from llmao_server.state import ServerState, app_state
 from llmao_server.store import LoadSample, ReconcilePass
+from llmao_server.web.charts import BOTTOM, HEIGHT, LEFT, TOP, line_chart, nice_ceiling
+from llmao_server.web.fleet_view import CHART_MIN_FIT_S, CHART_SPAN_S, Observed, build_page
 from tests.dashboard.sessions import log_in
 from tests.server.fleet_pair import KNOWN, LEGACY, OTHER_KNOWN, write_pair
 from tests.server.loaded_pass import a_pass

@@ -11,8 +11,8 @@ import time
 from flask import Flask
 from flask.testing import FlaskClient
 
-from llmao_server.dashboard.fleet_view import Observed, build_page
 from llmao_server.state import app_state
+from llmao_server.web.fleet_view import Observed, build_page
 from tests.dashboard.sessions import log_in
 from tests.server.fleet_pair import KNOWN, OTHER_KNOWN
 from tests.server.loaded_pass import GEMMA, OTHER_QWEN, a_pass

@@ -10,7 +10,7 @@ from ansible_collections.llmao.fleet.plugins.module_utils.fleet import Fleet, lo
 from ansible_collections.llmao.fleet.plugins.module_utils.intent import deployment_id
 from ansible_collections.llmao.fleet.plugins.module_utils.rollout import Phase, Turn
 from ansible_collections.llmao.fleet.plugins.module_utils.rollout_status import Stage
-from llmao_server.dashboard.fleet_view import Observed, build_page
+from llmao_server.web.fleet_view import Observed, build_page
 from tests.server.fleet_pair import CONFIG, KNOWN, LEGACY, OTHER_KNOWN, write_pair
 
 NOW = 1_800_000_000.0

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from llmao_server import bindings
+from llmao_server.boxes import bindings
 from llmao_server.store import open_store
 from tests.llmao_process import LlmaoServer, start_llmao_server
 from tests.reliability.box_runs import Ending, run_box

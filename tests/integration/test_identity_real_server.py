@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from llmao_server.bindings import BOOTSTRAP_HEADER, INSTANCE_HEADER, TOKEN_HEADER
+from llmao_server.boxes.bindings import BOOTSTRAP_HEADER, INSTANCE_HEADER, TOKEN_HEADER
 from llmao_server.store import BindingConflict, open_store
 from tests.binding_fleet import ADMIN, Fleet
 from tests.reliability.admin_http import login, request

@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 from flask.testing import FlaskClient
 
-from llmao_server.hsts import HSTS_HEADER
 from llmao_server.state import ServerState
+from llmao_server.tls.hsts import HSTS_HEADER
 from rig.tls import make_server_tls
 from tests.llmao_process import LlmaoServer, start_llmao_server
 from tests.server.fleet_pair import KNOWN, UNKNOWN, box_headers, write_pair

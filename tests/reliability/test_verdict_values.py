@@ -14,7 +14,7 @@ import time
 import pytest
 from flask.testing import FlaskClient
 
-from llmao_server.reconcile_pass import CLOCK_SKEW_S, PASS_MAX_AGE_S
+from llmao_server.admin.reconcile_pass import CLOCK_SKEW_S, PASS_MAX_AGE_S
 from llmao_server.state import ServerState
 from tests.server.fleet_pair import ADMIN_TOKEN, KNOWN
 

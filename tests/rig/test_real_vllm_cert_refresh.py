@@ -25,8 +25,8 @@ from ansible_collections.llmao.fleet.plugins.module_utils.box_tls import box_con
 from ansible_collections.llmao.fleet.plugins.module_utils.lifecycle import Models
 from ansible_collections.llmao.fleet.plugins.module_utils.listings import Endpoint
 from ansible_collections.llmao.fleet.plugins.module_utils.probe import Target, probe_one
-from llmao_server.fleet_ca import sign_leaf
 from llmao_server.fleet_ca_cli import init
+from llmao_server.tls.fleet_ca import sign_leaf
 from rig import real_vllm as real
 from rig.boxes import free_port
 from rig.fleet_files import strong_secret

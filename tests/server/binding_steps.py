@@ -1,10 +1,10 @@
 """Binding steps for store and cache tests, each one call of the server's own rule
-(:func:`llmao_server.bindings.decide`) run by the store, as the box API runs it."""
+(:func:`llmao_server.boxes.bindings.decide`) run by the store, as the box API runs it."""
 
 from __future__ import annotations
 
-from llmao_server import bindings
-from llmao_server.bindings import CONTROLLER, FETCH, POST, Claim, decide
+from llmao_server.boxes import bindings
+from llmao_server.boxes.bindings import CONTROLLER, FETCH, POST, Claim, decide
 from llmao_server.store import BoxBinding, StateStore
 
 
@@ -39,6 +39,6 @@ def held(store: StateStore, box: str) -> BoxBinding | None:
 
 
 def release(store: StateStore, box: str, claimant: str | None = None) -> BoxBinding | None:
-    """An admin's release (:func:`llmao_server.bindings.release`) run by the store."""
+    """An admin's release (:func:`llmao_server.boxes.bindings.release`) run by the store."""
     return store.decide_binding(box, lambda binding, _enrolled: bindings.release(
         box, claimant, binding, 9.0))

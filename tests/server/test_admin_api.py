@@ -11,9 +11,9 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from ansible_collections.llmao.fleet.plugins.module_utils.llmao_admin import parse_observations
+from llmao_server.admin.json_body import BODY_MAX_BYTES
+from llmao_server.admin.reconcile_pass import MAX_VERDICTS
 from llmao_server.admin_attempts import peer_scope
-from llmao_server.json_body import BODY_MAX_BYTES
-from llmao_server.reconcile_pass import MAX_VERDICTS
 from llmao_server.state import ServerState
 from llmao_server.store import AppliedCard, AppliedReport, AppliedServer, Approval
 from tests.server.fleet_pair import ADMIN_TOKEN, KNOWN, LEGACY, OTHER_KNOWN, UNKNOWN, config

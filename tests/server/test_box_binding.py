@@ -12,7 +12,7 @@ from flask.testing import FlaskClient
 
 from ansible_collections.llmao.fleet.plugins.module_utils.config_errors import ConfigError
 from llmao_server.binding_cache import BindingCache
-from llmao_server.bindings import TOKEN_HEADER, token_hash
+from llmao_server.boxes.bindings import TOKEN_HEADER, token_hash
 from llmao_server.state import app_state
 from llmao_server.store import SqliteStore, StoreError
 from tests.server.binding_steps import bind, confirm

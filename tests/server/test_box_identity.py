@@ -11,7 +11,7 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from ansible_collections.llmao.fleet.plugins.module_utils.config_errors import ConfigError
-from llmao_server.bindings import BOOTSTRAP_HEADER, INSTANCE_HEADER, TOKEN_HEADER
+from llmao_server.boxes.bindings import BOOTSTRAP_HEADER, INSTANCE_HEADER, TOKEN_HEADER
 from llmao_server.cli import main as cli_main
 from llmao_server.state import app_state
 from tests.server.fleet_pair import ADMIN_TOKEN, CONFIG, KNOWN, box_headers, config

@@ -18,7 +18,7 @@ from cryptography.x509.oid import ExtensionOID
 from flask.testing import FlaskClient
 
 from ansible_collections.llmao.fleet.plugins.module_utils.llmao_admin import box_path
-from llmao_server.box_certs import CERT_REQUESTS_PER_HOUR
+from llmao_server.boxes.box_certs import CERT_REQUESTS_PER_HOUR
 from llmao_server.fleet_ca_cli import KEY_FILE, init
 from llmao_server.state import app_state
 from llmao_server.store import ReconcilePass

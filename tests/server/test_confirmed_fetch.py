@@ -13,10 +13,10 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
-from llmao_server import box_api
 from llmao_server.access_log import ACCESS_LOGGER
-from llmao_server.bindings import TOKEN_HEADER
-from llmao_server.box_api import BoxApi
+from llmao_server.boxes import box_api
+from llmao_server.boxes.bindings import TOKEN_HEADER
+from llmao_server.boxes.box_api import BoxApi
 from llmao_server.state import ServerState
 from tests.server.fleet_pair import FLEET_KEY, KNOWN, box_headers, config
 

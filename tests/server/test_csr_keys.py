@@ -9,7 +9,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import NameOID
 
-from llmao_server.fleet_ca import CsrRefused, read_csr
+from llmao_server.tls.fleet_ca import CsrRefused, read_csr
 
 
 def request_pem(key) -> str:

@@ -262,6 +262,6 @@ def test_the_box_api_counts_its_requests_and_their_latency(client: FlaskClient) 
 def test_metrics_read_the_server_state_not_the_dashboard_view() -> None:
     # /metrics answers from what sits next to the server state; the dashboard's page code
     # is not loaded to count the unknown boxes.
-    code = ("import sys; import llmao_server.fleet_metrics; "
-            "sys.exit('llmao_server.dashboard.fleet_view' in sys.modules)")
+    code = ("import sys; import llmao_server.metrics.fleet_metrics; "
+            "sys.exit('llmao_server.web.fleet_view' in sys.modules)")
     assert subprocess.run([sys.executable, "-c", code], timeout=60).returncode == 0

@@ -12,9 +12,9 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from ansible_collections.llmao.fleet.plugins.module_utils.fleet import Fleet
+from llmao_server.boxes.turns import ASK_BURST
 from llmao_server.state import ServerState, app_state
 from llmao_server.store import ReconcilePass
-from llmao_server.turns import ASK_BURST
 from tests.server.fleet_pair import (
     KNOWN,
     LEGACY,

@@ -391,7 +391,7 @@ class StateStore(ABC):
                        decide: Callable[[BoxBinding | None, Enrollment | None],
                                         tuple[BindingWrite | None, Any]]) -> Any:
         """Read ``box``'s binding and its enrollment, ``decide`` (a rule of
-        :mod:`llmao_server.bindings`) and write what it returns, all in one transaction no
+        :mod:`llmao_server.boxes.bindings`) and write what it returns, all in one transaction no
         other binding change interleaves with (every worker and instance): two callers never
         both bind a name. Returns what ``decide`` returned beside its write; what it raises
         rolls back and propagates."""

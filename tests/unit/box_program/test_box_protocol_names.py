@@ -11,7 +11,7 @@ import pytest
 
 from ansible_collections.llmao.fleet.plugins.module_utils.hostnames import HOST_HEADER
 from ansible_collections.llmao.fleet.plugins.module_utils.models_file import RECIPE_NUMBERS
-from llmao_server.box_api import ROUTES
+from llmao_server.boxes.box_api import ROUTES
 
 
 def test_the_optional_numbers_are_the_recipe_numbers_of_models_yaml(install_set):
@@ -29,7 +29,7 @@ def test_the_paths_and_methods_are_the_box_apis(install_set):
 
 
 def test_the_box_token_headers_are_the_ones_the_server_reads(install_set):
-    from llmao_server.bindings import INSTANCE_HEADER, TOKEN_HEADER
+    from llmao_server.boxes.bindings import INSTANCE_HEADER, TOKEN_HEADER
 
     assert install_set.TOKEN_HEADER == TOKEN_HEADER
     assert install_set.INSTANCE_HEADER == INSTANCE_HEADER
@@ -37,7 +37,7 @@ def test_the_box_token_headers_are_the_ones_the_server_reads(install_set):
 
 def test_the_bootstrap_header_and_every_binding_refusal_are_the_servers(install_set):
     """Each code a binding refusal may carry has its own line on the box (what to do)."""
-    from llmao_server import bindings
+    from llmao_server.boxes import bindings
 
     if not hasattr(bindings, "BOOTSTRAP_HEADER"):
         pytest.skip("llmao-server has no enrollment yet (issue 33)")
@@ -49,7 +49,7 @@ def test_every_token_llmao_mints_has_the_shape_a_box_keeps_and_presents():
     """The shape is the core's box_protocol's; llmao's minting must stay inside it, or a box
     would drop the token it was handed (and refuse its bootstrap token before sending it)."""
     from ansible_collections.llmao.fleet.plugins.module_utils.box_protocol import is_box_token
-    from llmao_server.bindings import new_token
+    from llmao_server.boxes.bindings import new_token
 
     minted = [new_token() for count in range(200)]
     assert all(is_box_token(token) for token in minted)

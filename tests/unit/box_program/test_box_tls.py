@@ -15,8 +15,8 @@ import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
-from llmao_server.fleet_ca import read_csr, sign_leaf
 from llmao_server.fleet_ca_cli import init
+from llmao_server.tls.fleet_ca import read_csr, sign_leaf
 
 from .helpers import payload, server_entry
 

@@ -14,7 +14,7 @@ from typing import Any, NoReturn
 
 from flask import request
 
-from .api_errors import RequestRefused
+from ..api_errors import RequestRefused
 
 BODY_MAX_BYTES = 16 * 2**20
 

@@ -42,9 +42,9 @@ from ansible_collections.llmao.fleet.plugins.module_utils.vllm_metrics import (
     MetricsRecordError,
 )
 
-from ..cert_expiry import WARN_BEFORE_S
 from ..state import fleet_in_force, waiting_unknowns
 from ..store import AppliedReport, Approval, BindingConflict, BoxBinding, LoadSample, UnknownBox
+from ..tls.cert_expiry import WARN_BEFORE_S
 from .charts import Chart, line_chart, percent
 
 HOUR_S = 3600.0

@@ -1,7 +1,7 @@
 """The admin API's gate: ``Authorization: Bearer <admin.token>`` on every route.
 
 The token is compared in constant time after the attempt is counted against the
-admin credentials' one limit (:mod:`.admin_attempts`, shared with the
+admin credentials' one limit (:mod:`..admin_attempts`, shared with the
 dashboard's login): 429 over it, 503 when the store cannot count. No admin
 token configured: 503 whatever the request carries, as the box API does for
 the fleet key.
@@ -13,10 +13,10 @@ from flask import request
 
 from ansible_collections.llmao.fleet.plugins.module_utils.bearer import is_placeholder
 
-from .admin_attempts import AttemptRefused, admin_token_matches
-from .api_errors import RequestRefused
-from .bearer_header import presented_bearer
-from .state import app_state
+from ..admin_attempts import AttemptRefused, admin_token_matches
+from ..api_errors import RequestRefused
+from ..bearer_header import presented_bearer
+from ..state import app_state
 
 
 def require_admin_token() -> None:

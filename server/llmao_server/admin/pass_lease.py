@@ -13,8 +13,8 @@ from typing import Any, NoReturn
 
 from ansible_collections.llmao.fleet.plugins.module_utils.json_values import is_number
 
-from .api_errors import RequestRefused
-from .store import PassLease
+from ..api_errors import RequestRefused
+from ..store import PassLease
 
 # A pass lease lasts this long unless renewed; the holder is a hostname and pid.
 PASS_LEASE_MIN_S = 1

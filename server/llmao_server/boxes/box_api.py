@@ -5,7 +5,7 @@
 The fleet key is the gate, checked in constant time; the box is who the
 request claims to be (``X-LLMAO-Host``, else the leftmost ``X-Forwarded-For``,
 else the peer, by the core's rule). A known box gets the bytes the core built
-at load. The access log (:mod:`.access_log`) writes every request with the claim
+at load. The access log (:mod:`..access_log`) writes every request with the claim
 and where it came from, and nothing else a caller sent.
 
 This is a plain WSGI layer in front of the whole app rather than a blueprint:
@@ -52,15 +52,15 @@ from ansible_collections.llmao.fleet.plugins.module_utils.hostnames import (
 from ansible_collections.llmao.fleet.plugins.module_utils.intent import BoxAssignment
 from ansible_collections.llmao.fleet.plugins.module_utils.payload_rules import BOX_NAME_RE
 
-from .access_log import NO_CLAIM, AccessLog, LineHead
-from .api_errors import JSON, RequestRefused, error_answer
+from ..access_log import NO_CLAIM, AccessLog, LineHead
+from ..api_errors import JSON, RequestRefused, error_answer
+from ..bearer_header import presented_bearer
+from ..redaction import clipped
+from ..state import ServerState
+from ..tls.hsts import HSTS_HEADER, over_https
 from .applied_report import APPLIED_MAX_BYTES, read_applied_report
-from .bearer_header import presented_bearer
 from .bindings import admit_box, admitted_by_memory
 from .box_certs import CERT_REQUEST_MAX_BYTES, issue_certificate
-from .hsts import HSTS_HEADER, over_https
-from .redaction import clipped
-from .state import ServerState
 from .turns import AskViews, ask_turn, read_ask
 
 STATUS_LINES = {status.value: f"{status.value} {status.phrase}" for status in HTTPStatus}

@@ -26,8 +26,8 @@ from ansible_collections.llmao.fleet.plugins.module_utils.listings import (
     index_listings,
 )
 
+from ..state import ServerState, app_state
 from .fleet_metrics import require_scraper
-from .state import ServerState, app_state
 
 bp = Blueprint("scrape_targets", __name__)
 

@@ -3,7 +3,7 @@
 Every scrape builds the fleet's figures from the shared store, through a
 collector made for that scrape: none is kept in a process, so every worker and
 every instance on one database answers the same. Only the server's own figures
-are not the store's: the box API's counts (:mod:`.box_api_stats`, shared by the
+are not the store's: the box API's counts (:mod:`..box_api_stats`, shared by the
 workers of one server) and the answering worker's ``process_*`` series. Figures
 reconcile could not read are left out (a missing series), never written as 0.
 ``docs/metrics.md`` lists the series; ``docs/alerts/llmao-rules.yml`` alerts on them.
@@ -32,14 +32,14 @@ from ansible_collections.llmao.fleet.plugins.module_utils.vllm_metrics import (
     MetricsRecordError,
 )
 
-from .addresses import is_loopback
-from .api_errors import RequestRefused
-from .bearer_header import presented_bearer
-from .build_info import package_version
-from .cert_expiry import certificate_expiries
+from ..addresses import is_loopback
+from ..api_errors import RequestRefused
+from ..bearer_header import presented_bearer
+from ..build_info import package_version
+from ..state import ServerState, app_state, waiting_unknowns
+from ..store import ReconcilePass
+from ..tls.cert_expiry import certificate_expiries
 from .pool_metrics import pool_metrics
-from .state import ServerState, app_state, waiting_unknowns
-from .store import ReconcilePass
 
 bp = Blueprint("fleet_metrics", __name__)
 

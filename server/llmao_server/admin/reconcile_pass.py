@@ -18,8 +18,8 @@ from ansible_collections.llmao.fleet.plugins.module_utils.vllm_metrics import (
     MetricsRecordError,
 )
 
-from .api_errors import RequestRefused
-from .store import ReconcilePass
+from ..api_errors import RequestRefused
+from ..store import ReconcilePass
 
 MAX_VERDICTS = 30_000
 MAX_DRIFT = 10_000

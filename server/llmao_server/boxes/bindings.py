@@ -16,9 +16,9 @@ worker and instance, so two callers never both win a name. Only hashes of tokens
 kept (a token is 256 random bits, so a fast hash is as safe as a slow one).
 
 A fetch must not read the store (bench P9): each worker keeps every binding in memory
-(:class:`~.binding_cache.BindingCache`), and a token the memory confirms is admitted at once.
+(:class:`~..binding_cache.BindingCache`), and a token the memory confirms is admitted at once.
 Anything else is decided against the store after the attempt is counted per peer in a
-limiter scope of the box tokens' own (:mod:`.admin_attempts`), so guessing is bounded and
+limiter scope of the box tokens' own (:mod:`..admin_attempts`), so guessing is bounded and
 never spends the admin token's budget.
 """
 
@@ -49,12 +49,12 @@ from ansible_collections.llmao.fleet.plugins.module_utils.box_protocol import (
 )
 from ansible_collections.llmao.fleet.plugins.module_utils.config_file import BINDING_ENROLLED
 
-from .admin_attempts import AttemptRefused, claim_attempts, peer_scope, worth_auditing
-from .api_errors import RequestRefused
-from .audit import audit
-from .binding_cache import BindingCache
-from .state import ServerState
-from .store import BindingWrite, BoxBinding, Enrollment, StoreError
+from ..admin_attempts import AttemptRefused, claim_attempts, peer_scope, worth_auditing
+from ..api_errors import RequestRefused
+from ..audit import audit
+from ..binding_cache import BindingCache
+from ..state import ServerState
+from ..store import BindingWrite, BoxBinding, Enrollment, StoreError
 
 # Box and bootstrap tokens are counted per peer in a scope of their own: a box's guesses never
 # spend the admin token's budget, nor an admin's typos a box's.

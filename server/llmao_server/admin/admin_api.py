@@ -7,10 +7,10 @@ module that holds its job.
 sample to the history; the dashboard and ``/metrics`` show them.
 ``POST /admin/api/turns`` moves rollout turns as reconcile sees them progress, and
 ``POST /admin/api/turns/take`` asks for a box's turn for the push path, by the
-same rules as a box's own ``POST /vllm/turn`` (:mod:`.turns`); the push path reports
-what it applied (``POST /admin/api/boxes/<name>/applied``, :mod:`.applied_report`),
+same rules as a box's own ``POST /vllm/turn`` (:mod:`..boxes.turns`); the push path reports
+what it applied (``POST /admin/api/boxes/<name>/applied``, :mod:`..boxes.applied_report`),
 watches one box's turn (``GET /admin/api/boxes/<name>/turn``) and has the box's certificate
-request signed under box TLS (``POST /admin/api/boxes/<name>/cert``, :mod:`.box_certs`) as
+request signed under box TLS (``POST /admin/api/boxes/<name>/cert``, :mod:`..boxes.box_certs`) as
 the controller, never speaking as the box. ``DELETE /admin/api/boxes/<name>/binding``
 releases a box's binding (docs/box-identity.md). ``/admin/api/pass-lease`` keeps one
 reconcile pass at a time, fleet-wide (:mod:`.pass_lease`). ``POST /admin/api/pools`` keeps what
@@ -34,10 +34,9 @@ from ansible_collections.llmao.fleet.plugins.module_utils.intent import BoxAssig
 from ansible_collections.llmao.fleet.plugins.module_utils.json_values import is_number
 from ansible_collections.llmao.fleet.plugins.module_utils.payload_rules import BOX_NAME_RE
 
-from .admin_gate import require_admin_token
-from .api_errors import JSON, RequestRefused
-from .applied_report import read_applied_report
-from .bindings import (
+from ..api_errors import JSON, RequestRefused
+from ..boxes.applied_report import read_applied_report
+from ..boxes.bindings import (
     MAX_ENROLL_S,
     MIN_ENROLL_S,
     binding_record,
@@ -46,15 +45,16 @@ from .bindings import (
     release_binding,
     reported_instance,
 )
-from .box_certs import CERT_REQUEST_MAX_BYTES, issue_certificate
+from ..boxes.box_certs import CERT_REQUEST_MAX_BYTES, issue_certificate
+from ..boxes.turns import apply_updates, ask_turn, read_ask, read_updates
+from ..pool_report import read_pools_report
+from ..redaction import clipped
+from ..state import ServerState, app_state
+from .admin_gate import require_admin_token
 from .json_body import read_json_body
 from .observations import observations
 from .pass_lease import lease_answer, read_lease_claim, read_lease_id
-from .pool_report import read_pools_report
 from .reconcile_pass import read_pass
-from .redaction import clipped
-from .state import ServerState, app_state
-from .turns import apply_updates, ask_turn, read_ask, read_updates
 
 bp = Blueprint("admin_api", __name__, url_prefix="/admin/api")
 bp.before_request(require_admin_token)

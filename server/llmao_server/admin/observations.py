@@ -20,9 +20,9 @@ from ansible_collections.llmao.fleet.plugins.module_utils.llmao_admin import (
     observations_document,
 )
 
-from .bindings import binding_record
-from .state import ServerState, approvals_in_force
-from .store import AppliedReport, IssuedLeaf
+from ..boxes.bindings import binding_record
+from ..state import ServerState, approvals_in_force
+from ..store import AppliedReport, IssuedLeaf
 
 
 def observations(state: ServerState, now: float) -> dict[str, Any]:

@@ -10,7 +10,7 @@ from flask import Response, flash, redirect, render_template, request, url_for
 from ansible_collections.llmao.fleet.plugins.module_utils.config_file import LISTEN_PORTS
 from ansible_collections.llmao.fleet.plugins.module_utils.fleet import ApprovalError
 
-from ..bindings import release_binding
+from ..boxes.bindings import release_binding
 from ..state import app_state
 from ..store import StateStore
 from .auth import audit, client_address, current_admin

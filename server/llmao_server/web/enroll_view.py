@@ -14,7 +14,7 @@ from flask import Response, make_response, render_template
 from ansible_collections.llmao.fleet.plugins.module_utils.box_protocol import BOOTSTRAP_ENV
 from ansible_collections.llmao.fleet.plugins.module_utils.config_file import BINDING_ENROLLED
 
-from ..bindings import enroll_box
+from ..boxes.bindings import enroll_box
 from ..state import app_state
 from .auth import client_address, current_admin
 

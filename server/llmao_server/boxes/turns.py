@@ -36,10 +36,10 @@ from ansible_collections.llmao.fleet.plugins.module_utils.rollout import (
     may_apply,
 )
 
-from .api_errors import RequestRefused
-from .audit import audit
-from .redaction import clipped
-from .state import ServerState, StateView
+from ..api_errors import RequestRefused
+from ..audit import audit
+from ..redaction import clipped
+from ..state import ServerState, StateView
 
 # A box names at most the servers it runs now plus those it is told to run.
 MAX_NAMES = 2 * MAX_SERVERS

@@ -1,6 +1,6 @@
 """The pools' series of ``GET /metrics`` (docs/pools.md), read from the shared store.
 
-What the latest pool pass reported (:mod:`.pool_report`): each pool's boxes by state, its
+What the latest pool pass reported (:mod:`..pool_report`): each pool's boxes by state, its
 bounds, its spend and the budget, and the counters its decisions added up since the pool was
 first reported. Every counter of a pool is written, 0 included, from its first report on, so
 that ``increase()`` sees its first rent or failure; the failed rents are labelled by the rent
@@ -14,8 +14,8 @@ from collections.abc import Iterator, Sequence
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from .pool_report import ERRORS, MEMBER_STATES
-from .store import PoolRecord
+from ..pool_report import ERRORS, MEMBER_STATES
+from ..store import PoolRecord
 
 # Counters of one pool, each without a reason: series name, help, the store's counter.
 POOL_COUNTERS = (

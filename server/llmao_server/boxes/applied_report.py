@@ -17,8 +17,8 @@ from ansible_collections.llmao.fleet.plugins.module_utils.config_file import MAX
 from ansible_collections.llmao.fleet.plugins.module_utils.json_values import is_integer
 from ansible_collections.llmao.fleet.plugins.module_utils.payload_rules import revision_problem
 
-from .api_errors import RequestRefused
-from .store import AppliedCard, AppliedReport, AppliedServer
+from ..api_errors import RequestRefused
+from ..store import AppliedCard, AppliedReport, AppliedServer
 
 APPLIED_MAX_BYTES = 16 * 1024
 MAX_TEXT = 200

@@ -19,11 +19,11 @@ from typing import Any, NoReturn
 
 from ansible_collections.llmao.fleet.plugins.module_utils.hostnames import is_ip_address
 
-from .api_errors import RequestRefused
-from .audit import audit
-from .fleet_ca import CsrRefused, read_csr, requested_names
-from .state import ServerState, StateView
-from .store.base import IssuedLeaf, StoreError
+from ..api_errors import RequestRefused
+from ..audit import audit
+from ..state import ServerState, StateView
+from ..store.base import IssuedLeaf, StoreError
+from ..tls.fleet_ca import CsrRefused, read_csr, requested_names
 
 # A P-256 or RSA-4096 request in PEM is 0.5 to 2 KiB; anything much larger is not a request.
 CERT_REQUEST_MAX_BYTES = 8 * 1024

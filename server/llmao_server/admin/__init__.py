@@ -1,0 +1,2 @@
+"""The admin API's face: ``/admin/api/…``, which reconcile and the push path call with the
+admin token."""

@@ -1,0 +1,1 @@
+"""The metrics face: ``/metrics`` for Prometheus and ``/metrics/targets`` for its scrapes."""
