@@ -16,8 +16,9 @@ worker and instance, so two callers never both win a name. Only hashes of tokens
 kept (a token is 256 random bits, so a fast hash is as safe as a slow one).
 
 A fetch must not read the store (bench P9): each worker keeps every binding in memory
-(:class:`~..binding_cache.BindingCache`), and a token the memory confirms is admitted at once.
-Anything else is decided against the store after the attempt is counted per peer in a
+(:class:`~..binding_cache.BindingCache`) and asks the same rule of the binding it holds
+(:func:`admitted_by_memory`); what the rule admits there with nothing to write is admitted at
+once. Anything else is decided against the store after the attempt is counted per peer in a
 limiter scope of the box tokens' own (:mod:`..admin_attempts`), so guessing is bounded and
 never spends the admin token's budget.
 """
@@ -84,11 +85,6 @@ def reported_instance(value: str | None) -> str | None:
 
 def same_hash(kept: str, presented: str | None) -> bool:
     return bool(kept) and presented is not None and hmac.compare_digest(kept, presented)
-
-
-def matches(binding: BoxBinding | None, presented: str | None) -> bool:
-    return (binding is not None and presented is not None
-            and same_hash(binding.token_hash, token_hash(presented)))
 
 
 @dataclass(frozen=True)
@@ -214,14 +210,15 @@ def admit_box(state: ServerState, environ: dict[str, Any], box: str, peer: str |
     presented = environ.get(TOKEN_ENVIRON)
     if environ.get("REQUEST_METHOD") == "HEAD":
         return look(state, box, peer, presented)
-    if presented is not None and admitted_by_memory(state.bindings, box, presented):
-        return None
     bootstrap = environ.get(BOOTSTRAP_ENVIRON) if may_bind else None
+    call = FETCH if may_bind else POST
+    if presented is not None and admitted_by_memory(state.bindings, box, call, presented,
+                                                    bootstrap):
+        return None
     guessed = presented if bootstrap is None else bootstrap
     scope = None if guessed is None else count_attempt(state, box, peer)
     token = new_token()
-    claim = Claim(box, FETCH if may_bind else POST, peer,
-                  reported_instance(environ.get(INSTANCE_ENVIRON)),
+    claim = Claim(box, call, peer, reported_instance(environ.get(INSTANCE_ENVIRON)),
                   None if presented is None else token_hash(presented),
                   None if bootstrap is None else token_hash(bootstrap),
                   state.fleet.settings.fleet.binding == BINDING_ENROLLED, time.time(),
@@ -243,7 +240,7 @@ def admit_box(state: ServerState, environ: dict[str, Any], box: str, peer: str |
 def look(state: ServerState, box: str, peer: str | None, presented: str | None) -> None:
     """A ``HEAD`` of the config hands out nothing (no body, no token) and binds nothing: the
     rule decides it as the fetch it mirrors, on the binding this worker holds."""
-    if presented is not None and admitted_by_memory(state.bindings, box, presented):
+    if presented is not None and admitted_by_memory(state.bindings, box, FETCH, presented):
         return
     claim = Claim(box, FETCH, peer, None, None if presented is None else token_hash(presented),
                   None, state.fleet.settings.fleet.binding == BINDING_ENROLLED, time.time())
@@ -275,17 +272,27 @@ def unstored(state: ServerState, claim: Claim, scope: str | None) -> None:
                                                    "binding now; try again shortly")
 
 
-def admitted_by_memory(cache: BindingCache, box: str, presented: str) -> bool:
-    """Whether the confirmed binding of ``box`` this worker holds admits ``presented``: a
-    token it checked before by one lookup, else by its hash (then remembered). False
-    decides nothing: the store does (:func:`admit_box`)."""
-    if cache.admits(box, presented):
+def admitted_by_memory(cache: BindingCache, box: str, call: str, presented: str,
+                       bootstrap: str | None = None) -> bool:
+    """Whether :func:`decide` admits, with nothing to write, a box's call for ``box`` (``call``
+    :data:`FETCH` or :data:`POST`, presenting ``presented`` and, on a fetch, ``bootstrap``)
+    on the binding this worker holds: the rule asked of memory. False decides nothing: the
+    store does (:func:`admit_box`).
+
+    That outcome is a confirmed binding's own token on a call without a bootstrap token, and
+    it reads nothing the memory lacks (the enrollment, the peer, the time: only a bootstrap
+    token, a pending or an unbound name read them), so the ``None`` and zeros below cannot
+    change it (tests/server/test_binding_memory.py). A token so admitted on a binding is
+    admitted again by one lookup while that very binding is held."""
+    if bootstrap is None and cache.admits(box, presented):
         return True
     held = cache.held(box)
-    if held is not None and held.confirmed and matches(held, presented):
-        cache.admit(box, presented, held)
-        return True
-    return False
+    claim = Claim(box, call, None, None, token_hash(presented),
+                  None if bootstrap is None else token_hash(bootstrap), False, 0.0)
+    if decide(claim, held, None) != (None, ADMIT):
+        return False
+    cache.admit(box, presented, held)
+    return True
 
 
 def count_attempt(state: ServerState, box: str, peer: str | None) -> str:

@@ -59,7 +59,7 @@ from ..redaction import clipped
 from ..state import ServerState
 from ..tls.hsts import HSTS_HEADER, over_https
 from .applied_report import APPLIED_MAX_BYTES, read_applied_report
-from .bindings import admit_box, admitted_by_memory
+from .bindings import FETCH, admit_box, admitted_by_memory
 from .box_certs import CERT_REQUEST_MAX_BYTES, issue_certificate
 from .turns import AskViews, ask_turn, read_ask
 
@@ -312,8 +312,9 @@ class BoxApi:
         repeats, or None for any other request.
 
         A ``GET`` that presents the fleet key, names a box of ``fleet.hosts`` as it is
-        written there in ``X-LLMAO-Host``, and presents a token the box's confirmed binding
-        in this worker's memory admits (any token with binding off): without
+        written there in ``X-LLMAO-Host``, and presents a token the binding rule admits on
+        the binding this worker holds (:func:`.bindings.admitted_by_memory`, the same ask as
+        the full path's; any token with binding off): without
         ``If-None-Match``, :func:`fetch_config` would answer it 200 with the box's bytes and
         note its fetch; with one that names the box's ``ETag``, 304 and note its check.
         So does this, without building a request. Anything else (an ``If-None-Match`` that
@@ -335,7 +336,8 @@ class BoxApi:
             fetched = self._fetched[name] = self.prepare(name, assignment, OK)
         if state.binds_boxes:
             token = environ.get(TOKEN_ENVIRON)
-            if token is None or not admitted_by_memory(state.bindings, name, token):
+            if token is None or not admitted_by_memory(state.bindings, name, FETCH, token,
+                                                       environ.get(BOOTSTRAP_ENVIRON)):
                 return None
         if_none_match = environ.get(IF_NONE_MATCH_ENVIRON)
         if if_none_match is None:
