@@ -119,3 +119,20 @@ def test_what_is_not_a_pool_pass_is_refused(pool_client: FlaskClient, change: di
 def test_the_route_needs_the_admin_token(pool_client: FlaskClient) -> None:
     answer = pool_client.post(POOLS, json=pool_pass(time.time(), []))
     assert answer.status_code == 401
+
+
+def test_a_pool_members_fetch_reaches_the_observations(pool_client: FlaskClient) -> None:
+    """A pool member is a served box: reconcile reads its fetch time (Loading, then Stalled
+    when it stops answering) like any box's, or a stalled member would never be replaced."""
+    member = "chat-cccccccc"
+    enrolled = pool_client.post(f"/admin/api/boxes/{member}/enroll", headers=ADMIN,
+                                json={"ttl_s": 3600, "pool": "chat"})
+    assert enrolled.status_code == 200, enrolled.json
+    fetched = pool_client.get("/vllm/config", headers={
+        "Authorization": f"Bearer {FLEET_KEY}", "X-LLMAO-Host": member,
+        "X-LLMAO-Bootstrap-Token": enrolled.json["bootstrap_token"]})
+    assert fetched.status_code == 200
+    with pool_client.application.app_context():
+        app_state().store.note_fetches({member: 1000.5})
+    boxes = pool_client.get("/admin/api/observations", headers=ADMIN).json["boxes"]
+    assert boxes[member] == {"last_fetch": 1000.5, "applied": None}

@@ -30,7 +30,11 @@ def observations(state: ServerState, now: float) -> dict[str, Any]:
     fetches = state.store.fetch_times()
     reports = state.store.applied_reports()
     approved = approvals_in_force(state.fleet, state.store.approvals())
-    served = [*state.fleet.assignments, *approved]
+    bound = [binding for binding in state.store.bindings_since(0) if binding.bound]
+    # A pool member is served too (its fetch times tell reconcile Loading from Stalled).
+    members = [binding.box for binding in bound if binding.pool in state.fleet.settings.pools
+               and binding.box not in state.fleet.assignments]
+    served = [*state.fleet.assignments, *approved, *members]
     last = state.store.last_pass()
     return observations_document(
         now,
@@ -41,8 +45,7 @@ def observations(state: ServerState, now: float) -> dict[str, Any]:
         last.drift if last else (),
         last.pass_at if last else None,
         state.store.turns(),
-        {binding.box: binding_record(binding)
-         for binding in state.store.bindings_since(0) if binding.bound},
+        {binding.box: binding_record(binding) for binding in bound},
         box_leaves(state.store.issued_leaves(now)),
     )
 
